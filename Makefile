@@ -1,0 +1,30 @@
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint clean
+
+install: $(STAMP)
+
+# torch is installed first and pinned: any other torch requirement pulls gigabytes of CUDA wheels.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/python scripts/make_toy_data.py --out data/toy
+	$(BIN)/seq2seq train --config configs/demo.yaml --run-dir runs/demo
+	$(BIN)/seq2seq evaluate --run runs/demo --src data/toy/test.src --ref data/toy/test.tgt
+
+test: install
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check seq2seq tests scripts
+	$(BIN)/ruff format --check seq2seq tests scripts
+
+clean:
+	rm -rf $(VENV) runs data/toy

@@ -1,0 +1,110 @@
+"""The `seq2seq` command line: parse arguments, load the config, call one function."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from seq2seq.errors import UserError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Config-driven neural machine translation: train, translate, evaluate.",
+)
+
+
+def _read_lines(path: Path) -> list[str]:
+    from seq2seq.data.corpus import read_lines
+
+    return read_lines(path)
+
+
+@app.command()
+def train(
+    config: Annotated[Path, typer.Option("--config", "-c", help="YAML run config")],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="override a config field, e.g. --set train.max_steps=100"),
+    ] = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="default: runs/<name>")] = None,
+) -> None:
+    """Train a model (or resume the run in --run-dir), then score the test sets."""
+    from seq2seq.config import load_config
+    from seq2seq.train.trainer import train as run_training
+
+    cfg = load_config(config, overrides or [])
+    run_training(cfg, run_dir or Path("runs") / cfg.name)
+
+
+@app.command()
+def translate(
+    run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
+    checkpoint: Annotated[str, typer.Option(help="best, last, step-N or a .pt file")] = "best",
+    input: Annotated[Path | None, typer.Option("--input", "-i", help="default: stdin")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="default: stdout")] = None,
+    batch_tokens: Annotated[int | None, typer.Option(min=1)] = None,
+) -> None:
+    """Translate a file (or stdin) line by line; output stays line-aligned with input."""
+    from seq2seq.checkpoint import atomic_write_text
+    from seq2seq.decode.translate import Translator
+
+    translator = Translator.from_run(run, checkpoint)
+    if input is None:
+        lines = [line.rstrip("\r\n") for line in sys.stdin]
+    else:
+        lines = _read_lines(input)
+    text = "".join(line + "\n" for line in translator.translate(lines, batch_tokens))
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        atomic_write_text(output, text)
+
+
+@app.command()
+def evaluate(
+    run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
+    src: Annotated[Path, typer.Option("--src", help="source sentences, one per line")],
+    ref: Annotated[Path, typer.Option("--ref", help="reference translations, one per line")],
+    checkpoint: Annotated[str, typer.Option(help="best, last, step-N or a .pt file")] = "best",
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Translate --src and score it against --ref: BLEU and chrF with sacrebleu signatures."""
+    from seq2seq.decode.translate import Translator
+    from seq2seq.evaluate import score_corpus
+
+    sources, references = _read_lines(src), _read_lines(ref)
+    if len(sources) != len(references):
+        raise UserError(
+            f"{src} has {len(sources)} lines but {ref} has {len(references)}; "
+            "give one reference per source line"
+        )
+    scores = score_corpus(Translator.from_run(run, checkpoint).translate(sources), references)
+    print(json.dumps(scores.to_dict()) if as_json else str(scores))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: bad input of any kind is one line on stderr and exit status 2."""
+    command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        code = command.main(args=args or ["--help"], prog_name="seq2seq", standalone_mode=False)
+    except UserError as error:
+        print(f"seq2seq: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except typer.Abort:
+        print("seq2seq: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except typer.TyperException as error:  # usage errors: unknown options, bad values
+        ctx = getattr(error, "ctx", None)
+        where = ctx.command_path if ctx else "seq2seq"
+        message = error.format_message().rstrip(".")
+        print(f"seq2seq: error: {message}; see '{where} --help'", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code or 0)

@@ -1,0 +1,261 @@
+"""Typed, validated run configuration: the one home of defaults.
+
+A YAML file is read with `yaml.safe_load`, dotted `--set key=value` overrides are
+applied, and the result is validated by pydantic models that forbid unknown keys.
+Every validation problem becomes one `UserError` line naming the field, the bad
+value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from seq2seq.errors import UserError
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number of seconds or a string such as '90s', '25m', '1h30m'."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 90s, 25m or 1h30m")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value).replace(" ", ""))
+        if not match or not any(match.groups()):
+            raise ValueError("expected a duration such as 90s, 25m or 1h30m")
+        hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
+        seconds = hours * 3600 + minutes * 60 + secs
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return seconds
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(Section):
+    src: str = Field(min_length=1, description="source language suffix, e.g. de")
+    tgt: str = Field(min_length=1, description="target language suffix, e.g. en")
+    train: str = Field(description="prefix of the training corpus: {prefix}.{lang}[.gz]")
+    valid: str = Field(description="prefix of the validation corpus")
+    test: list[str] = Field(default_factory=list, description="prefixes scored after training")
+    max_len: PositiveInt = Field(100, description="training pairs longer (in pieces) are dropped")
+
+
+class TokenizerConfig(Section):
+    type: Literal["sentencepiece"] = "sentencepiece"
+    model_type: Literal["bpe", "unigram"] = "bpe"
+    vocab_size: int = Field(8000, ge=8)
+    joint: bool = True
+    character_coverage: float = Field(1.0, gt=0, le=1)
+
+
+class AttentionConfig(Section):
+    type: str = "bahdanau"
+
+    @field_validator("type")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        # Imported here: the registry is filled by the attention package, one floor up.
+        from seq2seq.attention import attention_names
+
+        names = attention_names()
+        if value not in names:
+            raise ValueError(f"unknown attention type {value!r}; known: {', '.join(names)}")
+        return value
+
+
+class ModelConfig(Section):
+    arch: Literal["rnn"] = "rnn"
+    cell: Literal["lstm", "gru"] = "lstm"
+    embed_dim: PositiveInt = 256
+    hidden_dim: PositiveInt = 512
+    encoder_layers: PositiveInt = 1
+    decoder_layers: PositiveInt = 1
+    bidirectional: bool = True
+    dropout: float = Field(0.3, ge=0, lt=1)
+    tied_embeddings: bool = Field(False, description="share target embedding and output layer")
+    attention: AttentionConfig = Field(default_factory=AttentionConfig)
+
+    @model_validator(mode="after")
+    def _tying_needs_equal_sizes(self) -> ModelConfig:
+        if self.tied_embeddings and self.embed_dim != self.hidden_dim:
+            raise ValueError(
+                f"tied_embeddings needs embed_dim == hidden_dim "
+                f"(got {self.embed_dim} and {self.hidden_dim})"
+            )
+        return self
+
+
+class OptimizerConfig(Section):
+    name: Literal["adam", "adamw"] = "adam"
+    lr: float = Field(1e-3, gt=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class ScheduleConfig(Section):
+    type: Literal["constant", "plateau", "inverse_sqrt"] = "constant"
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up from 0 to lr")
+    factor: float = Field(0.5, gt=0, lt=1, description="plateau: lr multiplier on a plateau")
+    patience: int = Field(2, ge=0, description="plateau: validations without improvement")
+    min_lr: float = Field(1e-6, ge=0)
+
+
+class TrainConfig(Section):
+    batch_tokens: PositiveInt = Field(4096, description="sentences x longer padded side")
+    max_epochs: PositiveInt = 30
+    max_steps: PositiveInt | None = None
+    max_time: float | None = Field(None, description="wall-clock budget, e.g. 25m")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    clip_grad_norm: float = Field(1.0, ge=0, description="0 disables clipping")
+    label_smoothing: float = Field(0.1, ge=0, lt=1)
+    valid_every: PositiveInt = 500
+    log_every: PositiveInt = 100
+    metric: Literal["bleu", "chrf", "loss"] = "bleu"
+    patience: PositiveInt | None = Field(10, description="early stopping, in validations")
+    keep_best: PositiveInt = 3
+    threads: PositiveInt | None = Field(None, description="CPU threads; default: all cores")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @field_validator("max_time", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float | None:
+        return None if value is None else parse_duration(value)
+
+
+class DecodeConfig(Section):
+    max_len_ratio: float = Field(2.0, gt=0, description="output limit: ratio x source + offset")
+    max_len_offset: int = Field(10, ge=0)
+    batch_tokens: PositiveInt = 4000
+
+
+class Config(Section):
+    name: str = Field("run", pattern=r"^[A-Za-z0-9._-]+$")
+    seed: int = 1
+    data: DataConfig
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    decode: DecodeConfig = Field(default_factory=DecodeConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one `dotted.key=value` override in place; the value is parsed as YAML."""
+    key, sep, raw = assignment.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise UserError(
+            f"bad override {assignment!r}: expected KEY=VALUE, e.g. train.max_steps=100"
+        )
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        value = raw
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise UserError(
+                f"bad override {assignment!r}: {'.'.join(parts[: i + 1])} is not a section"
+            )
+        node = child
+    node[parts[-1]] = value
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = Config
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """All problems of a pydantic error as one line: field, bad value, what is allowed."""
+    problems = []
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        field = ".".join(str(p) for p in loc) or "config"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            allowed = ", ".join(_allowed_keys(loc[:-1]))
+            problems.append(f"unknown key {field!r}; allowed here: {allowed}")
+        elif item["type"] == "missing":
+            problems.append(f"{field}: required field is missing")
+        else:
+            problems.append(f"{field} = {item.get('input')!r}: {message}")
+    return "config error: " + "; ".join(problems)
+
+
+def config_from_dict(data: dict[str, Any], overrides: list[str] = ()) -> Config:
+    for assignment in overrides:
+        apply_override(data, assignment)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as error:
+        raise UserError(describe_validation_error(error)) from None
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
+    """Read, override and validate a YAML config; every problem is a one-line `UserError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"config file {path} not found; pass an existing YAML file to --config")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or "cannot parse"
+        raise UserError(f"{path}: invalid YAML{where}: {problem}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text; save the config as UTF-8") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: the top level must be a mapping of sections (data, model, ...)")
+    return config_from_dict(data, overrides)
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def config_differences(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
+    """(field, old value, new value) for every dotted field that differs."""
+    a, b = flatten(old.to_dict()), flatten(new.to_dict())
+    return [(k, a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]

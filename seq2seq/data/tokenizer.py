@@ -1,0 +1,179 @@
+"""SentencePiece tokenizers: one joint model, or separate source and target models.
+
+Every model is trained with the same special ids, so batching, models and search can
+use the module constants without asking the tokenizer.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import sentencepiece as spm
+
+from seq2seq.config import TokenizerConfig
+from seq2seq.errors import UserError
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+_SPECIAL_IDS = frozenset({PAD_ID, BOS_ID, EOS_ID})
+
+JOINT_MODEL = "joint.model"
+SRC_MODEL = "src.model"
+TGT_MODEL = "tgt.model"
+
+# SentencePiece loads at most this many sentences (a random sample when shuffled); more
+# only costs memory and time without changing the vocabulary much.
+INPUT_SENTENCE_SIZE = 2_000_000
+
+
+class Tokenizer:
+    """Source and target SentencePiece models; `tgt` is None (or `src`) for a joint one."""
+
+    def __init__(
+        self, src: spm.SentencePieceProcessor, tgt: spm.SentencePieceProcessor | None = None
+    ) -> None:
+        self._src = src
+        self._tgt = src if tgt is None else tgt
+
+    @property
+    def joint(self) -> bool:
+        return self._src is self._tgt
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self._src.get_piece_size()
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self._tgt.get_piece_size()
+
+    def encode_src(self, lines: list[str]) -> list[list[int]]:
+        """Piece ids of each source line, without BOS/EOS."""
+        return self._src.encode(list(lines), out_type=int)
+
+    def encode_tgt(self, lines: list[str]) -> list[list[int]]:
+        """Piece ids of each target line, without BOS/EOS."""
+        return self._tgt.encode(list(lines), out_type=int)
+
+    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
+        """Detokenized text of each id sequence; PAD, BOS and EOS are skipped."""
+        return self._tgt.decode([[i for i in row if i not in _SPECIAL_IDS] for row in ids])
+
+    def src_pieces(self, line: str) -> list[str]:
+        """The source pieces of one line (no EOS piece), e.g. to label heatmap columns."""
+        return self._src.encode(line, out_type=str)
+
+    def tgt_pieces_from_ids(self, ids: list[int]) -> list[str]:
+        """The target piece of each id, specials included (e.g. `</s>`), for heatmap rows."""
+        return [self._tgt.id_to_piece(i) for i in ids]
+
+    @classmethod
+    def load(cls, directory: Path) -> Tokenizer:
+        """Load `joint.model`, or `src.model` and `tgt.model`, from a directory."""
+        directory = Path(directory)
+        if (directory / JOINT_MODEL).is_file():
+            return cls(_load_model(directory / JOINT_MODEL))
+        if (directory / SRC_MODEL).is_file() and (directory / TGT_MODEL).is_file():
+            return cls(_load_model(directory / SRC_MODEL), _load_model(directory / TGT_MODEL))
+        raise UserError(
+            f"no tokenizer in {directory}: expected {JOINT_MODEL}, or {SRC_MODEL} and "
+            f"{TGT_MODEL}; train one or point to the run's tokenizer directory"
+        )
+
+
+def _load_model(path: Path) -> spm.SentencePieceProcessor:
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.load(str(path))
+    except (OSError, RuntimeError):
+        raise UserError(f"{path}: not a SentencePiece model; retrain the tokenizer") from None
+    found = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+    if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+        raise UserError(
+            f"{path}: special ids (pad, unk, bos, eos) are {found}, expected "
+            f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; retrain the tokenizer with this tool"
+        )
+    return processor
+
+
+def _train_model(cfg: TokenizerConfig, lines: list[str], seed: int) -> bytes:
+    """Serialized model proto trained on in-memory sentences."""
+    if not any(line.strip() for line in lines):
+        raise UserError("tokenizer training data has no non-empty sentences; check the corpus")
+    # The seed is global to SentencePiece; set it right before each training so the
+    # sentence sample and any tie-breaking are the same for the same input.
+    spm.set_random_generator_seed(seed)
+    # A model_writer (rather than a model_prefix) keeps the output path out of the
+    # serialized trainer spec, so identical input gives byte-identical models.
+    writer = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines),
+            model_writer=writer,
+            model_type=cfg.model_type,
+            vocab_size=cfg.vocab_size,
+            character_coverage=cfg.character_coverage,
+            # A small corpus may not support vocab_size pieces; take what it supports.
+            hard_vocab_limit=False,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            input_sentence_size=INPUT_SENTENCE_SIZE,
+            shuffle_input_sentence=True,
+            num_threads=2,
+            minloglevel=2,
+        )
+    except RuntimeError as error:
+        # Messages look like "INTERNAL: file.cc(638) [condition] explanation"; keep the
+        # explanation, or the failed condition when there is none.
+        text = " ".join(str(error).split())
+        reason = text.rpartition("] ")[2] or text
+        raise UserError(
+            f"tokenizer training failed: {reason}; check tokenizer.vocab_size, "
+            "tokenizer.character_coverage and the training data"
+        ) from None
+    return writer.getvalue()
+
+
+def train_tokenizer(
+    cfg: TokenizerConfig,
+    src_lines: list[str],
+    tgt_lines: list[str],
+    directory: Path,
+    seed: int = 1,
+) -> Tokenizer:
+    """Train and save SentencePiece model(s) in `directory` (replaced if it exists)."""
+    directory = Path(directory)
+    if cfg.joint:
+        models = {JOINT_MODEL: _train_model(cfg, [*src_lines, *tgt_lines], seed)}
+    else:
+        models = {
+            SRC_MODEL: _train_model(cfg, src_lines, seed),
+            TGT_MODEL: _train_model(cfg, tgt_lines, seed),
+        }
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    # Write next to the destination and rename, so a crash never leaves a half-written
+    # tokenizer where a later run would load it.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        for name, proto in models.items():
+            (tmp / name).write_bytes(proto)
+        if directory.exists():
+            # rename() cannot replace a non-empty directory: move the old one aside first.
+            old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old.", dir=directory.parent))
+            os.replace(directory, old / directory.name)
+            os.replace(tmp, directory)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, directory)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return Tokenizer.load(directory)

@@ -1,0 +1,1 @@
+"""Search over the model contract, and text-in, text-out translation."""

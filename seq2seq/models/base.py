@@ -1,0 +1,55 @@
+"""The model contract that training and every search share, whatever the architecture.
+
+`encode` runs once per source batch; `init_state` and `decode_step` advance the decoder
+one token at a time; `forward` is the teacher-forced pass used in training. Search code
+touches nothing else, so greedy and beam search serve every architecture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import NamedTuple, Protocol
+
+from torch import Tensor, nn
+
+
+@dataclass
+class Memory:
+    """The encoded source: batch-first tensors, so beams can reorder it by index."""
+
+    keys: Tensor  # (B, S, Dk), already through the attention's `prepare_keys`
+    values: Tensor  # (B, S, Dv)
+    mask: Tensor  # (B, 1, S), True at real source positions
+    summary: Tensor  # (B, Ds), a fixed-size summary of the source (final encoder state)
+
+    def index_select(self, index: Tensor) -> Memory:
+        return replace(self, **{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+class DecoderState(Protocol):
+    def index_select(self, index: Tensor) -> DecoderState: ...
+
+
+class Step(NamedTuple):
+    log_probs: Tensor  # (B, V)
+    state: DecoderState
+    attention: Tensor  # (B, S) or (B, H, S)
+
+
+class Seq2Seq(nn.Module):
+    """An encoder-decoder that the trainer and the searches drive through this contract."""
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> Memory:
+        """`src` (B, S) token ids, `src_mask` (B, 1, S) -> the encoded source."""
+        raise NotImplementedError
+
+    def init_state(self, memory: Memory) -> DecoderState:
+        raise NotImplementedError
+
+    def decode_step(self, memory: Memory, state: DecoderState, prev_tokens: Tensor) -> Step:
+        """One decoder step from the previous tokens (B,) -> log-probabilities (B, V)."""
+        raise NotImplementedError
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, V) for target inputs `tgt_in` (B, T)."""
+        raise NotImplementedError

@@ -1,0 +1,149 @@
+"""Attentional RNN encoder-decoder (Bahdanau et al., 2015; Luong et al., 2015).
+
+The encoder is a (bi)directional multi-layer LSTM or GRU. The decoder's wiring follows
+the attention type: Bahdanau-style types attend with the previous decoder state before
+the cell and feed the context into it; Luong-style types attend with the new state after
+the cell and feed the attentional vector into the next step (input feeding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from seq2seq.attention import build_attention
+from seq2seq.config import ModelConfig
+from seq2seq.models.base import Memory, Seq2Seq, Step
+
+_CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
+
+
+@dataclass
+class RNNState:
+    hidden: Tensor  # (L, B, H)
+    cell: Tensor | None  # (L, B, H) for LSTM, None for GRU
+    feed: Tensor  # (B, H): the last attentional vector (Luong) or context (Bahdanau)
+
+    def index_select(self, index: Tensor) -> RNNState:
+        cell = None if self.cell is None else self.cell[:, index]
+        return RNNState(self.hidden[:, index], cell, self.feed[index])
+
+    def rnn_state(self) -> Tensor | tuple[Tensor, Tensor]:
+        return self.hidden if self.cell is None else (self.hidden, self.cell)
+
+
+class RNNEncoder(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, cfg.embed_dim, padding_idx=pad_id)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.rnn = _CELLS[cfg.cell](
+            cfg.embed_dim,
+            cfg.hidden_dim,
+            num_layers=cfg.encoder_layers,
+            batch_first=True,
+            bidirectional=cfg.bidirectional,
+            dropout=cfg.dropout if cfg.encoder_layers > 1 else 0.0,
+        )
+        self.output_dim = cfg.hidden_dim * (2 if cfg.bidirectional else 1)
+
+    def forward(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """-> outputs (B, S, output_dim) and the top layer's final state (B, output_dim)."""
+        packed = pack_padded_sequence(
+            self.dropout(self.embed(src)), lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
+        outputs, final = self.rnn(packed)
+        outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.size(1))
+        hidden = final[0] if isinstance(final, tuple) else final
+        directions = 2 if self.rnn.bidirectional else 1
+        top = hidden[-directions:]  # (directions, B, H)
+        return self.dropout(outputs), torch.cat(list(top), dim=-1)
+
+
+class RNNDecoder(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, encoder_dim: int, pad_id: int) -> None:
+        super().__init__()
+        hidden = cfg.hidden_dim
+        self.layers = cfg.decoder_layers
+        self.embed = nn.Embedding(vocab_size, cfg.embed_dim, padding_idx=pad_id)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.memory_proj = nn.Linear(encoder_dim, hidden, bias=False)
+        self.bridge = nn.Linear(encoder_dim, hidden * cfg.decoder_layers)
+        self.attention = build_attention(cfg.attention.type, hidden, hidden)
+        self.rnn = _CELLS[cfg.cell](
+            cfg.embed_dim + hidden,
+            hidden,
+            num_layers=cfg.decoder_layers,
+            batch_first=True,
+            dropout=cfg.dropout if cfg.decoder_layers > 1 else 0.0,
+        )
+        self.combine = nn.Linear(2 * hidden, hidden)
+        self.output = nn.Linear(hidden, vocab_size, bias=False)
+        if cfg.tied_embeddings:
+            self.output.weight = self.embed.weight
+        self.is_lstm = cfg.cell == "lstm"
+
+    def memory(self, outputs: Tensor, final: Tensor, src_mask: Tensor) -> Memory:
+        values = self.memory_proj(outputs)
+        return Memory(self.attention.prepare_keys(values), values, src_mask, final)
+
+    def init_state(self, memory: Memory) -> RNNState:
+        batch = memory.summary.size(0)
+        hidden = torch.tanh(self.bridge(memory.summary))
+        hidden = hidden.view(batch, self.layers, -1).transpose(0, 1).contiguous()
+        cell = torch.zeros_like(hidden) if self.is_lstm else None
+        return RNNState(hidden, cell, hidden.new_zeros(batch, hidden.size(-1)))
+
+    def step(
+        self, memory: Memory, state: RNNState, embedded: Tensor
+    ) -> tuple[Tensor, RNNState, Tensor]:
+        """One step from the embedded previous token (B, E) -> attentional vector (B, H)."""
+        if self.attention.attends_before_cell:
+            context, weights = self.attention.attend(
+                state.hidden[-1].unsqueeze(1), memory.keys, memory.values, memory.mask
+            )
+            rnn_input = torch.cat([embedded, context.squeeze(1)], dim=-1)
+            output, rnn_state = self.rnn(rnn_input.unsqueeze(1), state.rnn_state())
+        else:
+            rnn_input = torch.cat([embedded, state.feed], dim=-1)
+            output, rnn_state = self.rnn(rnn_input.unsqueeze(1), state.rnn_state())
+            context, weights = self.attention.attend(
+                output, memory.keys, memory.values, memory.mask
+            )
+        attentional = torch.tanh(self.combine(torch.cat([output, context], dim=-1))).squeeze(1)
+        attentional = self.dropout(attentional)
+        hidden, cell = rnn_state if self.is_lstm else (rnn_state, None)
+        feed = context.squeeze(1) if self.attention.attends_before_cell else attentional
+        return attentional, RNNState(hidden, cell, feed), weights.squeeze(1)
+
+
+class RNNSeq2Seq(Seq2Seq):
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int) -> None:
+        super().__init__()
+        self.encoder = RNNEncoder(cfg, src_vocab, pad_id)
+        self.decoder = RNNDecoder(cfg, tgt_vocab, self.encoder.output_dim, pad_id)
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> Memory:
+        outputs, final = self.encoder(src, src_mask[:, 0].sum(-1))
+        return self.decoder.memory(outputs, final, src_mask)
+
+    def init_state(self, memory: Memory) -> RNNState:
+        return self.decoder.init_state(memory)
+
+    def decode_step(self, memory: Memory, state: RNNState, prev_tokens: Tensor) -> Step:
+        embedded = self.decoder.dropout(self.decoder.embed(prev_tokens))
+        attentional, state, weights = self.decoder.step(memory, state, embedded)
+        return Step(torch.log_softmax(self.decoder.output(attentional), dim=-1), state, weights)
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
+        memory = self.encode(src, src_mask)
+        state = self.init_state(memory)
+        embedded = self.decoder.dropout(self.decoder.embed(tgt_in))
+        outputs = []
+        for t in range(tgt_in.size(1)):
+            attentional, state, _ = self.decoder.step(memory, state, embedded[:, t])
+            outputs.append(attentional)
+        return self.decoder.output(torch.stack(outputs, dim=1))

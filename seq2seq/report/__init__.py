@@ -1,0 +1,1 @@
+"""What a run reports: log file, progress, TensorBoard, plots."""

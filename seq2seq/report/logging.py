@@ -1,0 +1,61 @@
+"""The run's log (file and console), its TensorBoard scalars and its progress bar."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+LOGGER_NAME = "seq2seq"
+
+
+class _TqdmHandler(logging.StreamHandler):
+    """Console lines that do not break an active progress bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # noqa: BLE001 - logging must never crash the run
+            self.handleError(record)
+
+
+def setup_logging(log_file: Path | None = None) -> logging.Logger:
+    """The `seq2seq` logger: INFO to stderr and, when given, to `log_file` (appended)."""
+    logger = logging.getLogger(LOGGER_NAME)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    console = _TqdmHandler()
+    console.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(console)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        file_handler = logging.FileHandler(log_file, encoding="utf-8")
+        file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(file_handler)
+    return logger
+
+
+class Scalars:
+    """TensorBoard scalars; imported lazily because TensorBoard is slow to import."""
+
+    def __init__(self, directory: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(directory))
+
+    def add(self, step: int, prefix: str, values: dict[str, float]) -> None:
+        for name, value in values.items():
+            self.writer.add_scalar(f"{prefix}/{name}", value, step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def progress_bar(initial: int, total: int | None) -> tqdm:
+    """A step counter with loss and tokens/s; silent when stderr is not a terminal."""
+    return tqdm(initial=initial, total=total, unit="step", dynamic_ncols=True, disable=None)

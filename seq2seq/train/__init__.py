@@ -1,0 +1,1 @@
+"""Training: data setup, the loop, validation, optimizers and schedules."""

@@ -1,0 +1,69 @@
+"""Training and validation data of a run: read, tokenize (training the tokenizer once), filter."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from seq2seq.checkpoint import RunDir
+from seq2seq.config import Config
+from seq2seq.data.batching import TrainBatches
+from seq2seq.data.corpus import corpus_path, drop_empty, read_parallel
+from seq2seq.data.tokenizer import Tokenizer, train_tokenizer
+from seq2seq.errors import UserError
+
+
+@dataclass
+class Datasets:
+    tokenizer: Tokenizer
+    train: TrainBatches
+    valid_src: list[str]
+    valid_ref: list[str]
+
+
+def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
+    data = cfg.data
+    # Check every file up front: a missing test set must not surface after hours of training.
+    for prefix in data.test:
+        corpus_path(prefix, data.src), corpus_path(prefix, data.tgt)
+    valid = read_parallel(data.valid, data.src, data.tgt)
+    train, empty = drop_empty(read_parallel(data.train, data.src, data.tgt))
+    if len(train) == 0:
+        raise UserError(f"{data.train}: every training pair has an empty side; check the corpus")
+
+    if (run.tokenizer).is_dir():
+        tokenizer = Tokenizer.load(run.tokenizer)
+    else:
+        log.info(
+            "training a %s SentencePiece model (%d pieces)",
+            cfg.tokenizer.model_type,
+            cfg.tokenizer.vocab_size,
+        )
+        tokenizer = train_tokenizer(cfg.tokenizer, train.src, train.tgt, run.tokenizer, cfg.seed)
+
+    src_ids, tgt_ids = tokenizer.encode_src(train.src), tokenizer.encode_tgt(train.tgt)
+    keep = [
+        i
+        for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
+        if len(s) <= data.max_len and len(t) <= data.max_len
+    ]
+    too_long = len(src_ids) - len(keep)
+    if not keep:
+        raise UserError(
+            f"no training pair is at most {data.max_len} pieces long; raise data.max_len"
+        )
+    log.info(
+        "train: %d pairs kept (%d with an empty side dropped, %d longer than %d pieces dropped); "
+        "valid: %d pairs; vocabulary: %d source, %d target",
+        len(keep),
+        empty,
+        too_long,
+        data.max_len,
+        len(valid),
+        tokenizer.src_vocab_size,
+        tokenizer.tgt_vocab_size,
+    )
+    batches = TrainBatches(
+        [src_ids[i] for i in keep], [tgt_ids[i] for i in keep], cfg.train.batch_tokens, cfg.seed
+    )
+    return Datasets(tokenizer, batches, valid.src, valid.tgt)

@@ -1,0 +1,76 @@
+"""Validation: teacher-forced loss and perplexity, greedy BLEU and chrF on detokenized text."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from seq2seq.attention import padding_mask
+from seq2seq.config import Config
+from seq2seq.data.batching import make_batch, token_batches
+from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.decode.translate import Translator
+from seq2seq.evaluate import score_corpus
+from seq2seq.models import Seq2Seq
+from seq2seq.train.datasets import Datasets
+
+HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False}
+
+
+@dataclass
+class ValidationResult:
+    loss: float  # negative log-likelihood per target token, without label smoothing
+    bleu: float
+    chrf: float
+    hypotheses: list[str]
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(min(self.loss, 100.0))
+
+    def metric(self, name: str) -> float:
+        return getattr(self, name)
+
+
+class Validator:
+    def __init__(self, cfg: Config, data: Datasets, device: torch.device) -> None:
+        self.cfg = cfg
+        self.data = data
+        self.device = device
+        self.src_ids = data.tokenizer.encode_src(data.valid_src)
+        self.tgt_ids = data.tokenizer.encode_tgt(data.valid_ref)
+        self.batches = token_batches(
+            [len(s) for s in self.src_ids], [len(t) for t in self.tgt_ids], cfg.train.batch_tokens
+        )
+
+    @torch.no_grad()
+    def teacher_forced_loss(self, model: Seq2Seq) -> float:
+        total, tokens = 0.0, 0
+        for group in self.batches:
+            batch = make_batch(
+                [self.src_ids[i] for i in group], [self.tgt_ids[i] for i in group], group
+            ).to(self.device)
+            logits = model(
+                batch.src, padding_mask(batch.src_lengths, batch.src.size(1)), batch.tgt_in
+            )
+            total += F.cross_entropy(
+                logits.flatten(0, 1).float(),
+                batch.tgt_out.flatten(),
+                ignore_index=PAD_ID,
+                reduction="sum",
+            ).item()
+            tokens += batch.n_tgt_tokens
+        return total / max(tokens, 1)
+
+    def __call__(self, model: Seq2Seq) -> ValidationResult:
+        was_training = model.training
+        model.eval()
+        loss = self.teacher_forced_loss(model)
+        translator = Translator(model, self.data.tokenizer, self.cfg.decode, self.device)
+        hypotheses = translator.translate(self.data.valid_src)
+        scores = score_corpus(hypotheses, self.data.valid_ref)
+        model.train(was_training)
+        return ValidationResult(loss, scores.bleu, scores.chrf, hypotheses)

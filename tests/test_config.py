@@ -1,0 +1,97 @@
+import pytest
+
+from seq2seq.config import apply_override, config_differences, load_config, parse_duration
+from seq2seq.errors import UserError
+
+BASE = """
+name: t
+data: {src: de, tgt: en, train: a/train, valid: a/val}
+model: {attention: {type: general}}
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_and_overrides(tmp_path):
+    cfg = load_config(
+        write(tmp_path, BASE),
+        [
+            "model.attention.type=dot",
+            "train.max_steps=7",
+            "train.max_time=1h30m",
+            "data.test=[x, y]",
+        ],
+    )
+    assert cfg.model.attention.type == "dot"
+    assert cfg.train.max_steps == 7
+    assert cfg.train.max_time == 5400.0
+    assert cfg.data.test == ["x", "y"]
+    assert cfg.model.hidden_dim == 512  # a default from the schema
+
+
+@pytest.mark.parametrize(
+    "override, fragments",
+    [
+        (
+            "model.attention.type=magic",
+            ["model.attention.type", "'magic'", "bahdanau, dot, general"],
+        ),
+        ("model.hiden_dim=3", ["unknown key 'model.hiden_dim'", "hidden_dim"]),
+        ("model.dropout=1.5", ["model.dropout", "1.5", "less than 1"]),
+        ("model.hidden_dim=abc", ["model.hidden_dim", "'abc'", "integer"]),
+        ("model.hidden_dim=0", ["model.hidden_dim", "greater than 0"]),
+        ("train.max_time=soon", ["train.max_time", "25m"]),
+        ("model.cell=transformer", ["model.cell", "'lstm' or 'gru'"]),
+    ],
+)
+def test_bad_values_name_field_value_and_allowed(tmp_path, override, fragments):
+    with pytest.raises(UserError) as error:
+        load_config(write(tmp_path, BASE), [override])
+    message = str(error.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_missing_file_bad_yaml_and_missing_section(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(UserError, match="invalid YAML at line 2"):
+        load_config(write(tmp_path, "a: 1\nb: c: d\n"))
+    with pytest.raises(UserError, match="data: required field is missing"):
+        load_config(write(tmp_path, "name: x\n"))
+
+
+def test_override_syntax_errors():
+    with pytest.raises(UserError, match="KEY=VALUE"):
+        apply_override({}, "train.max_steps")
+    with pytest.raises(UserError, match="not a section"):
+        apply_override({"train": 3}, "train.max_steps=4")
+
+
+def test_tied_embeddings_need_equal_sizes(tmp_path):
+    with pytest.raises(UserError, match="embed_dim == hidden_dim"):
+        load_config(write(tmp_path, BASE), ["model.tied_embeddings=true", "model.embed_dim=8"])
+
+
+def test_yaml_round_trip_and_differences(tmp_path):
+    cfg = load_config(write(tmp_path, BASE), ["train.max_time=25m"])
+    again = load_config(write(tmp_path, cfg.to_yaml()))
+    assert again == cfg
+    other = load_config(write(tmp_path, cfg.to_yaml()), ["model.hidden_dim=64"])
+    assert config_differences(cfg, other) == [("model.hidden_dim", 512, 64)]
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("25m", 1500), ("2h", 7200), (30, 30)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5 minutes", "-3", 0, True])
+def test_bad_durations(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)

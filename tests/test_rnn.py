@@ -1,0 +1,96 @@
+import pytest
+import torch
+
+from seq2seq.attention import padding_mask
+from seq2seq.config import ModelConfig
+from seq2seq.decode.search import greedy, output_limits
+from seq2seq.models import build_model
+
+
+def tiny(attention="bahdanau", cell="lstm", **kw):
+    cfg = ModelConfig(
+        embed_dim=16,
+        hidden_dim=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        dropout=0.0,
+        cell=cell,
+        attention={"type": attention},
+        **kw,
+    )
+    torch.manual_seed(0)
+    return build_model(cfg, 30, 40, pad_id=0).eval()
+
+
+def batch():
+    torch.manual_seed(1)
+    src = torch.randint(4, 30, (3, 6))
+    lengths = torch.tensor([6, 4, 2])
+    src = src.masked_fill(~padding_mask(lengths, 6)[:, 0], 0)
+    return src, padding_mask(lengths, 6), torch.randint(4, 40, (3, 5))
+
+
+@pytest.mark.parametrize("attention", ["dot", "general", "bahdanau"])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_step_by_step_decoding_equals_teacher_forcing(attention, cell):
+    model = tiny(attention, cell)
+    src, mask, tgt = batch()
+    with torch.no_grad():
+        full = model(src, mask, tgt).log_softmax(-1)
+        memory = model.encode(src, mask)
+        state = model.init_state(memory)
+        for t in range(tgt.size(1)):
+            step = model.decode_step(memory, state, tgt[:, t])
+            state = step.state
+            torch.testing.assert_close(step.log_probs, full[:, t], atol=1e-5, rtol=1e-5)
+            assert torch.all(step.attention[2, 2:] == 0)  # padding gets no attention
+
+
+def test_extra_source_padding_changes_nothing():
+    model = tiny()
+    src, mask, tgt = batch()
+    padded = torch.cat([src, torch.zeros(3, 4, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        a = model(src, mask, tgt)
+        b = model(padded, padding_mask(mask[:, 0].sum(-1), 10), tgt)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_tied_embeddings_share_one_tensor():
+    model = tiny(tied_embeddings=True)
+    assert model.decoder.output.weight is model.decoder.embed.weight
+
+
+def test_state_reorders_by_index():
+    model = tiny()
+    src, mask, _ = batch()
+    memory = model.encode(src, mask)
+    state = model.init_state(memory)
+    index = torch.tensor([2, 0, 0])
+    moved = state.index_select(index)
+    assert torch.equal(moved.hidden, state.hidden[:, index])
+    assert torch.equal(memory.index_select(index).keys, memory.keys[index])
+
+
+def test_training_fits_a_copy_task_and_greedy_reproduces_it():
+    torch.manual_seed(0)
+    cfg = ModelConfig(embed_dim=32, hidden_dim=32, dropout=0.0, attention={"type": "general"})
+    model = build_model(cfg, 12, 12, pad_id=0)
+    src = torch.randint(4, 12, (16, 5))
+    src = torch.cat([src, torch.full((16, 1), 3)], dim=1)  # EOS = 3
+    tgt_in = torch.cat([torch.full((16, 1), 2), src[:, :-1]], dim=1)  # BOS = 2
+    mask = padding_mask(torch.full((16,), 6))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(150):
+        loss = torch.nn.functional.cross_entropy(
+            model(src, mask, tgt_in).flatten(0, 1), src.flatten()
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.1 * losses[0]
+    hyps = greedy(model.eval(), src, mask, output_limits(torch.full((16,), 6), 2.0, 2), 2, 3)
+    assert hyps.tokens == src[:, :-1].tolist()
+    assert hyps.attention[0].shape == (6, 6)

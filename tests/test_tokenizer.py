@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from seq2seq.config import TokenizerConfig
+from seq2seq.data.corpus import read_lines
+from seq2seq.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    Tokenizer,
+    train_tokenizer,
+)
+from seq2seq.data.toy import make_toy_corpus
+from seq2seq.errors import UserError
+
+SPECIALS = {PAD_ID, BOS_ID, EOS_ID}
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> dict[str, list[str]]:
+    out = tmp_path_factory.mktemp("toy")
+    make_toy_corpus(out, seed=3, train=400, valid=50, test=1)
+    return {
+        name: read_lines(out / f"{name}")
+        for name in ("train.src", "train.tgt", "valid.src", "valid.tgt")
+    }
+
+
+@pytest.fixture(scope="module")
+def joint(toy, tmp_path_factory) -> tuple[Tokenizer, Path]:
+    directory = tmp_path_factory.mktemp("run") / "tokenizer"
+    cfg = TokenizerConfig(model_type="bpe", vocab_size=120, joint=True)
+    return train_tokenizer(cfg, toy["train.src"], toy["train.tgt"], directory), directory
+
+
+@pytest.fixture(scope="module")
+def separate(toy, tmp_path_factory) -> tuple[Tokenizer, Path]:
+    directory = tmp_path_factory.mktemp("run") / "tokenizer"
+    cfg = TokenizerConfig(model_type="unigram", vocab_size=60, joint=False)
+    return train_tokenizer(cfg, toy["train.src"], toy["train.tgt"], directory), directory
+
+
+@pytest.mark.parametrize("which", ["joint", "separate"])
+def test_round_trip_on_toy_data(which, request, toy) -> None:
+    tokenizer, _ = request.getfixturevalue(which)
+    targets = toy["valid.tgt"]
+    assert tokenizer.decode_tgt(tokenizer.encode_tgt(targets)) == targets
+    # There is no decode_src: the source pieces must spell the line back.
+    for line in toy["valid.src"]:
+        assert "".join(tokenizer.src_pieces(line)).replace("\u2581", " ").strip() == line
+
+
+def test_joint_decodes_source_ids_too(joint, toy) -> None:
+    tokenizer, _ = joint
+    lines = toy["valid.src"]
+    assert tokenizer.decode_tgt(tokenizer.encode_src(lines)) == lines
+
+
+def test_joint_writes_one_model_with_one_vocabulary(joint) -> None:
+    tokenizer, directory = joint
+    assert sorted(p.name for p in directory.iterdir()) == ["joint.model"]
+    assert tokenizer.joint
+    assert tokenizer.src_vocab_size == tokenizer.tgt_vocab_size
+    # One vocabulary: a target word is encoded the same way on both sides.
+    assert tokenizer.encode_src(["Coha"]) == tokenizer.encode_tgt(["Coha"])
+
+
+def test_separate_writes_two_models_with_their_own_vocabularies(separate) -> None:
+    tokenizer, directory = separate
+    assert sorted(p.name for p in directory.iterdir()) == ["src.model", "tgt.model"]
+    assert not tokenizer.joint
+    # Capitals only occur in the target language: the source model does not know them.
+    assert UNK_ID in tokenizer.encode_src(["Coha"])[0]
+    assert UNK_ID not in tokenizer.encode_tgt(["Coha"])[0]
+
+
+@pytest.mark.parametrize("which", ["joint", "separate"])
+def test_ids_exclude_specials_and_specials_are_fixed(which, request, toy) -> None:
+    tokenizer, directory = request.getfixturevalue(which)
+    ids = tokenizer.encode_src(toy["valid.src"]) + tokenizer.encode_tgt(toy["valid.tgt"])
+    assert not any(SPECIALS & set(row) for row in ids)
+    assert not any(UNK_ID in row for row in ids)
+    pieces = tokenizer.tgt_pieces_from_ids([PAD_ID, UNK_ID, BOS_ID, EOS_ID])
+    assert pieces == ["<pad>", "<unk>", "<s>", "</s>"]
+    reloaded = Tokenizer.load(directory)
+    assert reloaded.joint == tokenizer.joint
+    assert reloaded.encode_src(toy["valid.src"]) == tokenizer.encode_src(toy["valid.src"])
+
+
+def test_decode_ignores_special_ids(joint) -> None:
+    tokenizer, _ = joint
+    ids = tokenizer.encode_tgt(["Coha Yuzo"])[0]
+    padded = [BOS_ID, *ids, EOS_ID, PAD_ID, PAD_ID]
+    assert tokenizer.decode_tgt([padded, ids]) == ["Coha Yuzo", "Coha Yuzo"]
+    assert tokenizer.tgt_pieces_from_ids(padded)[-3:] == ["</s>", "<pad>", "<pad>"]
+
+
+def test_training_is_deterministic(toy, tmp_path: Path) -> None:
+    cfg = TokenizerConfig(model_type="unigram", vocab_size=80, joint=True)
+    src, tgt = toy["train.src"], toy["train.tgt"]
+    train_tokenizer(cfg, src, tgt, tmp_path / "a" / "tok")
+    train_tokenizer(cfg, src, tgt, tmp_path / "b" / "tok")
+    first = (tmp_path / "a" / "tok" / "joint.model").read_bytes()
+    assert first == (tmp_path / "b" / "tok" / "joint.model").read_bytes()
+
+
+def test_retraining_replaces_the_directory_atomically(toy, tmp_path: Path) -> None:
+    directory = tmp_path / "tok"
+    src, tgt = toy["train.src"], toy["train.tgt"]
+    train_tokenizer(TokenizerConfig(vocab_size=60, joint=True), src, tgt, directory)
+    tokenizer = train_tokenizer(TokenizerConfig(vocab_size=60, joint=False), src, tgt, directory)
+    assert not tokenizer.joint
+    assert sorted(p.name for p in directory.iterdir()) == ["src.model", "tgt.model"]
+    assert [p.name for p in tmp_path.iterdir()] == ["tok"]  # no temporary leftovers
+
+
+def test_vocab_size_too_small_is_a_user_error(toy, tmp_path: Path) -> None:
+    cfg = TokenizerConfig(vocab_size=8, joint=True)
+    with pytest.raises(UserError, match="vocab_size") as info:
+        train_tokenizer(cfg, toy["train.src"], toy["train.tgt"], tmp_path / "tok")
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "tok").exists()
+
+
+def test_empty_training_data_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no non-empty sentences"):
+        train_tokenizer(TokenizerConfig(), ["", " "], [""], tmp_path / "tok")
+
+
+def test_load_of_missing_directory_names_it(tmp_path: Path) -> None:
+    with pytest.raises(UserError) as info:
+        Tokenizer.load(tmp_path / "nowhere")
+    assert str(tmp_path / "nowhere") in str(info.value)
+
+
+def test_load_of_a_corrupt_model_is_a_user_error(tmp_path: Path) -> None:
+    (tmp_path / "joint.model").write_bytes(b"garbage")
+    with pytest.raises(UserError, match="not a SentencePiece model"):
+        Tokenizer.load(tmp_path)
