@@ -1,0 +1,149 @@
+"""End to end through the command line: train, resume, translate, evaluate, bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from seq2seq.cli import main
+from seq2seq.data.toy import make_toy_corpus
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("toy")
+    make_toy_corpus(root / "data", seed=3, train=300, valid=12, test=10, max_words=5)
+    config = {
+        "name": "tiny",
+        "data": {
+            "src": "src",
+            "tgt": "tgt",
+            "train": str(root / "data/train"),
+            "valid": str(root / "data/valid"),
+            "test": [str(root / "data/test")],
+        },
+        "tokenizer": {"vocab_size": 120},
+        "model": {"embed_dim": 16, "hidden_dim": 16, "dropout": 0.2},
+        "train": {"batch_tokens": 200, "valid_every": 2, "log_every": 1, "keep_best": 2},
+    }
+    (root / "run.yaml").write_text(yaml.safe_dump(config))
+    return root
+
+
+def run_cli(*args: str) -> int:
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in args])
+    return exit_info.value.code
+
+
+def train(toy: Path, run_dir: Path, *overrides: str) -> int:
+    sets = [x for o in overrides for x in ("--set", o)]
+    return run_cli("train", "--config", toy / "run.yaml", "--run-dir", run_dir, *sets)
+
+
+def parameters(run_dir: Path, name: str = "last") -> dict:
+    return torch.load(run_dir / "checkpoints" / f"{name}.pt", weights_only=True)["model"]
+
+
+def test_train_resume_translate_evaluate(toy, tmp_path, capsys):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert train(toy, straight, "train.max_steps=6") == 0
+    assert train(toy, resumed, "train.max_steps=4") == 0
+    assert train(toy, resumed, "train.max_steps=6") == 0
+    assert "resumed" in (resumed / "train.log").read_text()
+
+    # A run stopped and resumed ends with exactly the parameters of an uninterrupted one.
+    a, b = parameters(straight), parameters(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    progress = torch.load(straight / "checkpoints/last.pt", weights_only=True)["progress"]
+    assert progress["step"] == 6
+
+    for name in ("config.yaml", "meta.json", "train.log", "tokenizer/joint.model"):
+        assert (straight / name).is_file(), name
+    assert (straight / "checkpoints/best.pt").is_file()
+    assert len(list((straight / "checkpoints").glob("step-*.pt"))) == 2  # keep_best
+    assert list((straight / "tensorboard").iterdir())
+    scores = json.loads((straight / "test/scores.json").read_text())
+    assert set(scores["test"]) >= {"bleu", "chrf", "signature"}
+    assert "nrefs:1" in scores["test"]["signature"]
+
+    source = tmp_path / "in.txt"
+    source.write_text("boka mimi\n\n   \ntoto tape podo\n")
+    output = tmp_path / "out.txt"
+    assert run_cli("translate", "--run", straight, "--input", source, "--output", output) == 0
+    lines = output.read_text().split("\n")
+    assert len(lines) == 5 and lines[-1] == ""  # four lines, each ending in a newline
+    assert lines[1] == "" and lines[2] == ""  # empty and blank lines stay empty
+
+    capsys.readouterr()
+    data = toy / "data"
+    code = run_cli(
+        "evaluate",
+        "--run",
+        straight,
+        "--src",
+        data / "test.src",
+        "--ref",
+        data / "test.tgt",
+        "--json",
+    )
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert 0 <= result["bleu"] <= 100 and "nrefs:1" in result["signature"]
+
+
+def test_resume_refuses_another_model(toy, tmp_path, capsys):
+    assert train(toy, tmp_path / "r", "train.max_steps=2") == 0
+    assert train(toy, tmp_path / "r", "model.hidden_dim=8") == 2
+    assert "model.hidden_dim: 16 -> 8" in capsys.readouterr().err
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "Traceback" not in err[0]
+    return err[0]
+
+
+def test_bad_input_exits_2_with_one_line(toy, tmp_path, capsys):
+    capsys.readouterr()
+    assert train(toy, tmp_path / "a", "model.attention.type=magic") == 2
+    assert "known: bahdanau, dot, general" in one_error_line(capsys)
+
+    assert train(toy, tmp_path / "b", f"data.train={tmp_path}/missing") == 2
+    assert "missing.src" in one_error_line(capsys)
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "x.src").write_text("a\nb\nc\n")
+    (bad / "x.tgt").write_text("a\nb\n")
+    assert train(toy, tmp_path / "c", f"data.train={bad}/x") == 2
+    line = one_error_line(capsys)
+    assert "x.src" in line and "x.tgt" in line and "3" in line and "2" in line
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("data: {src: de\n")
+    assert run_cli("train", "--config", broken) == 2
+    assert "invalid YAML" in one_error_line(capsys)
+
+    (tmp_path / "empty_run").mkdir()
+    (tmp_path / "empty_run/config.yaml").write_text((toy / "run.yaml").read_text())
+    assert run_cli("translate", "--run", tmp_path / "empty_run") == 2
+    assert "no checkpoint" in one_error_line(capsys)
+
+    assert run_cli("train", "--config", tmp_path / "nope.yaml") == 2
+    assert "not found" in one_error_line(capsys)
+
+
+def test_console_script_reports_one_line_and_status_2(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq", "train", "--config", str(tmp_path / "none.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "config file" in result.stderr
