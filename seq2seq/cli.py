@@ -56,10 +56,7 @@ def translate(
     from seq2seq.decode.translate import Translator
 
     translator = Translator.from_run(run, checkpoint)
-    if input is None:
-        lines = [line.rstrip("\r\n") for line in sys.stdin]
-    else:
-        lines = _read_lines(input)
+    lines = _read_lines(input or Path("/dev/stdin"))
     text = "".join(line + "\n" for line in translator.translate(lines, batch_tokens))
     if output is None:
         sys.stdout.write(text)

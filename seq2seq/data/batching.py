@@ -6,7 +6,7 @@ which is what the padded tensors hold; sorting by that length keeps padding smal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -34,14 +34,12 @@ class Batch:
         def move(t: Tensor | None) -> Tensor | None:
             return None if t is None else t.to(device, non_blocking=True)
 
-        return Batch(
-            src=self.src.to(device, non_blocking=True),
-            src_lengths=self.src_lengths.to(device, non_blocking=True),
+        return replace(
+            self,
+            src=move(self.src),
+            src_lengths=move(self.src_lengths),
             tgt_in=move(self.tgt_in),
             tgt_out=move(self.tgt_out),
-            indices=self.indices,
-            n_src_tokens=self.n_src_tokens,
-            n_tgt_tokens=self.n_tgt_tokens,
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import platform
 import random
@@ -124,15 +125,18 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------------
 
-    def budget_left(self) -> bool:
+    def stop_reason(self) -> str | None:
+        """Why training must stop now, or None while budget is left."""
         train, progress = self.cfg.train, self.progress
-        if train.max_steps is not None and progress.step >= train.max_steps:
-            return False
-        if train.max_time is not None and self.elapsed() >= train.max_time:
-            return False
         if train.patience is not None and progress.bad_validations >= train.patience:
-            return False
-        return progress.epoch < train.max_epochs
+            return f"no improvement of {train.metric} in {train.patience} validations"
+        if train.max_steps is not None and progress.step >= train.max_steps:
+            return f"train.max_steps={train.max_steps} reached"
+        if train.max_time is not None and self.elapsed() >= train.max_time:
+            return f"train.max_time={train.max_time:.0f}s used"
+        if progress.epoch >= train.max_epochs:
+            return f"train.max_epochs={train.max_epochs} done"
+        return None
 
     def train_step(self, indices: list[int]) -> tuple[torch.Tensor, int]:
         batch = self.data.train.batch(indices).to(self.device)
@@ -162,9 +166,9 @@ class Trainer:
         self.clock = (time.time(), progress.elapsed)
         bar = progress_bar(progress.step, cfg.max_steps)
         window_loss, window_tokens, window_steps, window_start = 0.0, 0, 0, time.time()
-        while self.budget_left():
+        while self.stop_reason() is None:
             batches = self.data.train.epoch(progress.epoch)
-            while progress.batch_in_epoch < len(batches) and self.budget_left():
+            while progress.batch_in_epoch < len(batches) and self.stop_reason() is None:
                 loss, tokens = self.train_step(batches[progress.batch_in_epoch])
                 progress.batch_in_epoch += 1
                 progress.step += 1
@@ -190,7 +194,7 @@ class Trainer:
                         "train",
                         {
                             "loss": mean_loss,
-                            "perplexity": min(2.0**mean_loss, 1e9),
+                            "perplexity": math.exp(min(mean_loss, 100.0)),
                             "learning_rate": lr,
                             "tokens_per_s": speed,
                         },
@@ -203,33 +207,22 @@ class Trainer:
                 progress.epoch += 1
                 progress.batch_in_epoch = 0
         bar.close()
+        reason = self.stop_reason()
         if progress.last_validation != progress.step:
             self.validate(scalars)
-        self.log.info("training stopped at step %d: %s", progress.step, self.stop_reason())
-
-    def stop_reason(self) -> str:
-        train, progress = self.cfg.train, self.progress
-        if train.patience is not None and progress.bad_validations >= train.patience:
-            return f"no improvement of {train.metric} in {train.patience} validations"
-        if train.max_steps is not None and progress.step >= train.max_steps:
-            return f"train.max_steps={train.max_steps} reached"
-        if progress.epoch >= train.max_epochs:
-            return f"train.max_epochs={train.max_epochs} done"
-        return f"train.max_time={train.max_time:.0f}s used"
+        self.log.info("training stopped at step %d: %s", progress.step, reason)
 
     def validate(self, scalars: Scalars) -> ValidationResult:
         progress = self.progress
         result = self.validator(self.model)
         score = result.metric(self.cfg.train.metric)
-        is_best = not progress.best or (
-            score > progress.best[0][0] if self.higher_is_better else score < progress.best[0][0]
-        )
+        self.save_best(score)
+        is_best = progress.best[0][1] == progress.step
         progress.bad_validations = 0 if is_best else progress.bad_validations + 1
         if self.schedule.observe(score, self.higher_is_better):
             self.log.info(
                 "validation plateau: learning rate scaled to %.2e", self.schedule.at(progress.step)
             )
-        self.save_best(score)
         progress.last_validation = progress.step
         progress.elapsed = self.elapsed()
         save_checkpoint(self.run.checkpoint("last"), self.state_dict())
