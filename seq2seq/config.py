@@ -67,7 +67,16 @@ class TokenizerConfig(Section):
 
 
 class AttentionConfig(Section):
-    type: str = "bahdanau"
+    """The attention type and its options; options a type does not use are ignored."""
+
+    type: str = Field("bahdanau", description="a registered attention type")
+    heads: PositiveInt | None = Field(
+        None, description="H > 1: multi-head over `type`; default 1 (multihead: 4 if it divides)"
+    )
+    window: PositiveInt = Field(10, description="local-m/local-p: window half-width D")
+    score: str = Field("general", description="local-m/local-p: the content score they wrap")
+    renormalize: bool = Field(False, description="local-p: rescale Gaussian weights to sum to 1")
+    max_source_len: PositiveInt = Field(256, description="location: longest source it scores")
 
     @field_validator("type")
     @classmethod
@@ -78,6 +87,19 @@ class AttentionConfig(Section):
         names = attention_names()
         if value not in names:
             raise ValueError(f"unknown attention type {value!r}; known: {', '.join(names)}")
+        return value
+
+    @field_validator("score")
+    @classmethod
+    def _content_score(cls, value: str) -> str:
+        from seq2seq.attention import content_score_names
+
+        names = content_score_names()
+        if value not in names:
+            raise ValueError(
+                f"local attention wraps a content score; {value!r} is not one; "
+                f"allowed: {', '.join(names)}"
+            )
         return value
 
 
@@ -91,7 +113,9 @@ class ModelConfig(Section):
     bidirectional: bool = True
     dropout: float = Field(0.3, ge=0, lt=1)
     tied_embeddings: bool = Field(False, description="share target embedding and output layer")
-    attention: AttentionConfig = Field(default_factory=AttentionConfig)
+    attention: AttentionConfig = Field(
+        default_factory=AttentionConfig, description="type and options; see README, Attention"
+    )
 
     @model_validator(mode="after")
     def _tying_needs_equal_sizes(self) -> ModelConfig:
@@ -99,6 +123,15 @@ class ModelConfig(Section):
             raise ValueError(
                 f"tied_embeddings needs embed_dim == hidden_dim "
                 f"(got {self.embed_dim} and {self.hidden_dim})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> ModelConfig:
+        heads = self.attention.heads
+        if heads is not None and heads > 1 and self.hidden_dim % heads:
+            raise ValueError(
+                f"attention.heads = {heads} must divide hidden_dim = {self.hidden_dim}"
             )
         return self
 

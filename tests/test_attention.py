@@ -1,13 +1,47 @@
+import math
+
 import pytest
 import torch
 
-from seq2seq.attention import attention_names, build_attention, padding_mask
+from seq2seq.attention import (
+    Attention,
+    MultiHead,
+    attention_names,
+    build_attention,
+    padding_mask,
+    register_attention,
+)
+from seq2seq.attention import base as attention_base
+from seq2seq.attention.scores import DotAttention, ScaledDotAttention
+from seq2seq.config import AttentionConfig, ModelConfig, config_from_dict
+from seq2seq.errors import UserError
+from seq2seq.models import build_model
 
 TYPES = attention_names()
+# Every type alone, and every type as multi-head (heads: 2) over its score.
+CASES = [(name, heads) for heads in (1, 2) for name in TYPES]
+IDS = [f"{name}-h{heads}" for name, heads in CASES]
 
 
-def test_registry_holds_the_foundation_types():
-    assert {"dot", "general", "bahdanau"} <= set(TYPES)
+def make(name, query_dim=8, key_dim=8, **options):
+    options = {"window": 2, "max_source_len": 6, **options}
+    torch.manual_seed(0)
+    return build_attention(AttentionConfig(type=name, **options), query_dim, key_dim)
+
+
+def inputs(batch=3, tq=2, tk=6, dim=8, lengths=(6, 3, 1)):
+    torch.manual_seed(1)
+    query, keys, values = torch.randn(batch, tq, dim), torch.randn(batch, tk, dim), None
+    values = torch.randn(batch, tk, dim)
+    positions = torch.arange(tq).repeat(batch, 1) + torch.arange(batch)[:, None] * 2
+    return query, keys, values, padding_mask(torch.tensor(lengths), tk), positions
+
+
+def test_registry_holds_the_whole_family():
+    assert set(TYPES) >= {
+        "dot", "general", "concat", "bahdanau", "scaled-dot", "cosine",
+        "location", "local-m", "local-p", "multihead", "none",
+    }  # fmt: skip
 
 
 def test_padding_mask():
@@ -17,52 +51,226 @@ def test_padding_mask():
     assert mask[1, 0].tolist() == [True, False, False, False]
 
 
-@pytest.mark.parametrize("name", TYPES)
-def test_masked_keys_get_zero_weight_and_rows_sum_to_one(name):
-    torch.manual_seed(0)
-    attention = build_attention(name, 8, 8)
-    query, keys, values = torch.randn(3, 2, 8), torch.randn(3, 5, 8), torch.randn(3, 5, 6)
-    mask = padding_mask(torch.tensor([5, 3, 1]), 5)
-    out = attention(query, keys, values, mask)
-    assert out.context.shape == (3, 2, 6)
-    assert out.weights.shape == (3, 2, 5)
-    assert torch.all(out.weights[1, :, 3:] == 0)
-    assert torch.all(out.weights[2, :, 1:] == 0)
-    torch.testing.assert_close(out.weights.sum(-1), torch.ones(3, 2))
-    # A single allowed key takes all the weight, so the context is exactly its value.
-    torch.testing.assert_close(out.context[2], values[2, :1].expand(2, 6))
+@pytest.mark.parametrize("name, heads", CASES, ids=IDS)
+def test_masked_keys_get_zero_weight_and_rows_sum_to_one(name, heads):
+    attention = make(name, heads=heads)
+    query, keys, values, mask, positions = inputs()
+    out = attention(query, keys, values, mask, positions)
+    assert out.context.shape == (3, 2, 8)
+    if isinstance(attention, MultiHead):  # multi-head weights keep a head axis, even for 1
+        assert out.weights.shape == (3, attention.heads, 2, 6)
+    else:
+        assert out.weights.shape == (3, 2, 6)
+    assert torch.all(out.weights[1, ..., 3:] == 0)
+    assert torch.all(out.weights[2, ..., 1:] == 0)
+    sums = out.weights.sum(-1)
+    if name == "local-p":  # the Gaussian scales the window's softmax down, unrenormalised
+        assert torch.all(sums <= 1 + 1e-6) and torch.all(sums > 0)
+    else:
+        torch.testing.assert_close(sums, torch.ones_like(sums))
+        # A single allowed key takes all the weight.
+        assert torch.all(out.weights[2, ..., 0] == 1)
 
 
-@pytest.mark.parametrize("name", TYPES)
-def test_padding_values_do_not_leak_into_the_context(name):
-    torch.manual_seed(0)
-    attention = build_attention(name, 8, 8)
-    query, keys, values = torch.randn(1, 2, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 4)
-    mask = padding_mask(torch.tensor([3]), 5)
-    before = attention(query, keys, values, mask).context
-    keys[:, 3:], values[:, 3:] = 1e3, -1e3
-    torch.testing.assert_close(attention(query, keys, values, mask).context, before)
+def test_local_p_renormalize_sums_to_one_and_only_rescales():
+    query, keys, values, mask, positions = inputs()
+    plain = make("local-p")(query, keys, values, mask, positions).weights
+    renormalized = make("local-p", renormalize=True)(query, keys, values, mask, positions)
+    sums = renormalized.weights.sum(-1)
+    torch.testing.assert_close(sums, torch.ones_like(sums))
+    torch.testing.assert_close(renormalized.weights, plain / plain.sum(-1, keepdim=True))
+    assert torch.all(plain.sum(-1) < 1 - 1e-3)  # without it, they really sum to less
 
 
-def test_dot_score_is_the_inner_product():
-    attention = build_attention("dot", 4, 4)
-    query, keys = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
-    torch.testing.assert_close(
-        attention.score(query, keys), torch.einsum("bqd,bkd->bqk", query, keys)
-    )
+@pytest.mark.parametrize("name, heads", CASES, ids=IDS)
+def test_padding_keys_and_values_do_not_leak_into_the_context(name, heads):
+    attention = make(name, heads=heads)
+    query, keys, values, mask, positions = inputs()
+    before = attention(query, keys, values, mask, positions).context
+    keys[1, 3:], values[1, 3:], keys[2, 1:], values[2, 1:] = 1e3, -1e3, -1e3, 1e3
+    torch.testing.assert_close(attention(query, keys, values, mask, positions).context, before)
 
 
-def test_general_score_is_bilinear():
-    attention = build_attention("general", 4, 6)
+# Multi-head over a score that ignores keys (location) or keys and queries (none) cannot
+# train the projections it never uses.
+KEY_BLIND_PROJECTIONS = {
+    ("location", "key_proj.weight"),
+    ("none", "key_proj.weight"),
+    ("none", "query_proj.weight"),
+}
+
+
+@pytest.mark.parametrize("name, heads", CASES, ids=IDS)
+def test_gradients_are_exact_and_reach_every_parameter(name, heads):
+    attention = make(name, 4, 4, heads=heads).double()
+    query, keys, values, mask, positions = inputs(batch=2, tq=2, tk=4, dim=4, lengths=(4, 2))
+    query, keys, values = (x.double().requires_grad_() for x in (query, keys, values))
+    names = [name for name, _ in attention.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_() for p in attention.parameters())
+
+    def run(query, keys, values, *params):
+        state = dict(zip(names, params, strict=True))
+        args = (query, keys, values, mask, positions)
+        return tuple(torch.func.functional_call(attention, state, args))
+
+    assert torch.autograd.gradcheck(run, (query, keys, values, *params), fast_mode=True)
+    context, weights = attention(query, keys, values, mask, positions)
+    (context.sum() + (weights * torch.randn_like(weights)).sum()).backward()
+    for param_name, param in attention.named_parameters():
+        if (name, param_name) in KEY_BLIND_PROJECTIONS:
+            assert param.grad is None
+        else:
+            assert param.grad is not None and param.grad.abs().sum() > 0, param_name
+
+
+def test_heads_1_builds_the_plain_module_and_multihead_wraps_scaled_dot():
+    assert type(make("dot", heads=1)) is DotAttention
+    assert type(make("dot", heads=2)) is MultiHead
+    multihead = make("multihead")  # heads: None -> 4, since 4 divides 8
+    assert multihead.heads == 4 and type(multihead.inner) is ScaledDotAttention
+    assert make("multihead", 6, 6).heads == 1  # 4 does not divide 6
+    assert make("bahdanau", heads=2).attends_before_cell
+    assert not make("general", heads=2).attends_before_cell
+
+
+def test_multi_head_with_identity_projections_is_the_score_per_slice_of_dims():
+    attention = make("dot", heads=2)
+    for proj in (attention.query_proj, attention.key_proj, attention.value_proj):
+        torch.nn.init.eye_(proj.weight)
+    torch.nn.init.eye_(attention.out_proj.weight)
+    query, keys, values, mask, positions = inputs()
+    out = attention(query, keys, values, mask, positions)
+    for h, dims in enumerate((slice(0, 4), slice(4, 8))):
+        energies = query[..., dims] @ keys[..., dims].transpose(1, 2)
+        weights = energies.masked_fill(~mask, float("-inf")).softmax(-1)
+        torch.testing.assert_close(out.weights[:, h], weights)
+        torch.testing.assert_close(out.context[..., dims], weights @ values[..., dims])
+
+
+def test_scaled_dot_is_dot_over_sqrt_d():
+    query, keys, *_ = inputs()
+    expected = make("dot").score(query, keys) / math.sqrt(8)
+    torch.testing.assert_close(make("scaled-dot").score(query, keys), expected)
+
+
+def test_cosine_ignores_the_scale_of_queries_and_keys_and_has_a_temperature():
+    attention = make("cosine")
+    query, keys, values, mask, positions = inputs()
+    before = attention(query, keys, values, mask).weights
+    after = attention(query * (torch.rand(3, 2, 1) * 9 + 0.1), keys * 7, values, mask).weights
+    torch.testing.assert_close(after, before)
+    energies = attention.score(query, attention.prepare_keys(keys))
+    assert energies.abs().max() <= 10 + 1e-5 and energies.abs().max() > 1
+    assert math.isclose(attention.log_scale.exp().item(), 10, rel_tol=1e-6)
+
+
+def test_dot_general_concat_and_bahdanau_energies():
     query, keys = torch.randn(2, 3, 4), torch.randn(2, 5, 6)
-    expected = torch.einsum("bqd,de,bke->bqk", query, attention.proj.weight, keys)
-    torch.testing.assert_close(attention.score(query, attention.prepare_keys(keys)), expected)
+    torch.testing.assert_close(make("dot", 4, 4).score(query, query), query @ query.mT)
+    general = make("general", 4, 6)
+    expected = torch.einsum("bqd,de,bke->bqk", query, general.proj.weight, keys)
+    torch.testing.assert_close(general.score(query, general.prepare_keys(keys)), expected)
+    for name in ("concat", "bahdanau"):
+        attention = make(name, 4, 6)
+        w1, w2, v = attention.query_proj.weight, attention.key_proj.weight, attention.v.weight[0]
+        expected = torch.tanh((query @ w1.T).unsqueeze(2) + (keys @ w2.T).unsqueeze(1)) @ v
+        torch.testing.assert_close(attention.score(query, attention.prepare_keys(keys)), expected)
+        assert attention.attends_before_cell == (name == "bahdanau")
 
 
-def test_bahdanau_score_is_additive():
-    attention = build_attention("bahdanau", 4, 6)
-    query, keys = torch.randn(2, 3, 4), torch.randn(2, 5, 6)
-    w1, w2, v = attention.query_proj.weight, attention.key_proj.weight, attention.v.weight[0]
-    expected = torch.tanh((query @ w1.T).unsqueeze(2) + (keys @ w2.T).unsqueeze(1)) @ v
-    torch.testing.assert_close(attention.score(query, attention.prepare_keys(keys)), expected)
-    assert attention.attends_before_cell
+def test_local_m_attends_only_inside_the_window_around_the_step():
+    attention = make("local-m", window=2)
+    query, keys, values = torch.randn(1, 4, 8), torch.randn(1, 10, 8), torch.randn(1, 10, 8)
+    mask = padding_mask(torch.tensor([8]), 10)
+    positions = torch.tensor([[0, 4, 7, 12]])  # 12 lies past the source: clamped to 7
+    weights = attention(query, keys, values, mask, positions).weights[0]
+    steps = torch.arange(10)
+    for row, centre in enumerate((0, 4, 7, 7)):
+        inside = ((steps - centre).abs() <= 2) & (steps < 8)
+        assert torch.all(weights[row, ~inside] == 0) and torch.all(weights[row, inside] > 0)
+    with pytest.raises(ValueError, match="positions"):
+        attention(query, keys, values, mask)
+
+
+def test_local_p_centre_lies_in_the_source_and_the_window_follows_it():
+    attention = make("local-p", window=1)
+    torch.nn.init.normal_(attention.align[2].weight, std=5.0)  # spread p_t over [0, S]
+    query, keys, values = torch.randn(2, 50, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 8)
+    mask = padding_mask(torch.tensor([7, 3]), 7)
+    centre = attention.aligned_position(query, mask)
+    lengths = torch.tensor([[7.0], [3.0]])
+    assert torch.all(centre >= 0) and torch.all(centre <= lengths)
+    assert centre.max() > 5 and centre.min() < 1
+    weights = attention(query, keys, values, mask).weights
+    clamped = torch.minimum(centre, lengths - 1).unsqueeze(-1)
+    assert torch.all(weights[(torch.arange(7) - clamped).abs() > 1] == 0)
+
+
+def test_local_p_is_the_windowed_softmax_times_an_unrenormalised_gaussian():
+    attention = make("local-p", window=2)
+    query, keys, values, mask, _ = inputs()
+    weights = attention(query, keys, values, mask).weights
+    centre = attention.aligned_position(query, mask).unsqueeze(-1)
+    last = mask.sum(-1, keepdim=True) - 1
+    steps = torch.arange(6)
+    window = mask & ((steps - torch.minimum(centre, last)).abs() <= 2)
+    energies = attention.inner.score(query, attention.inner.prepare_keys(keys))
+    softmax = energies.masked_fill(~window, float("-inf")).softmax(-1)
+    gaussian = torch.exp(-((steps - centre) ** 2) / (2 * 1.0**2))  # sigma = D / 2 = 1
+    torch.testing.assert_close(weights, softmax * gaussian)
+
+
+def test_location_ignores_keys_and_rejects_long_sources():
+    attention = make("location", max_source_len=6)
+    query, keys, values, mask, positions = inputs()
+    first = attention(query, keys, values, mask).context
+    torch.testing.assert_close(attention(query, torch.randn(3, 6, 8), values, mask).context, first)
+    long_keys = torch.randn(3, 7, 8)
+    with pytest.raises(UserError, match=r"7 positions.*model\.attention\.max_source_len"):
+        attention(query, long_keys, long_keys, padding_mask(torch.tensor([7, 3, 1])))
+
+
+def test_none_gives_the_mean_of_the_real_values():
+    query, keys, values, mask, positions = inputs()
+    context = make("none")(query, keys, values, mask).context
+    for row, length in enumerate((6, 3, 1)):
+        expected = values[row, :length].mean(0).expand(2, 8)
+        torch.testing.assert_close(context[row], expected)
+
+
+DATA = {"data": {"src": "de", "tgt": "en", "train": "a", "valid": "b"}}
+
+
+@pytest.mark.parametrize(
+    "attention, fragments",
+    [
+        ({"type": "local-m", "window": 0}, ["model.attention.window", "greater than 0"]),
+        ({"type": "local-p", "score": "magic"}, ["model.attention.score", "'magic'", "concat"]),
+        ({"type": "local-p", "score": "location"}, ["allowed: bahdanau, concat, cosine, dot"]),
+        ({"type": "general", "heads": 3}, ["heads = 3", "hidden_dim = 16"]),
+        ({"type": "general", "head": 2}, ["unknown key 'model.attention.head'", "heads"]),
+    ],
+)
+def test_bad_attention_options_name_field_value_and_allowed(attention, fragments):
+    with pytest.raises(UserError) as error:
+        config_from_dict({**DATA, "model": {"hidden_dim": 16, "attention": attention}})
+    for fragment in fragments:
+        assert fragment in str(error.value)
+
+
+def test_a_new_type_plugs_in_with_one_class_and_one_decorator(monkeypatch):
+    # A copy of the registry, restored afterwards: the new type leaves no trace.
+    monkeypatch.setattr(attention_base, "_REGISTRY", dict(attention_base._REGISTRY))
+
+    @register_attention("test-euclidean")
+    class EuclideanAttention(Attention):
+        """-||q - k||^2"""
+
+        def score(self, query, keys):
+            return -(torch.cdist(query, keys) ** 2)
+
+    cfg = ModelConfig(embed_dim=8, hidden_dim=8, dropout=0.0, attention={"type": "test-euclidean"})
+    model = build_model(cfg, 20, 20, pad_id=0)
+    assert isinstance(model.decoder.attention, EuclideanAttention)
+    src, tgt = torch.randint(4, 20, (2, 5)), torch.randint(4, 20, (2, 3))
+    assert model(src, padding_mask(torch.tensor([5, 2]), 5), tgt).shape == (2, 3, 20)

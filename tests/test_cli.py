@@ -112,7 +112,7 @@ def one_error_line(capsys) -> str:
 def test_bad_input_exits_2_with_one_line(toy, tmp_path, capsys):
     capsys.readouterr()
     assert train(toy, tmp_path / "a", "model.attention.type=magic") == 2
-    assert "known: bahdanau, dot, general" in one_error_line(capsys)
+    assert "known: bahdanau, concat, cosine, dot, general" in one_error_line(capsys)
 
     assert train(toy, tmp_path / "b", f"data.train={tmp_path}/missing") == 2
     assert "missing.src" in one_error_line(capsys)

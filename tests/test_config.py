@@ -38,7 +38,7 @@ def test_defaults_and_overrides(tmp_path):
     [
         (
             "model.attention.type=magic",
-            ["model.attention.type", "'magic'", "bahdanau, dot, general"],
+            ["model.attention.type", "'magic'", "known: bahdanau, concat"],
         ),
         ("model.hiden_dim=3", ["unknown key 'model.hiden_dim'", "hidden_dim"]),
         ("model.dropout=1.5", ["model.dropout", "1.5", "less than 1"]),

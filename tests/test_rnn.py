@@ -1,13 +1,17 @@
 import pytest
 import torch
 
-from seq2seq.attention import padding_mask
+from seq2seq.attention import attention_names, padding_mask
 from seq2seq.config import ModelConfig
 from seq2seq.decode.search import greedy, output_limits
 from seq2seq.models import build_model
 
+# Every registered type, plus multi-head over a Bahdanau (before the cell) and a local score.
+ATTENTIONS = [(name, None) for name in attention_names()] + [("bahdanau", 2), ("local-p", 2)]
+ATTENTION_IDS = [name if heads is None else f"{name}-h{heads}" for name, heads in ATTENTIONS]
 
-def tiny(attention="bahdanau", cell="lstm", **kw):
+
+def tiny(attention="bahdanau", cell="lstm", heads=None, **kw):
     cfg = ModelConfig(
         embed_dim=16,
         hidden_dim=16,
@@ -15,7 +19,7 @@ def tiny(attention="bahdanau", cell="lstm", **kw):
         decoder_layers=2,
         dropout=0.0,
         cell=cell,
-        attention={"type": attention},
+        attention={"type": attention, "heads": heads, "window": 2},
         **kw,
     )
     torch.manual_seed(0)
@@ -30,10 +34,10 @@ def batch():
     return src, padding_mask(lengths, 6), torch.randint(4, 40, (3, 5))
 
 
-@pytest.mark.parametrize("attention", ["dot", "general", "bahdanau"])
+@pytest.mark.parametrize("attention, heads", ATTENTIONS, ids=ATTENTION_IDS)
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_step_by_step_decoding_equals_teacher_forcing(attention, cell):
-    model = tiny(attention, cell)
+def test_step_by_step_decoding_equals_teacher_forcing(attention, heads, cell):
+    model = tiny(attention, cell, heads)
     src, mask, tgt = batch()
     with torch.no_grad():
         full = model(src, mask, tgt).log_softmax(-1)
@@ -43,7 +47,30 @@ def test_step_by_step_decoding_equals_teacher_forcing(attention, cell):
             step = model.decode_step(memory, state, tgt[:, t])
             state = step.state
             torch.testing.assert_close(step.log_probs, full[:, t], atol=1e-5, rtol=1e-5)
-            assert torch.all(step.attention[2, 2:] == 0)  # padding gets no attention
+            assert step.attention.shape[-1] == 6 and step.attention.dim() in (2, 3)
+            assert torch.all(step.attention[2, ..., 2:] == 0)  # padding gets no attention
+
+
+@pytest.mark.parametrize("attention, heads", ATTENTIONS, ids=ATTENTION_IDS)
+def test_a_sentence_decodes_alone_as_inside_a_padded_batch(attention, heads):
+    model = tiny(attention, heads=heads)
+    src, mask, _ = batch()
+    lengths = mask[:, 0].sum(-1)
+    limits = output_limits(lengths, 2.0, 2)
+    together = greedy(model, src, mask, limits, 2, 3)
+    for row, length in enumerate(lengths.tolist()):
+        alone = greedy(
+            model,
+            src[row : row + 1, :length],
+            mask[row : row + 1, :, :length],
+            limits[row : row + 1],
+            2,
+            3,
+        )
+        assert alone.tokens[0] == together.tokens[row]
+        torch.testing.assert_close(
+            alone.attention[0], together.attention[row], atol=1e-5, rtol=1e-5
+        )
 
 
 def test_extra_source_padding_changes_nothing():
@@ -94,3 +121,18 @@ def test_training_fits_a_copy_task_and_greedy_reproduces_it():
     hyps = greedy(model.eval(), src, mask, output_limits(torch.full((16,), 6), 2.0, 2), 2, 3)
     assert hyps.tokens == src[:, :-1].tolist()
     assert hyps.attention[0].shape == (6, 6)
+
+
+def test_the_decoder_passes_its_step_as_the_query_position():
+    model = tiny("local-m")  # window 2: step t sees source positions t-2 .. t+2 only
+    src, mask, tgt = batch()
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        state = model.init_state(memory)
+        for t in range(tgt.size(1)):
+            step = model.decode_step(memory, state, tgt[:, t])
+            state = step.state
+            assert torch.all(step.attention[0, t + 3 :] == 0)
+            assert torch.all(step.attention[0, : max(t - 2, 0)] == 0)
+            assert torch.all(step.attention[0, max(t - 2, 0) : t + 3] > 0)
+            assert state.step.tolist() == [t + 1] * 3

@@ -2,33 +2,66 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.attention.base import Attention, register_attention
+from seq2seq.config import AttentionConfig
+from seq2seq.errors import UserError
 
 
 @register_attention("dot")
 class DotAttention(Attention):
     """Luong dot: q . k (query and key sizes must match)."""
 
-    def __init__(self, query_dim: int, key_dim: int) -> None:
-        super().__init__(query_dim, key_dim)
+    def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
+        super().__init__(query_dim, key_dim, cfg)
         if query_dim != key_dim:
             raise ValueError(
-                f"dot attention needs query_dim == key_dim, got {query_dim}, {key_dim}"
+                f"{self.name} attention needs query_dim == key_dim, got {query_dim}, {key_dim}"
             )
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
         return torch.bmm(query, keys.transpose(1, 2))
 
 
+@register_attention("scaled-dot")
+class ScaledDotAttention(DotAttention):
+    """Scaled dot product (Vaswani et al., 2017): q . k / sqrt(d)."""
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        return super().score(query, keys) / math.sqrt(keys.size(-1))
+
+
+@register_attention("cosine")
+class CosineAttention(DotAttention):
+    """Cosine similarity times a learned inverse temperature: exp(s) * cos(q, k).
+
+    cos(q, k) alone is bounded to [-1, 1], so a plain softmax over it stays nearly flat
+    (at most e^2 between two keys); the temperature exp(s), s learned and initialised to
+    log(10), lets the weights sharpen.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
+        super().__init__(query_dim, key_dim, cfg)
+        self.log_scale = nn.Parameter(torch.tensor(math.log(10.0)))
+
+    def prepare_keys(self, keys: Tensor) -> Tensor:
+        return F.normalize(keys, dim=-1)
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        return self.log_scale.exp() * super().score(F.normalize(query, dim=-1), keys)
+
+
 @register_attention("general")
 class GeneralAttention(Attention):
     """Luong general (bilinear): q^T W k."""
 
-    def __init__(self, query_dim: int, key_dim: int) -> None:
-        super().__init__(query_dim, key_dim)
+    def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
+        super().__init__(query_dim, key_dim, cfg)
         self.proj = nn.Linear(key_dim, query_dim, bias=False)
 
     def prepare_keys(self, keys: Tensor) -> Tensor:
@@ -38,14 +71,12 @@ class GeneralAttention(Attention):
         return torch.bmm(query, keys.transpose(1, 2))
 
 
-@register_attention("bahdanau")
-class BahdanauAttention(Attention):
-    """Bahdanau additive: v^T tanh(W1 q + W2 k); in the RNN it attends before the cell."""
+@register_attention("concat")
+class ConcatAttention(Attention):
+    """Luong concat: v^T tanh(W [q; k]) = v^T tanh(W1 q + W2 k); attends after the cell."""
 
-    attends_before_cell = True
-
-    def __init__(self, query_dim: int, key_dim: int) -> None:
-        super().__init__(query_dim, key_dim)
+    def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
+        super().__init__(query_dim, key_dim, cfg)
         self.query_proj = nn.Linear(query_dim, key_dim, bias=False)
         self.key_proj = nn.Linear(key_dim, key_dim, bias=False)
         self.v = nn.Linear(key_dim, 1, bias=False)
@@ -56,3 +87,48 @@ class BahdanauAttention(Attention):
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
         hidden = torch.tanh(self.query_proj(query).unsqueeze(2) + keys.unsqueeze(1))
         return self.v(hidden).squeeze(-1)
+
+
+@register_attention("bahdanau")
+class BahdanauAttention(ConcatAttention):
+    """Bahdanau additive: v^T tanh(W1 q + W2 k), the concat energy; attends before the cell."""
+
+    attends_before_cell = True
+
+
+@register_attention("location")
+class LocationAttention(Attention):
+    """Luong location: energies W_a q over source positions, sliced to the source length.
+
+    It never looks at the keys; the base softmax masks padding and so renormalises over
+    each source's real length.
+    """
+
+    content_based = False
+
+    def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
+        super().__init__(query_dim, key_dim, cfg)
+        self.proj = nn.Linear(query_dim, cfg.max_source_len)
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        length, limit = keys.size(1), self.proj.out_features
+        if length > limit:
+            raise UserError(
+                f"location attention got a source of {length} positions but scores at most "
+                f"{limit}; raise model.attention.max_source_len or shorten the input"
+            )
+        return self.proj(query)[..., :length]
+
+
+@register_attention("none")
+class NoAttention(Attention):
+    """No-attention baseline: energies 0, so uniform weights over the real source.
+
+    The context is the mean of the encoder states: a fixed summary of the source that
+    does not depend on the decoder state.
+    """
+
+    content_based = False
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        return query.new_zeros(query.size(0), query.size(1), keys.size(1))

@@ -33,7 +33,7 @@ class DecoderState(Protocol):
 class Step(NamedTuple):
     log_probs: Tensor  # (B, V)
     state: DecoderState
-    attention: Tensor  # (B, S) or (B, H, S)
+    attention: Tensor  # (B, S), or (B, H, S) for multi-head (heads kept, not averaged)
 
 
 class Seq2Seq(nn.Module):

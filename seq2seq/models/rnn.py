@@ -3,7 +3,8 @@
 The encoder is a (bi)directional multi-layer LSTM or GRU. The decoder's wiring follows
 the attention type: Bahdanau-style types attend with the previous decoder state before
 the cell and feed the context into it; Luong-style types attend with the new state after
-the cell and feed the attentional vector into the next step (input feeding).
+the cell and feed the attentional vector into the next step (input feeding). Attention
+gets the decoder step t of each row as its query position (local-m centres on it).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ class RNNState:
     hidden: Tensor  # (L, B, H)
     cell: Tensor | None  # (L, B, H) for LSTM, None for GRU
     feed: Tensor  # (B, H): the last attentional vector (Luong) or context (Bahdanau)
+    step: Tensor  # (B,) long: the decoder time step t, the attention's query position
 
     def index_select(self, index: Tensor) -> RNNState:
         cell = None if self.cell is None else self.cell[:, index]
-        return RNNState(self.hidden[:, index], cell, self.feed[index])
+        return RNNState(self.hidden[:, index], cell, self.feed[index], self.step[index])
 
     def rnn_state(self) -> Tensor | tuple[Tensor, Tensor]:
         return self.hidden if self.cell is None else (self.hidden, self.cell)
@@ -72,7 +74,7 @@ class RNNDecoder(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.memory_proj = nn.Linear(encoder_dim, hidden, bias=False)
         self.bridge = nn.Linear(encoder_dim, hidden * cfg.decoder_layers)
-        self.attention = build_attention(cfg.attention.type, hidden, hidden)
+        self.attention = build_attention(cfg.attention, hidden, hidden)
         self.rnn = _CELLS[cfg.cell](
             cfg.embed_dim + hidden,
             hidden,
@@ -95,15 +97,20 @@ class RNNDecoder(nn.Module):
         hidden = torch.tanh(self.bridge(memory.summary))
         hidden = hidden.view(batch, self.layers, -1).transpose(0, 1).contiguous()
         cell = torch.zeros_like(hidden) if self.is_lstm else None
-        return RNNState(hidden, cell, hidden.new_zeros(batch, hidden.size(-1)))
+        step = torch.zeros(batch, dtype=torch.long, device=hidden.device)
+        return RNNState(hidden, cell, hidden.new_zeros(batch, hidden.size(-1)), step)
 
     def step(
         self, memory: Memory, state: RNNState, embedded: Tensor
     ) -> tuple[Tensor, RNNState, Tensor]:
-        """One step from the embedded previous token (B, E) -> attentional vector (B, H)."""
+        """One step from the embedded previous token (B, E) -> attentional vector (B, H).
+
+        Also returns the attention weights: (B, S), or (B, heads, S) for multi-head.
+        """
+        positions = state.step.unsqueeze(1)
         if self.attention.attends_before_cell:
             context, weights = self.attention.attend(
-                state.hidden[-1].unsqueeze(1), memory.keys, memory.values, memory.mask
+                state.hidden[-1].unsqueeze(1), memory.keys, memory.values, memory.mask, positions
             )
             rnn_input = torch.cat([embedded, context.squeeze(1)], dim=-1)
             output, rnn_state = self.rnn(rnn_input.unsqueeze(1), state.rnn_state())
@@ -111,13 +118,14 @@ class RNNDecoder(nn.Module):
             rnn_input = torch.cat([embedded, state.feed], dim=-1)
             output, rnn_state = self.rnn(rnn_input.unsqueeze(1), state.rnn_state())
             context, weights = self.attention.attend(
-                output, memory.keys, memory.values, memory.mask
+                output, memory.keys, memory.values, memory.mask, positions
             )
         attentional = torch.tanh(self.combine(torch.cat([output, context], dim=-1))).squeeze(1)
         attentional = self.dropout(attentional)
         hidden, cell = rnn_state if self.is_lstm else (rnn_state, None)
         feed = context.squeeze(1) if self.attention.attends_before_cell else attentional
-        return attentional, RNNState(hidden, cell, feed), weights.squeeze(1)
+        next_state = RNNState(hidden, cell, feed, state.step + 1)
+        return attentional, next_state, weights.squeeze(-2)
 
 
 class RNNSeq2Seq(Seq2Seq):

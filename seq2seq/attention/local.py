@@ -1,0 +1,97 @@
+"""Local attention (Luong et al., 2015): a window of half-width D around an aligned position.
+
+Both types wrap a content score (`cfg.score`, built through the registry) and attend only
+to keys s with |s - p_t| <= D, where S_b is each row's real source length (padding masks
+are prefixes) and D = `cfg.window`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from seq2seq.attention.base import Attention, build_attention, register_attention, source_lengths
+from seq2seq.config import AttentionConfig
+
+
+class LocalAttention(Attention):
+    """A content score restricted to the window [c_t - D, c_t + D], c_t = `centre(...)`."""
+
+    content_based = False
+
+    def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
+        super().__init__(query_dim, key_dim, cfg)
+        inner = cfg.model_copy(update={"type": cfg.score, "heads": 1})
+        self.inner = build_attention(inner, query_dim, key_dim)
+        self.window = cfg.window
+
+    def prepare_keys(self, keys: Tensor) -> Tensor:
+        return self.inner.prepare_keys(keys)
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        return self.inner.score(query, keys)
+
+    def centre(self, query: Tensor, mask: Tensor, positions: Tensor | None) -> Tensor:
+        """(B, Tq) window centre, inside [0, S_b - 1] so that the window is never empty."""
+        raise NotImplementedError
+
+    def allowed(self, query: Tensor, mask: Tensor, positions: Tensor | None) -> Tensor:
+        centre = self.centre(query, mask, positions)
+        steps = torch.arange(mask.size(-1), device=mask.device)
+        inside = (steps - centre.unsqueeze(-1)).abs() <= self.window
+        return mask & inside
+
+
+@register_attention("local-m")
+class LocalMonotonicAttention(LocalAttention):
+    """local-m: monotonic alignment, p_t = t (the decoder step), clamped into [0, S_b - 1].
+
+    Weights are the softmax of the wrapped score inside the window and sum to 1.
+    """
+
+    def centre(self, query: Tensor, mask: Tensor, positions: Tensor | None) -> Tensor:
+        if positions is None:
+            raise ValueError("local-m attention needs positions (the decoder step of each query)")
+        last = (source_lengths(mask) - 1).clamp(min=0)
+        return torch.minimum(positions, last)
+
+
+@register_attention("local-p")
+class LocalPredictiveAttention(LocalAttention):
+    """local-p: predicted alignment p_t = S_b * sigmoid(v_p^T tanh(W_p q)), in [0, S_b].
+
+    Keys outside [p_t - D, p_t + D] are masked before the softmax (centre clamped to
+    S_b - 1 so the window is never empty), then the weights are multiplied by a Gaussian
+    exp(-(s - p_t)^2 / (2 sigma^2)), sigma = D / 2, without renormalising, as the paper
+    does: they sum to at most 1. `renormalize: true` divides by their sum (sum 1).
+    Positions are not used: the alignment is predicted from the query.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
+        super().__init__(query_dim, key_dim, cfg)
+        self.align = nn.Sequential(
+            nn.Linear(query_dim, query_dim, bias=False),
+            nn.Tanh(),
+            nn.Linear(query_dim, 1, bias=False),
+        )
+        self.sigma = cfg.window / 2
+        self.renormalize = cfg.renormalize
+
+    def aligned_position(self, query: Tensor, mask: Tensor) -> Tensor:
+        """(B, Tq) real-valued p_t in [0, S_b]."""
+        return source_lengths(mask) * torch.sigmoid(self.align(query).squeeze(-1))
+
+    def centre(self, query: Tensor, mask: Tensor, positions: Tensor | None) -> Tensor:
+        aligned = self.aligned_position(query, mask)
+        last = (source_lengths(mask) - 1).clamp(min=0).to(aligned.dtype)
+        return torch.minimum(aligned, last)
+
+    def shape_weights(
+        self, weights: Tensor, query: Tensor, mask: Tensor, positions: Tensor | None
+    ) -> Tensor:
+        aligned = self.aligned_position(query, mask).unsqueeze(-1)
+        steps = torch.arange(weights.size(-1), device=weights.device)
+        weights = weights * torch.exp(-((steps - aligned) ** 2) / (2 * self.sigma**2))
+        if self.renormalize:
+            weights = weights / weights.sum(-1, keepdim=True)
+        return weights

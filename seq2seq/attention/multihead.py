@@ -1,0 +1,78 @@
+"""Multi-head attention over any registered score (Vaswani et al., 2017).
+
+    head_h  = Attention_score(q W_q^h, k W_k^h, v W_v^h)
+    context = [head_1; ...; head_H] W_o
+
+One score module serves every head (heads are folded into the batch dimension), so the
+wrapped type's masking, softmax and weight shaping run per head unchanged. Values have
+size `key_dim` and so does the context; weights come back as (B, H, Tq, Tk).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from seq2seq.attention.base import Attention, AttentionOutput, build_attention, register_attention
+from seq2seq.config import AttentionConfig
+
+
+class MultiHead(Attention):
+    """H heads of `inner_type` (default: `cfg.type`), each of size key_dim / H."""
+
+    inner_type: str | None = None
+    content_based = False
+
+    def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
+        super().__init__(query_dim, key_dim, cfg)
+        self.heads = cfg.heads or 1
+        if key_dim % self.heads:
+            raise ValueError(f"{self.heads} attention heads do not divide key_dim {key_dim}")
+        head_dim = key_dim // self.heads
+        inner = cfg.model_copy(update={"type": self.inner_type or cfg.type, "heads": 1})
+        self.inner = build_attention(inner, head_dim, head_dim)
+        self.attends_before_cell = self.inner.attends_before_cell
+        self.query_proj = nn.Linear(query_dim, key_dim, bias=False)
+        self.key_proj = nn.Linear(key_dim, key_dim, bias=False)
+        self.value_proj = nn.Linear(key_dim, key_dim, bias=False)
+        self.out_proj = nn.Linear(key_dim, key_dim, bias=False)
+
+    def split(self, x: Tensor) -> Tensor:
+        """(B, T, H * d) -> (B * H, T, d), row b * H + h holding head h of item b."""
+        batch, steps, _ = x.shape
+        return x.view(batch, steps, self.heads, -1).transpose(1, 2).flatten(0, 1)
+
+    def merge(self, x: Tensor) -> Tensor:
+        """(B * H, T, d) -> (B, T, H * d)."""
+        _, steps, size = x.shape
+        return x.view(-1, self.heads, steps, size).transpose(1, 2).flatten(2)
+
+    def prepare_keys(self, keys: Tensor) -> Tensor:
+        # Merged back to batch-first (B, Tk, H * d) so beams can reorder it by index.
+        return self.merge(self.inner.prepare_keys(self.split(self.key_proj(keys))))
+
+    def attend(
+        self,
+        query: Tensor,
+        prepared_keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+        positions: Tensor | None = None,
+    ) -> AttentionOutput:
+        heads = self.heads
+        context, weights = self.inner.attend(
+            self.split(self.query_proj(query)),
+            self.split(prepared_keys),
+            self.split(self.value_proj(values)),
+            mask.repeat_interleave(heads, dim=0),
+            None if positions is None else positions.repeat_interleave(heads, dim=0),
+        )
+        weights = weights.view(-1, heads, *weights.shape[1:])
+        return AttentionOutput(self.out_proj(self.merge(context)), weights)
+
+
+@register_attention("multihead")
+class MultiHeadAttention(MultiHead):
+    """Multi-head scaled dot product: MultiHead over `scaled-dot`; 4 heads by default."""
+
+    inner_type = "scaled-dot"
+    default_heads = 4
