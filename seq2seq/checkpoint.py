@@ -57,6 +57,10 @@ class RunDir:
     def test(self) -> Path:
         return self.root / "test"
 
+    @property
+    def attention(self) -> Path:
+        return self.root / "attention"
+
     def checkpoint(self, name: str) -> Path:
         return self.checkpoints / f"{name}.pt"
 
@@ -82,8 +86,12 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
     os.replace(tmp, path)
 
 
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    atomic_write(path, lambda handle: handle.write(data))
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:

@@ -86,6 +86,27 @@ def evaluate(
     print(json.dumps(scores.to_dict()) if as_json else str(scores))
 
 
+@app.command("plot-attention")
+def plot_attention(
+    run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
+    src: Annotated[str, typer.Option("--src", help="the source sentence to translate")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="PNG file")] = Path(
+        "attention.png"
+    ),
+    checkpoint: Annotated[str, typer.Option(help="best, last, step-N or a .pt file")] = "best",
+) -> None:
+    """Translate one sentence and draw its attention heatmap (source x target pieces)."""
+    from seq2seq.checkpoint import atomic_write_bytes
+    from seq2seq.decode.translate import Translator
+    from seq2seq.report.plots import attention_figure, figure_png
+
+    amap = Translator.from_run(run, checkpoint).attention_map(src)
+    figure = attention_figure(amap.weights, amap.src_pieces, amap.tgt_pieces)
+    atomic_write_bytes(output, figure_png(figure))
+    print(amap.translation)
+    print(f"attention heatmap written to {output}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input of any kind is one line on stderr and exit status 2."""
     command = typer.main.get_command(app)

@@ -67,6 +67,8 @@ def test_train_resume_translate_evaluate(toy, tmp_path, capsys):
     assert (straight / "checkpoints/best.pt").is_file()
     assert len(list((straight / "checkpoints").glob("step-*.pt"))) == 2  # keep_best
     assert list((straight / "tensorboard").iterdir())
+    heatmaps = sorted((straight / "attention").glob("step-6-*.png"))
+    assert len(heatmaps) == 3 and all(p.read_bytes().startswith(b"\x89PNG") for p in heatmaps)
     scores = json.loads((straight / "test/scores.json").read_text())
     assert set(scores["test"]) >= {"bleu", "chrf", "signature"}
     assert "nrefs:1" in scores["test"]["signature"]
@@ -78,6 +80,13 @@ def test_train_resume_translate_evaluate(toy, tmp_path, capsys):
     lines = output.read_text().split("\n")
     assert len(lines) == 5 and lines[-1] == ""  # four lines, each ending in a newline
     assert lines[1] == "" and lines[2] == ""  # empty and blank lines stay empty
+
+    picture = tmp_path / "map.png"
+    capsys.readouterr()
+    assert run_cli("plot-attention", "--run", straight, "--src", "toto tape", "-o", picture) == 0
+    assert picture.read_bytes().startswith(b"\x89PNG")
+    assert len(capsys.readouterr().out.splitlines()) == 1  # the translation
+    assert run_cli("plot-attention", "--run", straight, "--src", "  ") == 2
 
     capsys.readouterr()
     data = toy / "data"

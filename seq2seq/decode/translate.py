@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -12,7 +13,7 @@ from seq2seq.checkpoint import RunDir, load_checkpoint
 from seq2seq.config import Config, DecodeConfig, config_from_dict
 from seq2seq.data.batching import make_batch, token_batches
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from seq2seq.decode.search import greedy, output_limits
+from seq2seq.decode.search import Hypotheses, greedy, output_limits
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq, build_model
 
@@ -29,6 +30,14 @@ def load_run_config(run: RunDir) -> Config:
     if not run.config.is_file():
         raise UserError(f"{run.root} is not a run directory (no config.yaml); train one first")
     return config_from_dict(yaml.safe_load(run.config.read_text(encoding="utf-8")))
+
+
+@dataclass
+class AttentionMap:
+    src_pieces: list[str]  # source pieces and </s>
+    tgt_pieces: list[str]  # output pieces and </s>
+    weights: torch.Tensor  # (target, source) or (target, heads, source)
+    translation: str
 
 
 class Translator:
@@ -67,15 +76,28 @@ class Translator:
         was_training = self.model.training
         self.model.eval()
         for group in token_batches([len(s) for s in src_ids], None, budget):
-            hyps = self.translate_ids([src_ids[i] for i in group])
+            hyps = self.search([src_ids[i] for i in group]).tokens
             for position, text in zip(group, self.tokenizer.decode_tgt(hyps), strict=True):
                 outputs[keep[position]] = text
         self.model.train(was_training)
         return outputs
 
-    def translate_ids(self, src_ids: list[list[int]]) -> list[list[int]]:
+    def attention_map(self, line: str) -> AttentionMap:
+        """Translate one line and return its attention with the pieces that label it."""
+        if not line.strip():
+            raise UserError("nothing to translate: the source sentence is empty")
+        hyps = self.search(self.tokenizer.encode_src([line]))
+        tokens = hyps.tokens[0]
+        return AttentionMap(
+            src_pieces=[*self.tokenizer.src_pieces(line), "</s>"],
+            tgt_pieces=self.tokenizer.tgt_pieces_from_ids([*tokens, EOS_ID]),
+            weights=hyps.attention[0],
+            translation=self.tokenizer.decode_tgt([tokens])[0],
+        )
+
+    def search(self, src_ids: list[list[int]]) -> Hypotheses:
         batch = make_batch(src_ids, None, list(range(len(src_ids)))).to(self.device)
-        hyps = greedy(
+        return greedy(
             self.model,
             batch.src,
             padding_mask(batch.src_lengths, batch.src.size(1)),
@@ -83,4 +105,3 @@ class Translator:
             BOS_ID,
             EOS_ID,
         )
-        return hyps.tokens

@@ -1,4 +1,4 @@
-"""The run's log (file and console), its TensorBoard scalars and its progress bar."""
+"""The run's log (file and console), its TensorBoard events and its progress bar."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import logging
 import sys
 from pathlib import Path
 
+from matplotlib.figure import Figure
 from tqdm import tqdm
 
 LOGGER_NAME = "seq2seq"
@@ -40,8 +41,8 @@ def setup_logging(log_file: Path | None = None) -> logging.Logger:
     return logger
 
 
-class Scalars:
-    """TensorBoard scalars; imported lazily because TensorBoard is slow to import."""
+class TensorBoardLog:
+    """TensorBoard scalars and figures; imported lazily because TensorBoard is slow to import."""
 
     def __init__(self, directory: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -51,6 +52,9 @@ class Scalars:
     def add(self, step: int, prefix: str, values: dict[str, float]) -> None:
         for name, value in values.items():
             self.writer.add_scalar(f"{prefix}/{name}", value, step)
+
+    def add_figure(self, step: int, tag: str, figure: Figure) -> None:
+        self.writer.add_figure(tag, figure, step, close=False)
 
     def close(self) -> None:
         self.writer.close()

@@ -23,7 +23,7 @@ from seq2seq import __version__
 from seq2seq.attention import padding_mask
 from seq2seq.checkpoint import (
     RunDir,
-    atomic_write,
+    atomic_write_bytes,
     atomic_write_text,
     load_checkpoint,
     save_checkpoint,
@@ -36,7 +36,8 @@ from seq2seq.decode.translate import Translator, load_run_config, pick_device
 from seq2seq.errors import UserError
 from seq2seq.evaluate import Scores, score_corpus
 from seq2seq.models import Seq2Seq, build_model, count_parameters
-from seq2seq.report.logging import Scalars, progress_bar, setup_logging
+from seq2seq.report.logging import TensorBoardLog, progress_bar, setup_logging
+from seq2seq.report.plots import attention_figure, figure_png
 from seq2seq.train.datasets import Datasets, load_datasets
 from seq2seq.train.optim import LearningRate, build_optimizer
 from seq2seq.train.validation import HIGHER_IS_BETTER, ValidationResult, Validator
@@ -119,7 +120,7 @@ class Trainer:
             path = self.run.checkpoint(f"step-{step}")
             save_checkpoint(path, {"model": self.model.state_dict(), "step": step, "score": score})
             if best[0][1] == step:
-                atomic_write(self.run.checkpoint("best"), lambda out: out.write(path.read_bytes()))
+                atomic_write_bytes(self.run.checkpoint("best"), path.read_bytes())
         for old in dropped:
             self.run.checkpoint(f"step-{old}").unlink(missing_ok=True)
 
@@ -160,7 +161,7 @@ class Trainer:
         self.optimizer.step()
         return loss.detach(), batch.n_tgt_tokens
 
-    def fit(self, scalars: Scalars) -> None:
+    def fit(self, board: TensorBoardLog) -> None:
         cfg, progress = self.cfg.train, self.progress
         self.model.train()
         self.clock = (time.time(), progress.elapsed)
@@ -189,7 +190,7 @@ class Trainer:
                         lr,
                         speed,
                     )
-                    scalars.add(
+                    board.add(
                         progress.step,
                         "train",
                         {
@@ -202,17 +203,17 @@ class Trainer:
                     window_loss, window_tokens, window_steps = 0.0, 0, 0
                     window_start = time.time()
                 if progress.step % cfg.valid_every == 0:
-                    self.validate(scalars)
+                    self.validate(board)
             if progress.batch_in_epoch >= len(batches):
                 progress.epoch += 1
                 progress.batch_in_epoch = 0
         bar.close()
         reason = self.stop_reason()
         if progress.last_validation != progress.step:
-            self.validate(scalars)
+            self.validate(board)
         self.log.info("training stopped at step %d: %s", progress.step, reason)
 
-    def validate(self, scalars: Scalars) -> ValidationResult:
+    def validate(self, board: TensorBoardLog) -> ValidationResult:
         progress = self.progress
         result = self.validator(self.model)
         score = result.metric(self.cfg.train.metric)
@@ -239,7 +240,13 @@ class Trainer:
             result.perplexity,
             "  (new best)" if is_best else "",
         )
-        scalars.add(
+        for i, amap in enumerate(result.attention_maps):
+            figure = attention_figure(amap.weights, amap.src_pieces, amap.tgt_pieces)
+            board.add_figure(progress.step, f"attention/{i}", figure)
+            atomic_write_bytes(
+                self.run.attention / f"step-{progress.step}-{i}.png", figure_png(figure)
+            )
+        board.add(
             progress.step,
             "valid",
             {
@@ -339,11 +346,11 @@ def train(cfg: Config, run_dir: Path) -> dict:
         count_parameters(model),
         device,
     )
-    scalars = Scalars(run.tensorboard)
+    board = TensorBoardLog(run.tensorboard)
     try:
-        trainer.fit(scalars)
+        trainer.fit(board)
     finally:
-        scalars.close()
+        board.close()
 
     model.load_state_dict(load_checkpoint(run.resolve_checkpoint("best"))["model"])
     return test_scores(cfg, run, Translator(model, data.tokenizer, cfg.decode, device), log)

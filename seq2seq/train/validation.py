@@ -12,12 +12,13 @@ from seq2seq.attention import padding_mask
 from seq2seq.config import Config
 from seq2seq.data.batching import make_batch, token_batches
 from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.decode.translate import Translator
+from seq2seq.decode.translate import AttentionMap, Translator
 from seq2seq.evaluate import score_corpus
 from seq2seq.models import Seq2Seq
 from seq2seq.train.datasets import Datasets
 
 HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False}
+HEATMAP_SENTENCES = 3  # the first non-empty validation sources, the same at every validation
 
 
 @dataclass
@@ -26,6 +27,7 @@ class ValidationResult:
     bleu: float
     chrf: float
     hypotheses: list[str]
+    attention_maps: list[AttentionMap]
 
     @property
     def perplexity(self) -> float:
@@ -40,6 +42,7 @@ class Validator:
         self.cfg = cfg
         self.data = data
         self.device = device
+        self.heatmap_sources = [s for s in data.valid_src if s.strip()][:HEATMAP_SENTENCES]
         self.src_ids = data.tokenizer.encode_src(data.valid_src)
         self.tgt_ids = data.tokenizer.encode_tgt(data.valid_ref)
         self.batches = token_batches(
@@ -72,5 +75,6 @@ class Validator:
         translator = Translator(model, self.data.tokenizer, self.cfg.decode, self.device)
         hypotheses = translator.translate(self.data.valid_src)
         scores = score_corpus(hypotheses, self.data.valid_ref)
+        maps = [translator.attention_map(line) for line in self.heatmap_sources]
         model.train(was_training)
-        return ValidationResult(loss, scores.bleu, scores.chrf, hypotheses)
+        return ValidationResult(loss, scores.bleu, scores.chrf, hypotheses, maps)
