@@ -103,22 +103,46 @@ class AttentionConfig(Section):
         return value
 
 
+def _scaled_dot() -> AttentionConfig:
+    return AttentionConfig(type="scaled-dot")
+
+
 class ModelConfig(Section):
-    arch: Literal["rnn"] = "rnn"
+    """The architecture. `rnn` reads cell/bidirectional; `transformer` reads ff_dim, norm,
+    self_attention, and uses hidden_dim as d_model (embed_dim must equal it)."""
+
+    arch: Literal["rnn", "transformer"] = "rnn"
     cell: Literal["lstm", "gru"] = "lstm"
     embed_dim: PositiveInt = 256
-    hidden_dim: PositiveInt = 512
+    hidden_dim: PositiveInt = Field(512, description="RNN state size; transformer: d_model")
     encoder_layers: PositiveInt = 1
     decoder_layers: PositiveInt = 1
     bidirectional: bool = True
+    ff_dim: PositiveInt = Field(1024, description="transformer: feed-forward inner size")
+    norm: Literal["pre", "post"] = Field("pre", description="transformer: layer-norm placement")
     dropout: float = Field(0.3, ge=0, lt=1)
     tied_embeddings: bool = Field(False, description="share target embedding and output layer")
+    shared_embeddings: bool = Field(
+        False, description="one embedding for source and target (needs tokenizer.joint)"
+    )
     attention: AttentionConfig = Field(
         default_factory=AttentionConfig, description="type and options; see README, Attention"
     )
+    self_attention: AttentionConfig = Field(
+        default_factory=_scaled_dot, description="transformer: encoder/decoder self-attention"
+    )
+
+    def default_heads(self) -> int:
+        """Heads of an attention whose `heads` is unset: 4 in the Transformer, else 1."""
+        return 4 if self.arch == "transformer" else 1
 
     @model_validator(mode="after")
     def _tying_needs_equal_sizes(self) -> ModelConfig:
+        if self.arch == "transformer" and self.embed_dim != self.hidden_dim:
+            raise ValueError(
+                f"the transformer needs embed_dim == hidden_dim, its d_model "
+                f"(got {self.embed_dim} and {self.hidden_dim})"
+            )
         if self.tied_embeddings and self.embed_dim != self.hidden_dim:
             raise ValueError(
                 f"tied_embeddings needs embed_dim == hidden_dim "
@@ -128,11 +152,15 @@ class ModelConfig(Section):
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelConfig:
-        heads = self.attention.heads
-        if heads is not None and heads > 1 and self.hidden_dim % heads:
-            raise ValueError(
-                f"attention.heads = {heads} must divide hidden_dim = {self.hidden_dim}"
-            )
+        sections = [("attention", self.attention)]
+        if self.arch == "transformer":
+            sections.append(("self_attention", self.self_attention))
+        for name, section in sections:
+            heads = section.heads or self.default_heads()
+            if heads > 1 and self.hidden_dim % heads:
+                raise ValueError(
+                    f"{name}.heads = {heads} must divide hidden_dim = {self.hidden_dim}"
+                )
         return self
 
 
@@ -189,6 +217,15 @@ class Config(Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     decode: DecodeConfig = Field(default_factory=DecodeConfig)
 
+    @model_validator(mode="after")
+    def _shared_embeddings_need_one_vocabulary(self) -> Config:
+        if self.model.shared_embeddings and not self.tokenizer.joint:
+            raise ValueError(
+                "model.shared_embeddings needs one vocabulary for both languages; "
+                "set tokenizer.joint: true"
+            )
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
@@ -242,6 +279,8 @@ def describe_validation_error(error: ValidationError) -> str:
             problems.append(f"unknown key {field!r}; allowed here: {allowed}")
         elif item["type"] == "missing":
             problems.append(f"{field}: required field is missing")
+        elif isinstance(item.get("input"), dict):  # a check across fields of a section
+            problems.append(f"{field}: {message}")
         else:
             problems.append(f"{field} = {item.get('input')!r}: {message}")
     return "config error: " + "; ".join(problems)

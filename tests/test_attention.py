@@ -274,3 +274,13 @@ def test_a_new_type_plugs_in_with_one_class_and_one_decorator(monkeypatch):
     assert isinstance(model.decoder.attention, EuclideanAttention)
     src, tgt = torch.randint(4, 20, (2, 5)), torch.randint(4, 20, (2, 3))
     assert model(src, padding_mask(torch.tensor([5, 2]), 5), tgt).shape == (2, 3, 20)
+
+
+@pytest.mark.parametrize("name", ["scaled-dot", "multihead", "dot"])
+def test_skipping_the_weights_gives_the_same_context(name):
+    attention = make(name)
+    query, keys, values, mask, positions = inputs()
+    with_weights = attention(query, keys, values, mask, positions)
+    fused = attention(query, keys, values, mask, positions, need_weights=False)
+    torch.testing.assert_close(fused.context, with_weights.context)
+    assert with_weights.weights is not None

@@ -105,6 +105,37 @@ def test_train_resume_translate_evaluate(toy, tmp_path, capsys):
     assert 0 <= result["bleu"] <= 100 and "nrefs:1" in result["signature"]
 
 
+TRANSFORMER = [
+    "model.arch=transformer",
+    "model.ff_dim=32",
+    "model.encoder_layers=2",
+    "model.decoder_layers=2",
+    "model.attention.type=local-p",
+    "model.tied_embeddings=true",
+    "model.shared_embeddings=true",
+]
+
+
+def test_transformer_resumes_exactly_and_translates(toy, tmp_path, capsys):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert train(toy, straight, *TRANSFORMER, "train.max_steps=6") == 0
+    assert train(toy, resumed, *TRANSFORMER, "train.max_steps=3") == 0
+    assert train(toy, resumed, *TRANSFORMER, "train.max_steps=6") == 0
+    a, b = parameters(straight), parameters(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    ratio = float(a["length_ratio"])
+    assert 0.5 < ratio < 2 and ratio != 1.0  # measured on the corpus, saved with the model
+
+    source = tmp_path / "in.txt"
+    source.write_text("boka mimi\n\ntoto tape podo\n")
+    output = tmp_path / "out.txt"
+    assert run_cli("translate", "--run", straight, "--input", source, "--output", output) == 0
+    assert output.read_text().count("\n") == 3
+    picture = tmp_path / "map.png"
+    assert run_cli("plot-attention", "--run", straight, "--src", "toto tape", "-o", picture) == 0
+    assert picture.read_bytes().startswith(b"\x89PNG")
+
+
 def test_resume_refuses_another_model(toy, tmp_path, capsys):
     assert train(toy, tmp_path / "r", "train.max_steps=2") == 0
     assert train(toy, tmp_path / "r", "model.hidden_dim=8") == 2

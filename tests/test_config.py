@@ -46,6 +46,17 @@ def test_defaults_and_overrides(tmp_path):
         ("model.hidden_dim=0", ["model.hidden_dim", "greater than 0"]),
         ("train.max_time=soon", ["train.max_time", "25m"]),
         ("model.cell=transformer", ["model.cell", "'lstm' or 'gru'"]),
+        ("model.arch=cnn", ["model.arch", "'rnn' or 'transformer'"]),
+        ("model.norm=middle", ["model.norm", "'pre' or 'post'"]),
+        ("model.arch=transformer", ["embed_dim == hidden_dim", "256 and 512"]),
+        (
+            "model={arch: transformer, embed_dim: 30, hidden_dim: 30}",
+            ["attention.heads = 4 must divide hidden_dim = 30"],
+        ),
+        (
+            "model.self_attention.type=magic",
+            ["model.self_attention.type", "'magic'", "known: bahdanau"],
+        ),
     ],
 )
 def test_bad_values_name_field_value_and_allowed(tmp_path, override, fragments):
@@ -55,6 +66,13 @@ def test_bad_values_name_field_value_and_allowed(tmp_path, override, fragments):
     assert "\n" not in message
     for fragment in fragments:
         assert fragment in message
+
+
+def test_shared_embeddings_need_a_joint_vocabulary(tmp_path):
+    overrides = ["model.shared_embeddings=true", "tokenizer.joint=false"]
+    with pytest.raises(UserError, match=r"model.shared_embeddings .*tokenizer.joint: true"):
+        load_config(write(tmp_path, BASE), overrides)
+    assert load_config(write(tmp_path, BASE), overrides[:1]).model.shared_embeddings
 
 
 def test_missing_file_bad_yaml_and_missing_section(tmp_path):

@@ -1,86 +1,13 @@
-import pytest
-import torch
+"""What is particular to the RNN; the shared model contract is in test_models.py."""
 
-from seq2seq.attention import attention_names, padding_mask
+
 from seq2seq.config import ModelConfig
-from seq2seq.decode.search import greedy, output_limits
 from seq2seq.models import build_model
 
-# Every registered type, plus multi-head over a Bahdanau (before the cell) and a local score.
-ATTENTIONS = [(name, None) for name in attention_names()] + [("bahdanau", 2), ("local-p", 2)]
-ATTENTION_IDS = [name if heads is None else f"{name}-h{heads}" for name, heads in ATTENTIONS]
 
-
-def tiny(attention="bahdanau", cell="lstm", heads=None, **kw):
-    cfg = ModelConfig(
-        embed_dim=16,
-        hidden_dim=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        dropout=0.0,
-        cell=cell,
-        attention={"type": attention, "heads": heads, "window": 2},
-        **kw,
-    )
-    torch.manual_seed(0)
-    return build_model(cfg, 30, 40, pad_id=0).eval()
-
-
-def batch():
-    torch.manual_seed(1)
-    src = torch.randint(4, 30, (3, 6))
-    lengths = torch.tensor([6, 4, 2])
-    src = src.masked_fill(~padding_mask(lengths, 6)[:, 0], 0)
-    return src, padding_mask(lengths, 6), torch.randint(4, 40, (3, 5))
-
-
-@pytest.mark.parametrize("attention, heads", ATTENTIONS, ids=ATTENTION_IDS)
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_step_by_step_decoding_equals_teacher_forcing(attention, heads, cell):
-    model = tiny(attention, cell, heads)
-    src, mask, tgt = batch()
-    with torch.no_grad():
-        full = model(src, mask, tgt).log_softmax(-1)
-        memory = model.encode(src, mask)
-        state = model.init_state(memory)
-        for t in range(tgt.size(1)):
-            step = model.decode_step(memory, state, tgt[:, t])
-            state = step.state
-            torch.testing.assert_close(step.log_probs, full[:, t], atol=1e-5, rtol=1e-5)
-            assert step.attention.shape[-1] == 6 and step.attention.dim() in (2, 3)
-            assert torch.all(step.attention[2, ..., 2:] == 0)  # padding gets no attention
-
-
-@pytest.mark.parametrize("attention, heads", ATTENTIONS, ids=ATTENTION_IDS)
-def test_a_sentence_decodes_alone_as_inside_a_padded_batch(attention, heads):
-    model = tiny(attention, heads=heads)
-    src, mask, _ = batch()
-    lengths = mask[:, 0].sum(-1)
-    limits = output_limits(lengths, 2.0, 2)
-    together = greedy(model, src, mask, limits, 2, 3)
-    for row, length in enumerate(lengths.tolist()):
-        alone = greedy(
-            model,
-            src[row : row + 1, :length],
-            mask[row : row + 1, :, :length],
-            limits[row : row + 1],
-            2,
-            3,
-        )
-        assert alone.tokens[0] == together.tokens[row]
-        torch.testing.assert_close(
-            alone.attention[0], together.attention[row], atol=1e-5, rtol=1e-5
-        )
-
-
-def test_extra_source_padding_changes_nothing():
-    model = tiny()
-    src, mask, tgt = batch()
-    padded = torch.cat([src, torch.zeros(3, 4, dtype=torch.long)], dim=1)
-    with torch.no_grad():
-        a = model(src, mask, tgt)
-        b = model(padded, padding_mask(mask[:, 0].sum(-1), 10), tgt)
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+def tiny(**kw):
+    cfg = ModelConfig(embed_dim=16, hidden_dim=16, dropout=0.0, **kw)
+    return build_model(cfg, 30, 30, pad_id=0)
 
 
 def test_tied_embeddings_share_one_tensor():
@@ -88,51 +15,7 @@ def test_tied_embeddings_share_one_tensor():
     assert model.decoder.output.weight is model.decoder.embed.weight
 
 
-def test_state_reorders_by_index():
-    model = tiny()
-    src, mask, _ = batch()
-    memory = model.encode(src, mask)
-    state = model.init_state(memory)
-    index = torch.tensor([2, 0, 0])
-    moved = state.index_select(index)
-    assert torch.equal(moved.hidden, state.hidden[:, index])
-    assert torch.equal(memory.index_select(index).keys, memory.keys[index])
-
-
-def test_training_fits_a_copy_task_and_greedy_reproduces_it():
-    torch.manual_seed(0)
-    cfg = ModelConfig(embed_dim=32, hidden_dim=32, dropout=0.0, attention={"type": "general"})
-    model = build_model(cfg, 12, 12, pad_id=0)
-    src = torch.randint(4, 12, (16, 5))
-    src = torch.cat([src, torch.full((16, 1), 3)], dim=1)  # EOS = 3
-    tgt_in = torch.cat([torch.full((16, 1), 2), src[:, :-1]], dim=1)  # BOS = 2
-    mask = padding_mask(torch.full((16,), 6))
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    losses = []
-    for _ in range(150):
-        loss = torch.nn.functional.cross_entropy(
-            model(src, mask, tgt_in).flatten(0, 1), src.flatten()
-        )
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    assert losses[-1] < 0.1 * losses[0]
-    hyps = greedy(model.eval(), src, mask, output_limits(torch.full((16,), 6), 2.0, 2), 2, 3)
-    assert hyps.tokens == src[:, :-1].tolist()
-    assert hyps.attention[0].shape == (6, 6)
-
-
-def test_the_decoder_passes_its_step_as_the_query_position():
-    model = tiny("local-m")  # window 2: step t sees source positions t-2 .. t+2 only
-    src, mask, tgt = batch()
-    with torch.no_grad():
-        memory = model.encode(src, mask)
-        state = model.init_state(memory)
-        for t in range(tgt.size(1)):
-            step = model.decode_step(memory, state, tgt[:, t])
-            state = step.state
-            assert torch.all(step.attention[0, t + 3 :] == 0)
-            assert torch.all(step.attention[0, : max(t - 2, 0)] == 0)
-            assert torch.all(step.attention[0, max(t - 2, 0) : t + 3] > 0)
-            assert state.step.tolist() == [t + 1] * 3
+def test_shared_embeddings_give_source_and_target_one_tensor():
+    model = tiny(shared_embeddings=True)
+    assert model.encoder.embed.weight is model.decoder.embed.weight
+    assert tiny().encoder.embed.weight is not tiny().decoder.embed.weight

@@ -21,7 +21,9 @@ _REGISTRY: dict[str, type[Attention]] = {}
 
 class AttentionOutput(NamedTuple):
     context: Tensor  # (B, Tq, Dv)
-    weights: Tensor  # (B, Tq, Tk), or (B, H, Tq, Tk) for multi-head
+    # (B, Tq, Tk), or (B, H, Tq, Tk) for multi-head; None only when the caller passed
+    # need_weights=False and the type took a fused path that never forms them.
+    weights: Tensor | None
 
 
 def register_attention(name: str) -> Callable[[type[Attention]], type[Attention]]:
@@ -97,6 +99,10 @@ class Attention(nn.Module):
         """
         return keys
 
+    def prepare_values(self, values: Tensor) -> Tensor:
+        """Value-side work done once per source (multi-head: W_v v), batch-first."""
+        return values
+
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
         """Energies (B, Tq, Tk) of each query against each (prepared) key."""
         raise NotImplementedError
@@ -121,23 +127,32 @@ class Attention(nn.Module):
         values: Tensor,
         mask: Tensor,
         positions: Tensor | None = None,
+        need_weights: bool = True,
     ) -> AttentionOutput:
-        return self.attend(query, self.prepare_keys(keys), values, mask, positions)
+        return self.attend(
+            query, self.prepare_keys(keys), self.prepare_values(values), mask, positions,
+            need_weights,
+        )  # fmt: skip
 
     def attend(
         self,
         query: Tensor,
         prepared_keys: Tensor,
-        values: Tensor,
+        prepared_values: Tensor,
         mask: Tensor,
         positions: Tensor | None = None,
+        need_weights: bool = True,
     ) -> AttentionOutput:
-        """`forward` with keys already passed through `prepare_keys`."""
+        """`forward` with keys and values already through `prepare_keys`/`prepare_values`.
+
+        `need_weights=False` lets a type skip forming the weights (scaled-dot then runs
+        the fused `F.scaled_dot_product_attention`); the context is the same.
+        """
         allowed = self.allowed(query, mask, positions)
         energies = self.score(query, prepared_keys).masked_fill(~allowed, float("-inf"))
         weights = torch.softmax(energies, dim=-1)
         weights = self.shape_weights(weights, query, mask, positions)
-        return AttentionOutput(torch.bmm(weights, values), weights)
+        return AttentionOutput(torch.bmm(weights, prepared_values), weights)
 
 
 def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:

@@ -28,6 +28,9 @@ class LocalAttention(Attention):
     def prepare_keys(self, keys: Tensor) -> Tensor:
         return self.inner.prepare_keys(keys)
 
+    def prepare_values(self, values: Tensor) -> Tensor:
+        return self.inner.prepare_values(values)
+
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
         return self.inner.score(query, keys)
 
@@ -44,7 +47,10 @@ class LocalAttention(Attention):
 
 @register_attention("local-m")
 class LocalMonotonicAttention(LocalAttention):
-    """local-m: monotonic alignment, p_t = t (the decoder step), clamped into [0, S_b - 1].
+    """local-m: monotonic alignment, p_t = the query's position, clamped into [0, S_b - 1].
+
+    Decoders pass p_t = t * r, the decoder step t times the training corpus's ratio r of
+    source to target length (r = 1 is the paper's p_t = t).
 
     Weights are the softmax of the wrapped score inside the window and sum to 1.
     """

@@ -38,35 +38,41 @@ class MultiHead(Attention):
 
     def split(self, x: Tensor) -> Tensor:
         """(B, T, H * d) -> (B * H, T, d), row b * H + h holding head h of item b."""
-        batch, steps, _ = x.shape
-        return x.view(batch, steps, self.heads, -1).transpose(1, 2).flatten(0, 1)
+        batch, steps, size = x.shape
+        return x.view(batch, steps, self.heads, size // self.heads).transpose(1, 2).flatten(0, 1)
 
     def merge(self, x: Tensor) -> Tensor:
         """(B * H, T, d) -> (B, T, H * d)."""
-        _, steps, size = x.shape
-        return x.view(-1, self.heads, steps, size).transpose(1, 2).flatten(2)
+        rows, steps, size = x.shape
+        return x.view(rows // self.heads, self.heads, steps, size).transpose(1, 2).flatten(2)
 
     def prepare_keys(self, keys: Tensor) -> Tensor:
         # Merged back to batch-first (B, Tk, H * d) so beams can reorder it by index.
         return self.merge(self.inner.prepare_keys(self.split(self.key_proj(keys))))
 
+    def prepare_values(self, values: Tensor) -> Tensor:
+        return self.value_proj(values)
+
     def attend(
         self,
         query: Tensor,
         prepared_keys: Tensor,
-        values: Tensor,
+        prepared_values: Tensor,
         mask: Tensor,
         positions: Tensor | None = None,
+        need_weights: bool = True,
     ) -> AttentionOutput:
         heads = self.heads
         context, weights = self.inner.attend(
             self.split(self.query_proj(query)),
             self.split(prepared_keys),
-            self.split(self.value_proj(values)),
+            self.split(prepared_values),
             mask.repeat_interleave(heads, dim=0),
             None if positions is None else positions.repeat_interleave(heads, dim=0),
+            need_weights,
         )
-        weights = weights.view(-1, heads, *weights.shape[1:])
+        if weights is not None:
+            weights = weights.view(-1, heads, *weights.shape[1:])
         return AttentionOutput(self.out_proj(self.merge(context)), weights)
 
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.attention.base import Attention, register_attention
+from seq2seq.attention.base import Attention, AttentionOutput, register_attention
 from seq2seq.config import AttentionConfig
 from seq2seq.errors import UserError
 
@@ -30,10 +30,29 @@ class DotAttention(Attention):
 
 @register_attention("scaled-dot")
 class ScaledDotAttention(DotAttention):
-    """Scaled dot product (Vaswani et al., 2017): q . k / sqrt(d)."""
+    """Scaled dot product (Vaswani et al., 2017): q . k / sqrt(d).
+
+    Without weights asked for, it runs PyTorch's fused `F.scaled_dot_product_attention`.
+    """
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
         return super().score(query, keys) / math.sqrt(keys.size(-1))
+
+    def attend(
+        self,
+        query: Tensor,
+        prepared_keys: Tensor,
+        prepared_values: Tensor,
+        mask: Tensor,
+        positions: Tensor | None = None,
+        need_weights: bool = True,
+    ) -> AttentionOutput:
+        if need_weights:
+            return super().attend(query, prepared_keys, prepared_values, mask, positions)
+        context = F.scaled_dot_product_attention(
+            query, prepared_keys, prepared_values, attn_mask=mask
+        )
+        return AttentionOutput(context, None)
 
 
 @register_attention("cosine")

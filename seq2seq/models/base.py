@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import NamedTuple, Protocol
 
+import torch
 from torch import Tensor, nn
 
 
@@ -37,7 +38,20 @@ class Step(NamedTuple):
 
 
 class Seq2Seq(nn.Module):
-    """An encoder-decoder that the trainer and the searches drive through this contract."""
+    """An encoder-decoder that the trainer and the searches drive through this contract.
+
+    `length_ratio` (a buffer, so checkpoints carry it) is the training corpus's source
+    length over its target length: decoders map target step t to source position t * ratio
+    for the attention types that centre on a position (local-m). The trainer sets it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("length_ratio", torch.tensor(1.0))
+
+    def source_positions(self, steps: Tensor) -> Tensor:
+        """Target steps (B, T) long -> the source positions they map to (B, T) float."""
+        return steps * self.length_ratio
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Memory:
         """`src` (B, S) token ids, `src_mask` (B, 1, S) -> the encoded source."""

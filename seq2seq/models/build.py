@@ -5,8 +5,9 @@ from __future__ import annotations
 from seq2seq.config import ModelConfig
 from seq2seq.models.base import Seq2Seq
 from seq2seq.models.rnn import RNNSeq2Seq
+from seq2seq.models.transformer import TransformerSeq2Seq
 
-ARCHITECTURES: dict[str, type[Seq2Seq]] = {"rnn": RNNSeq2Seq}
+ARCHITECTURES: dict[str, type[Seq2Seq]] = {"rnn": RNNSeq2Seq, "transformer": TransformerSeq2Seq}
 
 
 def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int) -> Seq2Seq:

@@ -4,7 +4,8 @@ The encoder is a (bi)directional multi-layer LSTM or GRU. The decoder's wiring f
 the attention type: Bahdanau-style types attend with the previous decoder state before
 the cell and feed the context into it; Luong-style types attend with the new state after
 the cell and feed the attentional vector into the next step (input feeding). Attention
-gets the decoder step t of each row as its query position (local-m centres on it).
+gets the decoder step t of each row, mapped onto the source, as its query position
+(local-m centres on it).
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class RNNDecoder(nn.Module):
 
     def memory(self, outputs: Tensor, final: Tensor, src_mask: Tensor) -> Memory:
         values = self.memory_proj(outputs)
-        return Memory(self.attention.prepare_keys(values), values, src_mask, final)
+        keys, values = self.attention.prepare_keys(values), self.attention.prepare_values(values)
+        return Memory(keys, values, src_mask, final)
 
     def init_state(self, memory: Memory) -> RNNState:
         batch = memory.summary.size(0)
@@ -101,13 +103,13 @@ class RNNDecoder(nn.Module):
         return RNNState(hidden, cell, hidden.new_zeros(batch, hidden.size(-1)), step)
 
     def step(
-        self, memory: Memory, state: RNNState, embedded: Tensor
+        self, memory: Memory, state: RNNState, embedded: Tensor, positions: Tensor
     ) -> tuple[Tensor, RNNState, Tensor]:
         """One step from the embedded previous token (B, E) -> attentional vector (B, H).
 
-        Also returns the attention weights: (B, S), or (B, heads, S) for multi-head.
+        `positions` (B, 1) is the source position the step maps to (see Seq2Seq). Also
+        returns the attention weights: (B, S), or (B, heads, S) for multi-head.
         """
-        positions = state.step.unsqueeze(1)
         if self.attention.attends_before_cell:
             context, weights = self.attention.attend(
                 state.hidden[-1].unsqueeze(1), memory.keys, memory.values, memory.mask, positions
@@ -133,6 +135,8 @@ class RNNSeq2Seq(Seq2Seq):
         super().__init__()
         self.encoder = RNNEncoder(cfg, src_vocab, pad_id)
         self.decoder = RNNDecoder(cfg, tgt_vocab, self.encoder.output_dim, pad_id)
+        if cfg.shared_embeddings:
+            self.encoder.embed.weight = self.decoder.embed.weight
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Memory:
         outputs, final = self.encoder(src, src_mask[:, 0].sum(-1))
@@ -143,7 +147,8 @@ class RNNSeq2Seq(Seq2Seq):
 
     def decode_step(self, memory: Memory, state: RNNState, prev_tokens: Tensor) -> Step:
         embedded = self.decoder.dropout(self.decoder.embed(prev_tokens))
-        attentional, state, weights = self.decoder.step(memory, state, embedded)
+        positions = self.source_positions(state.step.unsqueeze(1))
+        attentional, state, weights = self.decoder.step(memory, state, embedded, positions)
         return Step(torch.log_softmax(self.decoder.output(attentional), dim=-1), state, weights)
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
@@ -152,6 +157,7 @@ class RNNSeq2Seq(Seq2Seq):
         embedded = self.decoder.dropout(self.decoder.embed(tgt_in))
         outputs = []
         for t in range(tgt_in.size(1)):
-            attentional, state, _ = self.decoder.step(memory, state, embedded[:, t])
+            positions = self.source_positions(state.step.unsqueeze(1))
+            attentional, state, _ = self.decoder.step(memory, state, embedded[:, t], positions)
             outputs.append(attentional)
         return self.decoder.output(torch.stack(outputs, dim=1))

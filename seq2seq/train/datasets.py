@@ -19,6 +19,7 @@ class Datasets:
     train: TrainBatches
     valid_src: list[str]
     valid_ref: list[str]
+    length_ratio: float  # source pieces per target piece over the kept training pairs
 
 
 def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
@@ -63,7 +64,7 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
         tokenizer.src_vocab_size,
         tokenizer.tgt_vocab_size,
     )
-    batches = TrainBatches(
-        [src_ids[i] for i in keep], [tgt_ids[i] for i in keep], cfg.train.batch_tokens, cfg.seed
-    )
-    return Datasets(tokenizer, batches, valid.src, valid.tgt)
+    src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
+    ratio = sum(map(len, src_ids)) / max(sum(map(len, tgt_ids)), 1)
+    batches = TrainBatches(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.seed)
+    return Datasets(tokenizer, batches, valid.src, valid.tgt, ratio)

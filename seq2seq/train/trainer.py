@@ -335,15 +335,17 @@ def train(cfg: Config, run_dir: Path) -> dict:
     model = build_model(
         cfg.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, PAD_ID
     ).to(device)
+    model.length_ratio.fill_(data.length_ratio)
     trainer = Trainer(cfg, run, model, data, device, log)
     if resuming:
         trainer.restore(load_checkpoint(run.checkpoint("last")))
         log.info("resumed %s from step %d", run.root, trainer.progress.step)
     log.info(
-        "model: %s with %s attention, %d parameters; device %s",
+        "model: %s with %s attention, %d parameters; source/target length ratio %.3f; device %s",
         cfg.model.arch,
         cfg.model.attention.type,
         count_parameters(model),
+        data.length_ratio,
         device,
     )
     board = TensorBoardLog(run.tensorboard)

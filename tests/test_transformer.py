@@ -1,0 +1,80 @@
+"""What is particular to the Transformer; the shared model contract is in test_models.py."""
+
+import math
+
+import pytest
+import torch
+
+from seq2seq.attention import MultiHead, padding_mask
+from seq2seq.attention.scores import GeneralAttention, ScaledDotAttention
+from seq2seq.config import ModelConfig
+from seq2seq.models import build_model
+from seq2seq.models.transformer import sinusoids
+
+
+def tiny(**kw):
+    options = {"embed_dim": 16, "hidden_dim": 16, "ff_dim": 32, "dropout": 0.0, **kw}
+    cfg = ModelConfig(arch="transformer", encoder_layers=2, decoder_layers=2, **options)
+    torch.manual_seed(0)
+    return build_model(cfg, 30, 30, pad_id=0).eval()
+
+
+def test_sinusoids_follow_the_formula():
+    table = sinusoids(50, 8)
+    for pos in (0, 7, 49):
+        for i in range(4):
+            angle = pos / 10000 ** (2 * i / 8)
+            assert math.isclose(table[pos, 2 * i], math.sin(angle), abs_tol=1e-5)
+            assert math.isclose(table[pos, 2 * i + 1], math.cos(angle), abs_tol=1e-5)
+
+
+def test_a_target_position_never_sees_later_positions():
+    model = tiny(attention={"type": "multihead"})
+    src, mask = torch.randint(4, 30, (2, 5)), padding_mask(torch.tensor([5, 3]), 5)
+    tgt = torch.randint(4, 30, (2, 6))
+    changed = tgt.clone()
+    changed[:, 3] = (tgt[:, 3] + 1 - 4) % 26 + 4
+    with torch.no_grad():
+        a, b = model(src, mask, tgt), model(src, mask, changed)
+    torch.testing.assert_close(a[:, :3], b[:, :3])
+    assert (a[:, 3:] - b[:, 3:]).abs().amax(-1).min() > 1e-4
+
+
+def test_attention_comes_from_the_config_with_four_heads_by_default():
+    model = tiny(attention={"type": "general"}, self_attention={"type": "scaled-dot", "heads": 2})
+    for layer in model.decoder_layers:
+        assert isinstance(layer.cross_attention, MultiHead) and layer.cross_attention.heads == 4
+        assert isinstance(layer.cross_attention.inner, GeneralAttention)
+    for layer in [*model.encoder_layers, *model.decoder_layers]:
+        assert layer.self_attention.heads == 2
+        assert type(layer.self_attention.inner) is ScaledDotAttention
+
+
+def test_tied_and_shared_embeddings_are_one_tensor():
+    model = tiny(tied_embeddings=True, shared_embeddings=True)
+    assert model.output.weight is model.tgt_embed.tokens.weight
+    assert model.src_embed.tokens.weight is model.tgt_embed.tokens.weight
+    plain = tiny()
+    assert plain.output.weight is not plain.tgt_embed.tokens.weight
+    assert plain.src_embed.tokens.weight is not plain.tgt_embed.tokens.weight
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_post_norm_normalises_each_layer_output_and_pre_norm_does_not(norm):
+    model = tiny(norm=norm)
+    outputs = []
+    model.encoder_layers[-1].register_forward_hook(lambda m, i, out: outputs.append(out))
+    with torch.no_grad():
+        model.encode(torch.randint(4, 30, (2, 7)), padding_mask(torch.tensor([7, 7]), 7))
+    std = outputs[0].std(-1, unbiased=False)
+    normalised = torch.allclose(std, torch.ones_like(std), atol=1e-3)
+    assert normalised == (norm == "post")
+
+
+def test_sources_longer_than_the_position_table_still_encode():
+    model = tiny()
+    length = 1500  # the table starts at 1024 positions
+    src = torch.randint(4, 30, (1, length))
+    with torch.no_grad():
+        memory = model.encode(src, padding_mask(torch.tensor([length]), length))
+    assert memory.keys.shape[:3] == (1, 2, length) and torch.isfinite(memory.keys).all()
