@@ -1,6 +1,5 @@
 """What is particular to the RNN; the shared model contract is in test_models.py."""
 
-
 from seq2seq.config import ModelConfig
 from seq2seq.models import build_model
 
