@@ -5,8 +5,9 @@
 Each cell is an ordinary run directory, OUT/ARCH-TYPE (OUT defaults to
 runs/attention-matrix-TASK), trained with `seq2seq train` on the architecture's config
 for the task with `model.attention.type` set; a cell whose test/scores.json exists is
-not trained again. Prints a Markdown table of the first test set's BLEU and chrF and
-writes it, with the scores, to OUT/matrix.md and OUT/matrix.json.
+not trained again, and an interrupted one resumes. Each architecture's tokenizer is
+trained once and copied into its cells. Prints a Markdown table of the first test set's
+BLEU and chrF and writes it, with the scores, to OUT/matrix.md and OUT/matrix.json.
 
 toy (generated first if data/toy is missing) is checked: every type but `none` reaches
 test BLEU >= 90, and `none` stays at least 20 BLEU below the weakest of them. multi30k
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from seq2seq.attention import attention_names  # noqa: E402
+from seq2seq.config import load_config  # noqa: E402
+from seq2seq.data.corpus import drop_empty, read_parallel  # noqa: E402
+from seq2seq.data.tokenizer import train_tokenizer  # noqa: E402
 from seq2seq.data.toy import make_toy_corpus  # noqa: E402
 
 CONFIGS = {
@@ -42,12 +47,24 @@ PASS_BLEU = 90.0
 NONE_MARGIN = 20.0
 
 
+def shared_tokenizer(config: str, overrides: list[str], directory: Path) -> Path:
+    """Train the config's tokenizer once into `directory`: cells differ only in attention."""
+    if not directory.is_dir():
+        cfg = load_config(ROOT / config, overrides)
+        corpus, _ = drop_empty(read_parallel(cfg.data.train, cfg.data.src, cfg.data.tgt))
+        train_tokenizer(cfg.tokenizer, corpus.src, corpus.tgt, directory, cfg.seed)
+    return directory
+
+
 def train_cell(config: str, arch: str, kind: str, out: Path, overrides: list[str]) -> dict:
     """Train one cell unless it is done; returns its test scores and wall-clock seconds."""
     run = out / f"{arch}-{kind}"
     scores = run / "test" / "scores.json"
     seconds = None
     if not scores.is_file():
+        if not run.exists():  # a new run; an interrupted one resumes with its own
+            tokenizer = shared_tokenizer(config, overrides, out / f"tokenizer-{arch}")
+            shutil.copytree(tokenizer, run / "tokenizer")
         command = [
             sys.executable, "-m", "seq2seq", "train", "--config", config,
             "--run-dir", str(run), "--set", f"model.attention.type={kind}",
@@ -116,6 +133,8 @@ def main() -> None:
 
     cells = [(arch, kind) for arch in args.archs for kind in args.types]
     configs = CONFIGS[args.task]
+    for arch in args.archs:
+        shared_tokenizer(configs[arch], args.set, out / f"tokenizer-{arch}")
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         done = pool.map(lambda cell: train_cell(configs[cell[0]], *cell, out, args.set), cells)
         flat = dict(zip(cells, done, strict=True))

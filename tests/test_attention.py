@@ -269,11 +269,18 @@ def test_a_new_type_plugs_in_with_one_class_and_one_decorator(monkeypatch):
         def score(self, query, keys):
             return -(torch.cdist(query, keys) ** 2)
 
-    cfg = ModelConfig(embed_dim=8, hidden_dim=8, dropout=0.0, attention={"type": "test-euclidean"})
-    model = build_model(cfg, 20, 20, pad_id=0)
-    assert isinstance(model.decoder.attention, EuclideanAttention)
     src, tgt = torch.randint(4, 20, (2, 5)), torch.randint(4, 20, (2, 3))
-    assert model(src, padding_mask(torch.tensor([5, 2]), 5), tgt).shape == (2, 3, 20)
+    mask = padding_mask(torch.tensor([5, 2]), 5)
+    for arch in ("rnn", "transformer"):
+        cfg = ModelConfig(
+            arch=arch, embed_dim=8, hidden_dim=8, dropout=0.0,
+            attention={"type": "test-euclidean"}, self_attention={"type": "test-euclidean"},
+        )  # fmt: skip
+        model = build_model(cfg, 20, 20, pad_id=0)
+        found = [m for m in model.modules() if isinstance(m, EuclideanAttention)]
+        # RNN: the decoder's; Transformer: a head score in each self- and cross-attention.
+        assert len(found) == (1 if arch == "rnn" else 3)
+        assert model(src, mask, tgt).shape == (2, 3, 20)
 
 
 @pytest.mark.parametrize("name", ["scaled-dot", "multihead", "dot"])

@@ -16,10 +16,15 @@ from torch import Tensor, nn
 
 @dataclass
 class Memory:
-    """The encoded source: batch-first tensors, so beams can reorder it by index."""
+    """The encoded source: batch-first tensors, so beams can reorder it by index.
 
-    keys: Tensor  # (B, S, Dk), already through the attention's `prepare_keys`
-    values: Tensor  # (B, S, Dv)
+    Keys and values are already through the attention's `prepare_keys`/`prepare_values`,
+    once per source rather than once per step. A Transformer keeps one pair per decoder
+    layer, stacked on dim 1: (B, L, S, D).
+    """
+
+    keys: Tensor  # (B, S, Dk), or (B, L, S, Dk)
+    values: Tensor  # (B, S, Dv), or (B, L, S, Dv)
     mask: Tensor  # (B, 1, S), True at real source positions
     summary: Tensor  # (B, Ds), a fixed-size summary of the source (final encoder state)
 
