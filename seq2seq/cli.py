@@ -43,21 +43,68 @@ def train(
     run_training(cfg, run_dir or Path("runs") / cfg.name)
 
 
+def _format(index: int, found: list, nbest: int) -> str:
+    """The output of one input line: its translation, or with --nbest N, always N lines
+    `LINE<TAB>SCORE<TAB>TEXT` (a blank line gives N empty hypotheses of score 0)."""
+    if nbest == 1:
+        return (found[0].text if found else "") + "\n"
+    rows = [(t.score, t.text) for t in found] or [(0.0, "")] * nbest
+    rows += [(float("-inf"), "")] * (nbest - len(rows))  # fewer exist than asked for
+    return "".join(f"{index}\t{score:.4f}\t{text}\n" for score, text in rows)
+
+
 @app.command()
 def translate(
     run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
     checkpoint: Annotated[str, typer.Option(help="best, last, step-N or a .pt file")] = "best",
     input: Annotated[Path | None, typer.Option("--input", "-i", help="default: stdin")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="default: stdout")] = None,
-    batch_tokens: Annotated[int | None, typer.Option(min=1)] = None,
+    beam: Annotated[
+        int | None, typer.Option(min=1, help="beam size, 1 = greedy; default: decode.beam")
+    ] = None,
+    nbest: Annotated[
+        int, typer.Option(min=1, help="write the N best: LINE<TAB>SCORE<TAB>TEXT, N per line")
+    ] = 1,
+    length_penalty: Annotated[
+        float | None, typer.Option(min=0.0, help="GNMT alpha; default: decode.length_penalty")
+    ] = None,
+    batch_tokens: Annotated[
+        int | None, typer.Option(min=1, help="padded source tokens x beam per batch")
+    ] = None,
+    alignments: Annotated[
+        Path | None, typer.Option(help="write Pharaoh word alignments (i-j), a line per input")
+    ] = None,
 ) -> None:
-    """Translate a file (or stdin) line by line; output stays line-aligned with input."""
+    """Translate a file (or stdin) line by line; output stays line-aligned with input.
+
+    On a terminal, stdin is translated interactively: one line in, one translation out.
+    """
     from seq2seq.checkpoint import atomic_write_text
     from seq2seq.decode.translate import Translator
 
-    translator = Translator.from_run(run, checkpoint)
+    options = {"beam": beam, "length_penalty": length_penalty, "batch_tokens": batch_tokens}
+    translator = Translator.from_run(run, checkpoint, options)
+    if nbest > translator.decode.beam:
+        raise UserError(f"--nbest {nbest} needs a beam at least as wide; pass --beam {nbest}")
+    interactive = input is None and sys.stdin.isatty()
+    if interactive and (alignments or output):
+        raise UserError("interactive translation writes to the terminal; pass --input FILE")
+    if interactive:
+        print("seq2seq: type a sentence and press Enter; Ctrl-D ends", file=sys.stderr)
+        for index, line in enumerate(sys.stdin):
+            found = translator.translate_nbest([line.rstrip("\n")], nbest)[0]
+            print(_format(index, found, nbest), end="", flush=True)
+        return
+
     lines = _read_lines(input or Path("/dev/stdin"))
-    text = "".join(line + "\n" for line in translator.translate(lines, batch_tokens))
+    found = translator.translate_nbest(lines, nbest)
+    text = "".join(_format(i, hyps, nbest) for i, hyps in enumerate(found))
+    if alignments is not None:
+        pairs = [
+            translator.alignment(line, hyps[0]) if hyps else ""
+            for line, hyps in zip(lines, found, strict=True)
+        ]
+        atomic_write_text(alignments, "".join(p + "\n" for p in pairs))
     if output is None:
         sys.stdout.write(text)
     else:
@@ -70,6 +117,9 @@ def evaluate(
     src: Annotated[Path, typer.Option("--src", help="source sentences, one per line")],
     ref: Annotated[Path, typer.Option("--ref", help="reference translations, one per line")],
     checkpoint: Annotated[str, typer.Option(help="best, last, step-N or a .pt file")] = "best",
+    beam: Annotated[
+        int | None, typer.Option(min=1, help="beam size, 1 = greedy; default: decode.beam")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Translate --src and score it against --ref: BLEU and chrF with sacrebleu signatures."""
@@ -82,7 +132,8 @@ def evaluate(
             f"{src} has {len(sources)} lines but {ref} has {len(references)}; "
             "give one reference per source line"
         )
-    scores = score_corpus(Translator.from_run(run, checkpoint).translate(sources), references)
+    translator = Translator.from_run(run, checkpoint, {"beam": beam})
+    scores = score_corpus(translator.translate(sources), references)
     print(json.dumps(scores.to_dict()) if as_json else str(scores))
 
 

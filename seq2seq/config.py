@@ -203,9 +203,16 @@ class TrainConfig(Section):
 
 
 class DecodeConfig(Section):
+    """How `translate`, `evaluate` and the test sets decode (validation is always greedy)."""
+
+    beam: PositiveInt = Field(5, description="beam size; 1 is greedy search")
+    length_penalty: float = Field(
+        1.0, ge=0, description="GNMT alpha: score = log P / ((5 + length) / 6) ** alpha"
+    )
+    min_len: int = Field(1, ge=0, description="output tokens before EOS is allowed")
     max_len_ratio: float = Field(2.0, gt=0, description="output limit: ratio x source + offset")
     max_len_offset: int = Field(10, ge=0)
-    batch_tokens: PositiveInt = 4000
+    batch_tokens: PositiveInt = Field(4000, description="padded source tokens x beam per batch")
 
 
 class Config(Section):

@@ -136,6 +136,70 @@ def test_transformer_resumes_exactly_and_translates(toy, tmp_path, capsys):
     assert picture.read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.fixture(scope="module")
+def trained(toy, tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    assert train(toy, run_dir, "train.max_steps=30", "train.valid_every=30") == 0
+    return run_dir
+
+
+SOURCES = ["boka mimi toto tape podo", "", "toto", "   ", "mimi tape podo boka", "tape"]
+
+
+def translate_file(run_dir: Path, tmp_path: Path, lines: list[str], *options: str) -> list[str]:
+    source, output = tmp_path / "src.txt", tmp_path / "out.txt"
+    source.write_text("".join(line + "\n" for line in lines))
+    args = ["translate", "--run", run_dir, "-i", source, "-o", output, *options]
+    assert run_cli(*args) == 0
+    return output.read_text().split("\n")[:-1]
+
+
+def test_translate_batches_in_any_order_and_restores_the_input_order(trained, tmp_path):
+    batched = translate_file(trained, tmp_path, SOURCES, "--beam", "3")
+    assert len(batched) == len(SOURCES) and batched[1] == batched[3] == ""
+    one_by_one = translate_file(trained, tmp_path, SOURCES, "--beam", "3", "--batch-tokens", "1")
+    assert one_by_one == batched
+    backwards = translate_file(trained, tmp_path, SOURCES[::-1], "--beam", "3")
+    assert backwards == batched[::-1]
+
+
+def test_nbest_lists_are_tab_separated_sorted_and_distinct(trained, tmp_path):
+    rows = translate_file(trained, tmp_path, SOURCES, "--beam", "4", "--nbest", "3")
+    assert len(rows) == 3 * len(SOURCES)
+    best = translate_file(trained, tmp_path, SOURCES, "--beam", "4")
+    for i in range(len(SOURCES)):
+        fields = [row.split("\t") for row in rows[3 * i : 3 * i + 3]]
+        assert all(len(f) == 3 and f[0] == str(i) for f in fields)
+        scores = [float(f[1]) for f in fields]
+        assert scores == sorted(scores, reverse=True)
+        assert fields[0][2] == best[i]
+        if SOURCES[i].strip():
+            assert len({f[2] for f in fields}) == 3 or scores[-1] == float("-inf")
+
+
+def test_alignments_are_pharaoh_pairs_of_valid_words(trained, tmp_path):
+    links = tmp_path / "links.txt"
+    outputs = translate_file(trained, tmp_path, SOURCES, "--alignments", links)
+    lines = links.read_text().split("\n")[:-1]
+    assert len(lines) == len(SOURCES)
+    for source, output, line in zip(SOURCES, outputs, lines, strict=True):
+        pairs = [tuple(map(int, pair.split("-"))) for pair in line.split()]
+        if not output:
+            assert pairs == []
+            continue
+        assert pairs == sorted(set(pairs))
+        assert all(0 <= i < len(source.split()) and 0 <= j < len(output.split()) for i, j in pairs)
+        assert {j for _, j in pairs} <= set(range(len(output.split())))
+
+
+def test_translate_refuses_an_nbest_wider_than_the_beam(trained, tmp_path, capsys):
+    source = tmp_path / "s.txt"
+    source.write_text("toto\n")
+    capsys.readouterr()
+    assert run_cli("translate", "--run", trained, "-i", source, "--beam", "2", "--nbest", "3") == 2
+    assert "--beam 3" in one_error_line(capsys)
+
+
 def test_resume_refuses_another_model(toy, tmp_path, capsys):
     assert train(toy, tmp_path / "r", "train.max_steps=2") == 0
     assert train(toy, tmp_path / "r", "model.hidden_dim=8") == 2

@@ -5,7 +5,7 @@ import torch
 
 from seq2seq.attention import attention_names, padding_mask
 from seq2seq.config import ModelConfig
-from seq2seq.decode.search import greedy, output_limits
+from seq2seq.decode.search import beam_search, output_limits
 from seq2seq.models import build_model
 
 ARCHS = ["rnn", "transformer"]
@@ -68,25 +68,29 @@ def test_step_by_step_decoding_equals_teacher_forcing(arch, variant, attention, 
 
 @pytest.mark.parametrize("attention, heads", ATTENTIONS, ids=ATTENTION_IDS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_a_sentence_decodes_alone_as_inside_a_padded_batch(arch, attention, heads):
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_sentence_decodes_alone_as_inside_a_padded_batch(arch, attention, heads, beam):
     model = tiny(arch, attention, heads=heads)
     src, mask, _ = batch()
     lengths = mask[:, 0].sum(-1)
     limits = output_limits(lengths, 2.0, 2)
-    together = greedy(model, src, mask, limits, 2, 3)
+    together = beam_search(model, src, mask, limits, 2, 3, beam=beam, nbest=beam, alpha=1.0)
     for row, length in enumerate(lengths.tolist()):
-        alone = greedy(
+        alone = beam_search(
             model,
             src[row : row + 1, :length],
             mask[row : row + 1, :, :length],
             limits[row : row + 1],
             2,
             3,
-        )
-        assert alone.tokens[0] == together.tokens[row]
-        torch.testing.assert_close(
-            alone.attention[0], together.attention[row], atol=1e-5, rtol=1e-5
-        )
+            beam=beam,
+            nbest=beam,
+            alpha=1.0,
+        )[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in together[row]]
+        for a, b in zip(alone, together[row], strict=True):
+            assert a.score == pytest.approx(b.score, abs=1e-5)
+            torch.testing.assert_close(a.attention, b.attention, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -161,6 +165,7 @@ def test_training_fits_a_copy_task_and_greedy_reproduces_it(arch):
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < 0.1 * losses[0]
-    hyps = greedy(model.eval(), src, mask, output_limits(torch.full((16,), 6), 2.0, 2), 2, 3)
-    assert hyps.tokens == src[:, :-1].tolist()
-    assert hyps.attention[0].shape[0] == 6 and hyps.attention[0].shape[-1] == 6
+    limits = output_limits(torch.full((16,), 6), 2.0, 2)
+    best = [hyps[0] for hyps in beam_search(model.eval(), src, mask, limits, 2, 3)]
+    assert [h.tokens for h in best] == src[:, :-1].tolist()
+    assert best[0].attention.shape[0] == 6 and best[0].attention.shape[-1] == 6

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
+from pydantic import ValidationError
 
 from seq2seq.attention import padding_mask
 from seq2seq.checkpoint import RunDir, load_checkpoint
-from seq2seq.config import Config, DecodeConfig, config_from_dict
+from seq2seq.config import Config, DecodeConfig, config_from_dict, describe_validation_error
 from seq2seq.data.batching import make_batch, token_batches
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from seq2seq.decode.search import Hypotheses, greedy, output_limits
+from seq2seq.decode.alignment import pharaoh, word_alignment
+from seq2seq.decode.search import Hypothesis, beam_search, output_limits
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq, build_model
 
@@ -40,6 +43,16 @@ class AttentionMap:
     translation: str
 
 
+@dataclass
+class Translation:
+    """One hypothesis for one input line."""
+
+    text: str
+    score: float  # log-probability over the length penalty
+    tokens: list[int]
+    attention: torch.Tensor  # (len(tokens) + 1, [heads,] source pieces + 1), EOS last
+
+
 class Translator:
     """Translates lists of lines with a model; empty or blank lines give empty lines."""
 
@@ -56,7 +69,10 @@ class Translator:
         self.device = device
 
     @classmethod
-    def from_run(cls, run_dir: Path, checkpoint: str = "best") -> Translator:
+    def from_run(
+        cls, run_dir: Path, checkpoint: str = "best", decode: dict[str, Any] | None = None
+    ) -> Translator:
+        """The run's model and tokenizer; `decode` overrides fields of its decode config."""
         run = RunDir(Path(run_dir))
         cfg = load_run_config(run)
         path = run.resolve_checkpoint(checkpoint)
@@ -64,44 +80,82 @@ class Translator:
         model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
         state = load_checkpoint(path)
         model.load_state_dict(state["model"])
-        return cls(model, tokenizer, cfg.decode, pick_device(cfg.train.device))
+        options = cfg.decode.model_dump() | {
+            k: v for k, v in (decode or {}).items() if v is not None
+        }
+        try:
+            decode_cfg = DecodeConfig.model_validate(options)
+        except ValidationError as error:
+            problem = describe_validation_error(error).removeprefix("config error: ")
+            raise UserError(f"bad decoding option: {problem}") from None
+        return cls(model, tokenizer, decode_cfg, pick_device(cfg.train.device))
 
-    def translate(self, lines: list[str], batch_tokens: int | None = None) -> list[str]:
-        outputs = [""] * len(lines)
+    def translate(self, lines: list[str]) -> list[str]:
+        """The best translation of each line."""
+        return [hyps[0].text if hyps else "" for hyps in self.translate_nbest(lines, 1)]
+
+    def translate_nbest(self, lines: list[str], nbest: int = 1) -> list[list[Translation]]:
+        """The `nbest` best translations of each line, best first; [] for a blank line.
+
+        Lines are batched in length order (`decode.batch_tokens` padded source tokens,
+        counted once per beam, and at least one line per batch) and returned in input order.
+        """
+        outputs: list[list[Translation]] = [[] for _ in lines]
         keep = [i for i, line in enumerate(lines) if line.strip()]
         if not keep:
             return outputs
         src_ids = self.tokenizer.encode_src([lines[i] for i in keep])
-        budget = batch_tokens or self.decode.batch_tokens
+        budget = max(self.decode.batch_tokens // self.decode.beam, 1)
         was_training = self.model.training
         self.model.eval()
         for group in token_batches([len(s) for s in src_ids], None, budget):
-            hyps = self.search([src_ids[i] for i in group]).tokens
-            for position, text in zip(group, self.tokenizer.decode_tgt(hyps), strict=True):
-                outputs[keep[position]] = text
+            found = self.search([src_ids[i] for i in group], nbest)
+            for position, hyps in zip(group, found, strict=True):
+                texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
+                outputs[keep[position]] = [
+                    Translation(text, h.score, h.tokens, h.attention)
+                    for text, h in zip(texts, hyps, strict=True)
+                ]
         self.model.train(was_training)
         return outputs
+
+    def alignment(self, line: str, translation: Translation) -> str:
+        """Pharaoh word alignment (i-j) of a line and its translation."""
+        if not translation.tokens:
+            return ""
+        pairs = word_alignment(
+            translation.attention,
+            self.tokenizer.src_pieces(line),
+            self.tokenizer.tgt_pieces_from_ids(translation.tokens),
+            len(line.split()),
+            len(translation.text.split()),
+        )
+        return pharaoh(pairs)
 
     def attention_map(self, line: str) -> AttentionMap:
         """Translate one line and return its attention with the pieces that label it."""
         if not line.strip():
             raise UserError("nothing to translate: the source sentence is empty")
-        hyps = self.search(self.tokenizer.encode_src([line]))
-        tokens = hyps.tokens[0]
+        best = self.translate_nbest([line])[0][0]
         return AttentionMap(
             src_pieces=[*self.tokenizer.src_pieces(line), "</s>"],
-            tgt_pieces=self.tokenizer.tgt_pieces_from_ids([*tokens, EOS_ID]),
-            weights=hyps.attention[0],
-            translation=self.tokenizer.decode_tgt([tokens])[0],
+            tgt_pieces=self.tokenizer.tgt_pieces_from_ids([*best.tokens, EOS_ID]),
+            weights=best.attention,
+            translation=best.text,
         )
 
-    def search(self, src_ids: list[list[int]]) -> Hypotheses:
+    def search(self, src_ids: list[list[int]], nbest: int = 1) -> list[list[Hypothesis]]:
         batch = make_batch(src_ids, None, list(range(len(src_ids)))).to(self.device)
-        return greedy(
+        decode = self.decode
+        return beam_search(
             self.model,
             batch.src,
             padding_mask(batch.src_lengths, batch.src.size(1)),
-            output_limits(batch.src_lengths, self.decode.max_len_ratio, self.decode.max_len_offset),
+            output_limits(batch.src_lengths, decode.max_len_ratio, decode.max_len_offset),
             BOS_ID,
             EOS_ID,
+            beam=decode.beam,
+            nbest=nbest,
+            alpha=decode.length_penalty,
+            min_length=decode.min_len,
         )

@@ -72,7 +72,9 @@ class Validator:
         was_training = model.training
         model.eval()
         loss = self.teacher_forced_loss(model)
-        translator = Translator(model, self.data.tokenizer, self.cfg.decode, self.device)
+        # Greedy: validation runs often, and it ranks checkpoints rather than scoring them.
+        greedy = self.cfg.decode.model_copy(update={"beam": 1})
+        translator = Translator(model, self.data.tokenizer, greedy, self.device)
         hypotheses = translator.translate(self.data.valid_src)
         scores = score_corpus(hypotheses, self.data.valid_ref)
         maps = [translator.attention_map(line) for line in self.heatmap_sources]

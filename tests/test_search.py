@@ -1,0 +1,143 @@
+"""Beam search: greedy as beam 1, exhaustive correctness, n-best lists, length limits."""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from seq2seq.attention import padding_mask
+from seq2seq.config import ModelConfig
+from seq2seq.decode.search import beam_search, length_penalty
+from seq2seq.models import build_model
+
+BOS, EOS = 2, 3
+ARCHS = ["rnn", "transformer"]
+
+
+def tiny(arch, vocab=30):
+    cfg = ModelConfig(
+        arch=arch, embed_dim=16, hidden_dim=16, ff_dim=32, dropout=0.0,
+        attention={"type": "general"},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = build_model(cfg, 30, vocab, pad_id=0).eval()
+    # Sharper than at initialisation, so that different choices have different scores.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)
+    return model
+
+
+def source(lengths=(6, 4, 2)):
+    torch.manual_seed(1)
+    src = torch.randint(4, 30, (len(lengths), max(lengths)))
+    mask = padding_mask(torch.tensor(lengths), max(lengths))
+    return src.masked_fill(~mask[:, 0], 0), mask
+
+
+def reference_greedy(model, src, mask, limit, min_length):
+    """The most probable token at each step, one sentence, written the plain way."""
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        state, prev, out = model.init_state(memory), torch.tensor([BOS]), []
+        for t in range(limit):
+            step = model.decode_step(memory, state, prev)
+            log_probs = step.log_probs[0].clone()
+            if t < min_length:
+                log_probs[EOS] = float("-inf")
+            token = EOS if t + 1 >= limit else int(log_probs.argmax())
+            if token == EOS:
+                return out
+            out.append(token)
+            state, prev = step.state, torch.tensor([token])
+    return out
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("alpha, min_length", [(0.0, 0), (1.0, 3)])
+def test_beam_1_is_greedy(arch, alpha, min_length):
+    model = tiny(arch)
+    src, mask = source()
+    limits = torch.tensor([9, 7, 4])
+    found = beam_search(model, src, mask, limits, BOS, EOS, 1, 1, alpha, min_length)
+    for row, length in enumerate(mask[:, 0].sum(-1).tolist()):
+        expected = reference_greedy(
+            model, src[row : row + 1, :length], mask[row : row + 1, :, :length],
+            int(limits[row]), min_length,
+        )  # fmt: skip
+        assert found[row][0].tokens == expected
+
+
+def sequence_log_prob(model, src, mask, tokens):
+    tgt_in = torch.tensor([[BOS, *tokens]])
+    with torch.no_grad():
+        log_probs = model(src, mask, tgt_in).log_softmax(-1)[0]
+    return float(sum(log_probs[t, y] for t, y in enumerate([*tokens, EOS])))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_an_exhaustive_beam_finds_the_best_sequences(arch, alpha):
+    vocab, limit = 6, 4  # outputs of at most 3 tokens + EOS over 6 ids: 259 sequences
+    model = tiny(arch, vocab)
+    src, mask = source((5,))
+    everything = [
+        list(seq)
+        for n in range(limit)
+        for seq in itertools.product([t for t in range(vocab) if t != EOS], repeat=n)
+    ]
+    scored = sorted(
+        (
+            sequence_log_prob(model, src, mask, seq) / float(length_penalty(
+                torch.tensor(len(seq) + 1.0), alpha
+            )),
+            seq,
+        )
+        for seq in everything
+    )[::-1]  # fmt: skip
+    beam = (vocab - 1) ** (limit - 1)  # wide enough to keep every open prefix
+    found = beam_search(model, src, mask, torch.tensor([limit]), BOS, EOS, beam, 10, alpha)[0]
+    assert [h.tokens for h in found] == [seq for _, seq in scored[:10]]
+    for hyp, (score, _) in zip(found, scored, strict=False):
+        assert hyp.score == pytest.approx(score, abs=1e-4)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_nbest_lists_are_sorted_distinct_and_within_the_limits(arch):
+    model = tiny(arch)
+    src, mask = source()
+    limits = torch.tensor([8, 6, 5])
+    found = beam_search(model, src, mask, limits, BOS, EOS, beam=5, nbest=5, alpha=0.6,
+                        min_length=2)  # fmt: skip
+    for row, hyps in enumerate(found):
+        assert len(hyps) == 5
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True) and all(math.isfinite(s) for s in scores)
+        assert len({tuple(h.tokens) for h in hyps}) == 5
+        for h in hyps:
+            assert 2 <= len(h.tokens) <= limits[row] - 1 and EOS not in h.tokens
+            assert h.attention.shape[0] == len(h.tokens) + 1
+            assert h.attention.shape[-1] == mask[row, 0].sum()
+    with pytest.raises(ValueError, match="nbest"):
+        beam_search(model, src, mask, limits, BOS, EOS, beam=2, nbest=3)
+
+
+def test_a_wider_beam_never_scores_worse_on_log_probability():
+    model = tiny("rnn")
+    src, mask = source()
+    limits = torch.tensor([10, 8, 6])
+    narrow = beam_search(model, src, mask, limits, BOS, EOS, beam=1)
+    wide = beam_search(model, src, mask, limits, BOS, EOS, beam=8)
+    # Not a theorem for every input, but with alpha 0 a beam of 8 over a greedy path
+    # should not lose on this small case; a search bug typically breaks it.
+    for a, b in zip(narrow, wide, strict=True):
+        assert b[0].score >= a[0].score - 1e-6
+
+
+def test_the_length_cap_wins_over_the_minimum_length():
+    model = tiny("transformer")
+    src, mask = source()
+    limits = torch.tensor([3, 1, 2])
+    found = beam_search(model, src, mask, limits, BOS, EOS, beam=3, nbest=1, min_length=5)
+    assert [len(hyps[0].tokens) for hyps in found] == [2, 0, 1]
