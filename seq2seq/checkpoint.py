@@ -124,3 +124,41 @@ def update_best(
         key=lambda item: (-item[0] if higher_is_better else item[0], item[1]),
     )
     return ranked[:keep], [s for _, s in ranked[keep:]]
+
+
+def step_checkpoints(run: RunDir) -> list[Path]:
+    """The run's `step-N.pt` checkpoints (the keep_best best), oldest step first."""
+    found = []
+    for path in run.checkpoints.glob("step-*.pt"):
+        step = path.stem.removeprefix("step-")
+        if step.isdigit():
+            found.append((int(step), path))
+    return [path for _, path in sorted(found)]
+
+
+def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
+    """The element-wise mean of the models in `paths`: a checkpoint `translate` can use.
+
+    Floating-point tensors are averaged in float64 and cast back; other tensors (counts,
+    flags) must agree and are kept.
+    """
+    if not paths:
+        raise UserError("no checkpoints to average; pass --last N or --checkpoints FILE ...")
+    models = [load_checkpoint(path)["model"] for path in paths]
+    first = models[0]
+    for path, model in zip(paths[1:], models[1:], strict=True):
+        for name, tensor in first.items():
+            other = model.get(name)
+            if other is None or other.shape != tensor.shape:
+                raise UserError(
+                    f"{path} does not match {paths[0]} at {name}: checkpoints of different "
+                    "models cannot be averaged; pick checkpoints of one run"
+                )
+    averaged = {}
+    for name, tensor in first.items():
+        if tensor.is_floating_point():
+            total = sum(model[name].double() for model in models)
+            averaged[name] = (total / len(models)).to(tensor.dtype)
+        else:
+            averaged[name] = tensor.clone()
+    return {"model": averaged, "averaged": [str(path) for path in paths]}

@@ -137,6 +137,41 @@ def evaluate(
     print(json.dumps(scores.to_dict()) if as_json else str(scores))
 
 
+@app.command()
+def average(
+    run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
+    last: Annotated[
+        int | None, typer.Option(min=1, help="average the N latest step-N checkpoints")
+    ] = None,
+    checkpoints: Annotated[
+        list[str] | None,
+        typer.Option("--checkpoints", help="checkpoints to average: step-N, best, last or FILE"),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="default: DIR/checkpoints/averaged.pt")
+    ] = None,
+) -> None:
+    """Average checkpoint parameters into one checkpoint (translate --checkpoint averaged)."""
+    from seq2seq.checkpoint import RunDir, average_checkpoints, save_checkpoint, step_checkpoints
+
+    if (last is None) == (not checkpoints):
+        raise UserError("pass either --last N or --checkpoints NAME ... (one of the two)")
+    run_dir = RunDir(run)
+    if checkpoints:
+        paths = [run_dir.resolve_checkpoint(name) for name in checkpoints]
+    else:
+        available = step_checkpoints(run_dir)
+        if len(available) < last:
+            raise UserError(
+                f"--last {last} asks for more step checkpoints than {run} has "
+                f"({len(available)}; train.keep_best keeps that many); pass a smaller N"
+            )
+        paths = available[-last:]
+    target = output or run_dir.checkpoint("averaged")
+    save_checkpoint(target, average_checkpoints(paths))
+    print(f"averaged {len(paths)} checkpoints into {target}", file=sys.stderr)
+
+
 @app.command("plot-attention")
 def plot_attention(
     run: Annotated[Path, typer.Option("--run", help="a trained run directory")],

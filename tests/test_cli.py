@@ -139,7 +139,7 @@ def test_transformer_resumes_exactly_and_translates(toy, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def trained(toy, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("trained") / "run"
-    assert train(toy, run_dir, "train.max_steps=30", "train.valid_every=30") == 0
+    assert train(toy, run_dir, "train.max_steps=30", "train.valid_every=10") == 0
     return run_dir
 
 
@@ -251,3 +251,27 @@ def test_console_script_reports_one_line_and_status_2(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "config file" in result.stderr
+
+
+def test_average_of_checkpoints_is_their_mean_and_translates(trained, tmp_path, capsys):
+    steps = sorted((trained / "checkpoints").glob("step-*.pt"))
+    assert len(steps) == 2
+    assert run_cli("average", "--run", trained, "--last", "2") == 0
+    averaged = parameters(trained, "averaged")
+    a, b = (torch.load(p, weights_only=True)["model"] for p in steps)
+    for name, tensor in averaged.items():
+        torch.testing.assert_close(tensor, (a[name] + b[name]) / 2)
+    assert not torch.equal(a["decoder.output.weight"], b["decoder.output.weight"])
+    out = translate_file(trained, tmp_path, ["toto tape"], "--checkpoint", "averaged")
+    assert len(out) == 1
+
+    mine = tmp_path / "mine.pt"
+    names = [p.stem for p in steps]
+    assert run_cli("average", "--run", trained, "--checkpoints", *names[:1], "-o", mine) == 0
+    assert torch.equal(torch.load(mine, weights_only=True)["model"]["decoder.output.weight"],
+                       a["decoder.output.weight"])  # fmt: skip
+    capsys.readouterr()
+    assert run_cli("average", "--run", trained, "--last", "5") == 2
+    assert "--last 5" in one_error_line(capsys)
+    assert run_cli("average", "--run", trained) == 2
+    assert "either --last N or --checkpoints" in one_error_line(capsys)
