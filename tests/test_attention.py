@@ -291,3 +291,20 @@ def test_skipping_the_weights_gives_the_same_context(name):
     fused = attention(query, keys, values, mask, positions, need_weights=False)
     torch.testing.assert_close(fused.context, with_weights.context)
     assert with_weights.weights is not None
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_multi_head_with_one_head_equals_its_base_score(name):
+    options = {"window": 2, "max_source_len": 6}
+    torch.manual_seed(0)
+    registered = attention_base._REGISTRY[name]  # multihead is MultiHead over scaled-dot
+    wrapper = registered if issubclass(registered, MultiHead) else MultiHead
+    multi = wrapper(8, 8, AttentionConfig(type=name, heads=1, **options))
+    for proj in (multi.query_proj, multi.key_proj, multi.value_proj, multi.out_proj):
+        torch.nn.init.eye_(proj.weight)
+    query, keys, values, mask, positions = inputs()
+    out = multi(query, keys, values, mask, positions)
+    base = multi.inner(query, keys, values, mask, positions)  # the score alone, same weights
+    assert out.weights.shape == (3, 1, 2, 6)
+    torch.testing.assert_close(out.weights[:, 0], base.weights)
+    torch.testing.assert_close(out.context, base.context)

@@ -112,7 +112,8 @@ def beam_search(
         if bool(done.all()):
             break
         scores = scores.masked_fill(done.unsqueeze(1), float("-inf"))
-        state = step.state.index_select(origin)
+        # With one beam every slot extends its own row: nothing to reorder.
+        state = step.state.index_select(origin) if beam > 1 else step.state
         prev = token
     return _read_back(finished, tokens, origins, weights, src_mask, nbest)
 
