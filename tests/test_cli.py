@@ -275,3 +275,29 @@ def test_average_of_checkpoints_is_their_mean_and_translates(trained, tmp_path, 
     assert "--last 5" in one_error_line(capsys)
     assert run_cli("average", "--run", trained) == 2
     assert "either --last N or --checkpoints" in one_error_line(capsys)
+
+
+def test_a_terminal_gets_each_translation_as_soon_as_its_line_is_typed(trained, tmp_path):
+    import os
+    import pty
+    import select
+
+    expected = translate_file(trained, tmp_path, ["toto tape", "mimi"])
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "seq2seq", "translate", "--run", str(trained)],
+        stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    os.close(follower)
+    try:
+        for line, translation in zip(["toto tape", "mimi"], expected, strict=True):
+            os.write(leader, (line + "\n").encode())
+            # The answer comes while stdin is still open: flushed per line, not at the end.
+            ready, _, _ = select.select([process.stdout], [], [], 60)
+            assert ready, "no translation within 60 s"
+            assert process.stdout.readline().decode().rstrip("\n") == translation
+        os.write(leader, b"\x04")  # Ctrl-D
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        os.close(leader)
