@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from seq2seq.errors import UserError
+from seq2seq.train.interrupt import Interrupted
 
 app = typer.Typer(
     add_completion=False,
@@ -37,7 +38,7 @@ def train(
 ) -> None:
     """Train a model (or resume the run in --run-dir), then score the test sets."""
     from seq2seq.config import load_config
-    from seq2seq.train.trainer import train as run_training
+    from seq2seq.train.run import train as run_training
 
     cfg = load_config(config, overrides or [])
     run_training(cfg, run_dir or Path("runs") / cfg.name)
@@ -202,6 +203,9 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as error:
         print(f"seq2seq: error: {error}", file=sys.stderr)
         sys.exit(2)
+    except Interrupted as stop:
+        print(f"seq2seq: {stop}", file=sys.stderr)
+        sys.exit(stop.exit_code)
     except typer.Abort:
         print("seq2seq: interrupted", file=sys.stderr)
         sys.exit(130)

@@ -193,6 +193,9 @@ class TrainConfig(Section):
     metric: Literal["bleu", "chrf", "loss"] = "bleu"
     patience: PositiveInt | None = Field(10, description="early stopping, in validations")
     keep_best: PositiveInt = 3
+    max_skipped_updates: PositiveInt = Field(
+        10, description="stop after this many non-finite updates in a row"
+    )
     threads: PositiveInt | None = Field(None, description="CPU threads; default: all cores")
     device: Literal["auto", "cpu", "cuda"] = "auto"
 

@@ -7,6 +7,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
+
+from seq2seq.data.toy import make_toy_corpus
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
@@ -22,3 +25,25 @@ def load_script():
         return module
 
     return load
+
+
+@pytest.fixture(scope="session")
+def toy(tmp_path_factory) -> Path:
+    """A tiny toy corpus and a run config for it (RNN, 16 dims): for end-to-end tests."""
+    root = tmp_path_factory.mktemp("toy")
+    make_toy_corpus(root / "data", seed=3, train=300, valid=12, test=10, max_words=5)
+    config = {
+        "name": "tiny",
+        "data": {
+            "src": "src",
+            "tgt": "tgt",
+            "train": str(root / "data/train"),
+            "valid": str(root / "data/valid"),
+            "test": [str(root / "data/test")],
+        },
+        "tokenizer": {"vocab_size": 120},
+        "model": {"embed_dim": 16, "hidden_dim": 16, "dropout": 0.2},
+        "train": {"batch_tokens": 200, "valid_every": 2, "log_every": 1, "keep_best": 2},
+    }
+    (root / "run.yaml").write_text(yaml.safe_dump(config))
+    return root

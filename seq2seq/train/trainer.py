@@ -2,48 +2,34 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
-import platform
 import random
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from seq2seq import __version__
 from seq2seq.attention import padding_mask
 from seq2seq.checkpoint import (
     RunDir,
     atomic_write_bytes,
     atomic_write_text,
-    load_checkpoint,
     save_checkpoint,
     update_best,
 )
-from seq2seq.config import Config, config_differences
-from seq2seq.data.corpus import read_parallel
+from seq2seq.config import Config
 from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.decode.translate import Translator, load_run_config, pick_device
 from seq2seq.errors import UserError
-from seq2seq.evaluate import Scores, score_corpus
-from seq2seq.models import Seq2Seq, build_model, count_parameters
-from seq2seq.report.logging import TensorBoardLog, progress_bar, setup_logging
+from seq2seq.models import Seq2Seq
+from seq2seq.report.logging import TensorBoardLog, progress_bar
 from seq2seq.report.plots import attention_figure, figure_png
-from seq2seq.train.datasets import Datasets, load_datasets
+from seq2seq.train.datasets import Datasets
+from seq2seq.train.interrupt import StopSignals
 from seq2seq.train.optim import LearningRate, build_optimizer
 from seq2seq.train.validation import HIGHER_IS_BETTER, ValidationResult, Validator
-
-# Fields that may change when a run is resumed: budgets, not the model or the data.
-RESUMABLE_CHANGES = {"train.max_time", "train.max_steps", "train.max_epochs", "train.patience"}
 
 
 @dataclass
@@ -57,6 +43,8 @@ class Progress:
     best: list[tuple[float, int]] = field(default_factory=list)  # (score, step), best first
     bad_validations: int = 0
     last_validation: int = -1
+    skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient
+    skipped_in_a_row: int = 0
 
 
 class Trainer:
@@ -77,6 +65,7 @@ class Trainer:
         self.progress = Progress()
         self.higher_is_better = HIGHER_IS_BETTER[cfg.train.metric]
         self.clock: tuple[float, float] = (time.time(), 0.0)  # (session start, elapsed before it)
+        self.signals: StopSignals | None = None
 
     def elapsed(self) -> float:
         """Seconds of training over all sessions of this run, up to now."""
@@ -129,6 +118,8 @@ class Trainer:
     def stop_reason(self) -> str | None:
         """Why training must stop now, or None while budget is left."""
         train, progress = self.cfg.train, self.progress
+        if self.signals is not None and self.signals.received:
+            return f"stopped by {self.signals.name}"
         if train.patience is not None and progress.bad_validations >= train.patience:
             return f"no improvement of {train.metric} in {train.patience} validations"
         if train.max_steps is not None and progress.step >= train.max_steps:
@@ -139,30 +130,67 @@ class Trainer:
             return f"train.max_epochs={train.max_epochs} done"
         return None
 
-    def train_step(self, indices: list[int]) -> tuple[torch.Tensor, int]:
-        batch = self.data.train.batch(indices).to(self.device)
-        mask = padding_mask(batch.src_lengths, batch.src.size(1))
-        logits = self.model(batch.src, mask, batch.tgt_in)
-        loss = (
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor, n_tokens: int) -> torch.Tensor:
+        """Label-smoothed cross-entropy per target token."""
+        return (
             F.cross_entropy(
                 logits.flatten(0, 1).float(),
-                batch.tgt_out.flatten(),
+                targets.flatten(),
                 ignore_index=PAD_ID,
                 label_smoothing=self.cfg.train.label_smoothing,
                 reduction="sum",
             )
-            / batch.n_tgt_tokens
+            / n_tokens
+        )
+
+    def train_step(self, indices: list[int]) -> tuple[torch.Tensor, int]:
+        """One update on a batch -> (loss, target tokens); 0 tokens if it was skipped."""
+        batch = self.data.train.batch(indices).to(self.device)
+        mask = padding_mask(batch.src_lengths, batch.src.size(1))
+        loss = self.loss(
+            self.model(batch.src, mask, batch.tgt_in), batch.tgt_out, batch.n_tgt_tokens
         )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self.cfg.train.clip_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_grad_norm)
+        clip = self.cfg.train.clip_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip or float("inf"))
         self.schedule.apply(self.optimizer, self.progress.step + 1)
+        if not bool(torch.isfinite(loss) & torch.isfinite(norm)):
+            self.skip_update(loss.item(), norm.item())
+            return loss.new_zeros(()), 0
         self.optimizer.step()
+        self.progress.skipped_in_a_row = 0
         return loss.detach(), batch.n_tgt_tokens
 
-    def fit(self, board: TensorBoardLog) -> None:
+    def skip_update(self, loss: float, norm: float) -> None:
+        """Drop an update whose loss or gradient is not finite; stop after too many in a row."""
+        progress, limit = self.progress, self.cfg.train.max_skipped_updates
+        self.optimizer.zero_grad(set_to_none=True)
+        progress.skipped_updates += 1
+        progress.skipped_in_a_row += 1
+        self.log.warning(
+            "step %d: loss %s, gradient norm %s: update skipped (%d so far, %d in a row)",
+            progress.step + 1, loss, norm, progress.skipped_updates, progress.skipped_in_a_row,
+        )  # fmt: skip
+        if progress.skipped_in_a_row >= limit:
+            raise UserError(
+                f"{limit} updates in a row had a non-finite loss or gradient (at step "
+                f"{progress.step + 1}); the last good checkpoint is kept in "
+                f"{self.run.checkpoints}; lower train.optimizer.lr or check the data"
+            )
+
+    def save_last(self) -> None:
+        """Save the resume checkpoint, keeping the one before it as `previous`."""
+        self.progress.elapsed = self.elapsed()
+        last = self.run.checkpoint("last")
+        if last.is_file():
+            last.replace(self.run.checkpoint("previous"))
+        save_checkpoint(last, self.state_dict())
+
+    def fit(self, board: TensorBoardLog, signals: StopSignals | None = None) -> None:
+        """Train until a budget runs out, or until a stop signal: then save and return."""
         cfg, progress = self.cfg.train, self.progress
+        self.signals = signals
         self.model.train()
         self.clock = (time.time(), progress.elapsed)
         bar = progress_bar(progress.step, cfg.max_steps)
@@ -209,7 +237,9 @@ class Trainer:
                 progress.batch_in_epoch = 0
         bar.close()
         reason = self.stop_reason()
-        if progress.last_validation != progress.step:
+        if self.signals is not None and self.signals.received:
+            self.save_last()  # no validation: a stop signal asks to be quick
+        elif progress.last_validation != progress.step:
             self.validate(board)
         self.log.info("training stopped at step %d: %s", progress.step, reason)
 
@@ -225,8 +255,7 @@ class Trainer:
                 "validation plateau: learning rate scaled to %.2e", self.schedule.at(progress.step)
             )
         progress.last_validation = progress.step
-        progress.elapsed = self.elapsed()
-        save_checkpoint(self.run.checkpoint("last"), self.state_dict())
+        self.save_last()
         atomic_write_text(
             self.run.valid / f"step-{progress.step}.hyp",
             "".join(line + "\n" for line in result.hypotheses),
@@ -257,102 +286,3 @@ class Trainer:
             },
         )
         return result
-
-
-def _git_revision() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            cwd=Path(__file__).resolve().parent,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
-def _write_meta(run: RunDir, resumed: bool) -> None:
-    meta = {
-        "seq2seq": __version__,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "git_revision": _git_revision(),
-        "command": sys.argv,
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "resumed": resumed,
-    }
-    atomic_write_text(run.meta, json.dumps(meta, indent=2) + "\n")
-
-
-def _check_same_run(run: RunDir, cfg: Config) -> None:
-    differences = [
-        d for d in config_differences(load_run_config(run), cfg) if d[0] not in RESUMABLE_CHANGES
-    ]
-    if differences:
-        shown = "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in differences[:3])
-        raise UserError(
-            f"{run.root} holds a run with another config ({shown}); "
-            "resume it with its own config or pass a new --run-dir"
-        )
-
-
-def test_scores(cfg: Config, run: RunDir, translator: Translator, log: logging.Logger) -> dict:
-    """Translate and score every `data.test` set into `test/` and `test/scores.json`."""
-    scores: dict[str, dict] = {}
-    for prefix in cfg.data.test:
-        corpus = read_parallel(prefix, cfg.data.src, cfg.data.tgt)
-        name = Path(prefix).name
-        hypotheses = translator.translate(corpus.src)
-        result: Scores = score_corpus(hypotheses, corpus.tgt)
-        atomic_write_text(
-            run.test / f"{name}.{cfg.data.tgt}", "".join(h + "\n" for h in hypotheses)
-        )
-        scores[name] = result.to_dict()
-        log.info("test %s: %s", name, result)
-    if scores:
-        atomic_write_text(run.test / "scores.json", json.dumps(scores, indent=2) + "\n")
-    return scores
-
-
-def train(cfg: Config, run_dir: Path) -> dict:
-    """Train (or resume) the run in `run_dir`, then score the test sets with `best`."""
-    run = RunDir(Path(run_dir))
-    resuming = run.checkpoint("last").is_file()
-    if resuming:
-        _check_same_run(run, cfg)
-    run.root.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run.config, cfg.to_yaml())
-    _write_meta(run, resuming)
-    log = setup_logging(run.log)
-    torch.set_num_threads(cfg.train.threads or os.cpu_count() or 1)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    device = pick_device(cfg.train.device)
-
-    data = load_datasets(cfg, run, log)
-    model = build_model(
-        cfg.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, PAD_ID
-    ).to(device)
-    model.length_ratio.fill_(data.length_ratio)
-    trainer = Trainer(cfg, run, model, data, device, log)
-    if resuming:
-        trainer.restore(load_checkpoint(run.checkpoint("last")))
-        log.info("resumed %s from step %d", run.root, trainer.progress.step)
-    log.info(
-        "model: %s with %s attention, %d parameters; source/target length ratio %.3f; device %s",
-        cfg.model.arch,
-        cfg.model.attention.type,
-        count_parameters(model),
-        data.length_ratio,
-        device,
-    )
-    board = TensorBoardLog(run.tensorboard)
-    try:
-        trainer.fit(board)
-    finally:
-        board.close()
-
-    model.load_state_dict(load_checkpoint(run.resolve_checkpoint("best"))["model"])
-    return test_scores(cfg, run, Translator(model, data.tokenizer, cfg.decode, device), log)
