@@ -35,6 +35,8 @@ class MultiHead(Attention):
         self.key_proj = nn.Linear(key_dim, key_dim, bias=False)
         self.value_proj = nn.Linear(key_dim, key_dim, bias=False)
         self.out_proj = nn.Linear(key_dim, key_dim, bias=False)
+        for proj in (self.query_proj, self.key_proj, self.value_proj, self.out_proj):
+            nn.init.xavier_uniform_(proj.weight)  # variance-preserving, as Vaswani et al.
 
     def split(self, x: Tensor) -> Tensor:
         """(B, T, H * d) -> (B * H, T, d), row b * H + h holding head h of item b."""

@@ -73,7 +73,12 @@ class RNNDecoder(nn.Module):
         self.layers = cfg.decoder_layers
         self.embed = nn.Embedding(vocab_size, cfg.embed_dim, padding_idx=pad_id)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.memory_proj = nn.Linear(encoder_dim, hidden, bias=False)
+        # Normalised so that every score starts from keys and values of unit scale: raw
+        # encoder states are small at initialisation, and types that add projections
+        # (multi-head) or ignore content (location) then hardly learn to attend at all.
+        self.memory_proj = nn.Sequential(
+            nn.Linear(encoder_dim, hidden, bias=False), nn.LayerNorm(hidden)
+        )
         self.bridge = nn.Linear(encoder_dim, hidden * cfg.decoder_layers)
         self.attention = build_attention(cfg.attention, hidden, hidden)
         self.rnn = _CELLS[cfg.cell](
