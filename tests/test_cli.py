@@ -7,19 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from seq2seq.cli import main
-
-
-def run_cli(*args: str) -> int:
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(a) for a in args])
-    return exit_info.value.code
-
-
-def train(toy: Path, run_dir: Path, *overrides: str) -> int:
-    sets = [x for o in overrides for x in ("--set", o)]
-    return run_cli("train", "--config", toy / "run.yaml", "--run-dir", run_dir, *sets)
+from cli_helpers import run_cli, train
 
 
 def parameters(run_dir: Path, name: str = "last") -> dict:

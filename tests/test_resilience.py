@@ -6,22 +6,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import torch
+from cli_helpers import train
 
-from seq2seq.cli import main
 from seq2seq.train.trainer import Trainer
-
-
-def run_cli(*args) -> int:
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(a) for a in args])
-    return exit_info.value.code
-
-
-def train(toy: Path, run_dir: Path, *overrides: str) -> int:
-    sets = [x for o in overrides for x in ("--set", o)]
-    return run_cli("train", "--config", toy / "run.yaml", "--run-dir", run_dir, *sets)
 
 
 def checkpoint(run_dir: Path, name: str = "last") -> dict:
