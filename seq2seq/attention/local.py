@@ -80,6 +80,11 @@ class LocalPredictiveAttention(LocalAttention):
             nn.Tanh(),
             nn.Linear(query_dim, 1, bias=False),
         )
+        # v_p starts at 0, so p_t = S/2 for every step until the alignment is learned. A
+        # random v_p tilts every step's window towards one end of the source, and the
+        # model can stay there: the RNN on the toy task then reached BLEU 27 in 800
+        # updates instead of 99 (seed 1; seed 3 learned either way).
+        nn.init.zeros_(self.align[2].weight)
         self.sigma = cfg.window / 2
         self.renormalize = cfg.renormalize
 
