@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import torch
 
+from seq2seq.config import flatten
 from seq2seq.errors import UserError
+
+if TYPE_CHECKING:
+    from seq2seq.config import ModelConfig
+
+# The end of every message about a checkpoint that does not fit the model.
+_FIT_FIX = "use the run's own config.yaml or a checkpoint of this run"
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,11 @@ class RunDir:
     @property
     def meta(self) -> Path:
         return self.root / "meta.json"
+
+    @property
+    def summary(self) -> Path:
+        """Steps, best step, time, throughput, parameters and the validation curve."""
+        return self.root / "summary.json"
 
     @property
     def log(self) -> Path:
@@ -103,13 +116,86 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise UserError(f"checkpoint {path} not found")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
+    except Exception as error:  # noqa: BLE001 - torch reports a damaged file in many ways
+        problem = error
+    # torch's message on a refused class is a page of advice; the class is what matters.
+    refused = re.search(r"GLOBAL ([\w.]+)", str(problem))
+    if isinstance(problem, pickle.UnpicklingError) and refused:
         raise UserError(
-            f"checkpoint {path} holds pickled objects, refused for safety ({error}); "
+            f"checkpoint {path} holds pickled objects ({refused.group(1)}), refused for safety; "
             "use a checkpoint written by seq2seq"
-        ) from None
-    except (RuntimeError, EOFError, OSError) as error:
-        raise UserError(f"checkpoint {path} is corrupt or truncated ({error})") from None
+        )
+    # Other messages (a KeyError, a zip reader's internals) would not help the user.
+    raise UserError(
+        f"checkpoint {path} is corrupt or truncated (not a whole file written by torch.save); "
+        "use another checkpoint"
+    )
+
+
+def model_weights(state: Any, path: Path) -> dict[str, torch.Tensor]:
+    """The parameters (`state["model"]`) of a loaded checkpoint."""
+    weights = state.get("model") if isinstance(state, dict) else None
+    if not isinstance(weights, dict):
+        raise UserError(
+            f"checkpoint {path} holds no model parameters; use a checkpoint written by seq2seq"
+        )
+    return weights
+
+
+def load_model_weights(
+    model: torch.nn.Module, state: dict[str, Any], model_cfg: ModelConfig, path: Path
+) -> None:
+    """Load `state["model"]` into `model`. A checkpoint that does not fit is a `UserError`
+    naming the model config fields that differ (`state["model_config"]`, which older
+    checkpoints lack), else the first parameter that differs and both shapes."""
+    weights = model_weights(state, path)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as error:
+        why = _config_misfit(state.get("model_config"), model_cfg) or _weights_misfit(
+            model, weights, error
+        )
+        raise UserError(f"checkpoint {path} does not fit this model: {why}") from None
+
+
+def _config_misfit(saved: Any, model_cfg: ModelConfig) -> str | None:
+    if not isinstance(saved, dict):
+        return None
+    old, new = flatten(saved, "model."), flatten(model_cfg.model_dump(mode="json"), "model.")
+    differ = [
+        f"{k}: checkpoint {old.get(k)!r}, config {new.get(k)!r}"
+        for k in sorted(old.keys() | new.keys())
+        if old.get(k) != new.get(k)
+    ]
+    return f"{'; '.join(differ)}; {_FIT_FIX}" if differ else None
+
+
+def _weights_misfit(
+    model: torch.nn.Module, weights: dict[str, torch.Tensor], error: RuntimeError
+) -> str:
+    expected = model.state_dict()
+    for name, tensor in expected.items():
+        if name not in weights:
+            return f"the checkpoint lacks parameter {name}; {_FIT_FIX}"
+        shape, wanted = tuple(weights[name].shape), tuple(tensor.shape)
+        if shape == wanted:
+            continue
+        if _is_vocabulary(model, name) and shape[1:] == wanted[1:]:
+            return (
+                f"the vocabulary differs at {name} ({shape[0]} pieces in the checkpoint, "
+                f"{wanted[0]} in the tokenizer); use the tokenizer of the run that wrote it"
+            )
+        return f"{name} has shape {shape} in the checkpoint but {wanted} here; {_FIT_FIX}"
+    extra = next((name for name in weights if name not in expected), None)
+    if extra is not None:
+        return f"the checkpoint has parameter {extra}, which this model lacks; {_FIT_FIX}"
+    return f"{str(error).splitlines()[0]}; {_FIT_FIX}"
+
+
+def _is_vocabulary(model: torch.nn.Module, name: str) -> bool:
+    """Whether parameter `name` has a row per vocabulary piece: an embedding or the output."""
+    module = model.get_submodule(name.rpartition(".")[0])
+    return isinstance(module, torch.nn.Embedding) or name.endswith("output.weight")
 
 
 def update_best(
@@ -143,8 +229,11 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
     flags) must agree and are kept.
     """
     if not paths:
-        raise UserError("no checkpoints to average; pass --last N or --checkpoints FILE ...")
-    models = [load_checkpoint(path)["model"] for path in paths]
+        raise UserError(
+            "no checkpoints to average; pass --last N or --checkpoints NAME per checkpoint"
+        )
+    states = [load_checkpoint(path) for path in paths]
+    models = [model_weights(state, path) for state, path in zip(states, paths, strict=True)]
     first = models[0]
     for path, model in zip(paths[1:], models[1:], strict=True):
         for name, tensor in first.items():
@@ -161,4 +250,6 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
             averaged[name] = (total / len(models)).to(tensor.dtype)
         else:
             averaged[name] = tensor.clone()
-    return {"model": averaged, "averaged": [str(path) for path in paths]}
+    # The first checkpoint's model section: all of them passed the shape check above.
+    config = {"model_config": states[0]["model_config"]} if "model_config" in states[0] else {}
+    return {"model": averaged, **config, "averaged": [str(path) for path in paths]}

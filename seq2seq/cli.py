@@ -34,7 +34,9 @@ def train(
         list[str] | None,
         typer.Option("--set", help="override a config field, e.g. --set train.max_steps=100"),
     ] = None,
-    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="default: runs/<name>")] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", file_okay=False, help="default: runs/<name>")
+    ] = None,
 ) -> None:
     """Train a model (or resume the run in --run-dir), then score the test sets."""
     from seq2seq.config import load_config
@@ -52,6 +54,17 @@ def _format(index: int, found: list, nbest: int) -> str:
     rows = [(t.score, t.text) for t in found] or [(0.0, "")] * nbest
     rows += [(float("-inf"), "")] * (nbest - len(rows))  # fewer exist than asked for
     return "".join(f"{index}\t{score:.4f}\t{text}\n" for score, text in rows)
+
+
+def _note_lines(numbers: list[int], problem: str, outcome: str) -> None:
+    """Tell stderr how many input lines had `problem`, which (from 1; the first few), and
+    what was done."""
+    if not numbers:
+        return
+    shown = ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
+    count = "1 input line is" if len(numbers) == 1 else f"{len(numbers)} input lines are"
+    lines = "line" if len(numbers) == 1 else "lines"
+    print(f"seq2seq: {count} {problem} ({lines} {shown}); {outcome}", file=sys.stderr)
 
 
 @app.command()
@@ -78,10 +91,13 @@ def translate(
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
 
-    On a terminal, stdin is translated interactively: one line in, one translation out.
+    Empty and blank lines give empty lines. A line that is not valid UTF-8 gives an empty
+    line too, and a source longer than the model reads (twice data.max_len pieces) is cut
+    to that; stderr counts and names such lines. On a terminal, stdin is translated
+    interactively: one line in, one translation out.
     """
     from seq2seq.checkpoint import atomic_write_text
-    from seq2seq.decode.translate import Translator
+    from seq2seq.decode.translate import Translator, decode_source_line, read_source_lines
 
     options = {"beam": beam, "length_penalty": length_penalty, "batch_tokens": batch_tokens}
     translator = Translator.from_run(run, checkpoint, options)
@@ -90,14 +106,21 @@ def translate(
     interactive = input is None and sys.stdin.isatty()
     if interactive and (alignments or output):
         raise UserError("interactive translation writes to the terminal; pass --input FILE")
+    limit = translator.max_source
+    invalid_utf8 = ("not valid UTF-8", "translated as empty; re-encode the input as UTF-8")
+    cut = (f"longer than {limit} pieces", f"cut to {limit} pieces; split long lines")
     if interactive:
         print("seq2seq: type a sentence and press Enter; Ctrl-D ends", file=sys.stderr)
-        for index, line in enumerate(sys.stdin):
-            found = translator.translate_nbest([line.rstrip("\n")], nbest)[0]
+        # Bytes, not text: one invalid byte must cost its line only, not the session.
+        for index, raw in enumerate(sys.stdin.buffer):
+            line = decode_source_line(raw.removesuffix(b"\n").removesuffix(b"\r"))
+            found = translator.translate_nbest([line or ""], nbest)[0]
+            _note_lines([index + 1] if line is None else [], *invalid_utf8)
+            _note_lines([index + 1] if found and found[0].truncated else [], *cut)
             print(_format(index, found, nbest), end="", flush=True)
         return
 
-    lines = _read_lines(input or Path("/dev/stdin"))
+    lines, invalid = read_source_lines(input or Path("/dev/stdin"))
     found = translator.translate_nbest(lines, nbest)
     text = "".join(_format(i, hyps, nbest) for i, hyps in enumerate(found))
     if alignments is not None:
@@ -110,6 +133,8 @@ def translate(
         sys.stdout.write(text)
     else:
         atomic_write_text(output, text)
+    _note_lines(invalid, *invalid_utf8)
+    _note_lines([i + 1 for i, hyps in enumerate(found) if hyps and hyps[0].truncated], *cut)
 
 
 @app.command()
@@ -146,7 +171,9 @@ def average(
     ] = None,
     checkpoints: Annotated[
         list[str] | None,
-        typer.Option("--checkpoints", help="checkpoints to average: step-N, best, last or FILE"),
+        typer.Option(
+            "--checkpoints", help="one to average, repeated for each: step-N, best, last or FILE"
+        ),
     ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="default: DIR/checkpoints/averaged.pt")
@@ -156,7 +183,9 @@ def average(
     from seq2seq.checkpoint import RunDir, average_checkpoints, save_checkpoint, step_checkpoints
 
     if (last is None) == (not checkpoints):
-        raise UserError("pass either --last N or --checkpoints NAME ... (one of the two)")
+        raise UserError(
+            "pass either --last N or --checkpoints NAME, once per checkpoint (one of the two)"
+        )
     run_dir = RunDir(run)
     if checkpoints:
         paths = [run_dir.resolve_checkpoint(name) for name in checkpoints]

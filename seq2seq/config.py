@@ -198,6 +198,9 @@ class TrainConfig(Section):
     )
     threads: PositiveInt | None = Field(None, description="CPU threads; default: all cores")
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: autocast the training forward pass (CPU or GPU)"
+    )
 
     @field_validator("max_time", mode="before")
     @classmethod
@@ -266,8 +269,7 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     node[parts[-1]] = value
 
 
-def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
-    model: type[BaseModel] = Config
+def _allowed_keys(loc: tuple[Any, ...], model: type[BaseModel]) -> list[str]:
     for part in loc:
         field = model.model_fields.get(str(part))
         annotation = field.annotation if field else None
@@ -277,15 +279,18 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields)
 
 
-def describe_validation_error(error: ValidationError) -> str:
-    """All problems of a pydantic error as one line: field, bad value, what is allowed."""
+def describe_validation_error(error: ValidationError, root: type[BaseModel] | None = None) -> str:
+    """All problems of a pydantic error as one line: field, bad value, what is allowed.
+
+    `root` is the model that was validated (default: `Config`), for the allowed keys.
+    """
     problems = []
     for item in error.errors():
         loc = tuple(item["loc"])
         field = ".".join(str(p) for p in loc) or "config"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            allowed = ", ".join(_allowed_keys(loc[:-1]))
+            allowed = ", ".join(_allowed_keys(loc[:-1], root or Config))
             problems.append(f"unknown key {field!r}; allowed here: {allowed}")
         elif item["type"] == "missing":
             problems.append(f"{field}: required field is missing")
@@ -305,8 +310,9 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] = ()) -> Config:
         raise UserError(describe_validation_error(error)) from None
 
 
-def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
-    """Read, override and validate a YAML config; every problem is a one-line `UserError`."""
+def read_yaml(path: str | Path) -> Any:
+    """The parsed content of a YAML file (None if empty); a missing file, bad YAML or
+    text that is not UTF-8 is a one-line `UserError`."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"config file {path} not found; pass an existing YAML file to --config")
@@ -319,6 +325,12 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
         raise UserError(f"{path}: invalid YAML{where}: {problem}") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text; save the config as UTF-8") from None
+    return data
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
+    """Read, override and validate a YAML config; every problem is a one-line `UserError`."""
+    data = read_yaml(path)
     if data is None:
         data = {}
     if not isinstance(data, dict):

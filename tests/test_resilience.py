@@ -1,5 +1,6 @@
-"""Training survives stop signals, corrupt checkpoints and non-finite updates."""
+"""Training survives kills, stop signals, corrupt checkpoints and non-finite updates."""
 
+import random
 import signal
 import subprocess
 import sys
@@ -21,20 +22,55 @@ def same_parameters(a: Path, b: Path) -> bool:
     return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
+def start_training(toy: Path, run_dir: Path, *overrides: str) -> subprocess.Popen:
+    """`seq2seq train` in a subprocess, to be killed or signalled."""
+    sets = [x for o in overrides for x in ("--set", o)]
+    command = [sys.executable, "-m", "seq2seq", "train", "--config", str(toy / "run.yaml"),
+               "--run-dir", str(run_dir), *sets]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def wait_for_step(process: subprocess.Popen, run_dir: Path, step: int, after: int = 0) -> None:
+    """Until the log (past its first `after` characters) reports update `step`."""
+    log, deadline = run_dir / "train.log", time.time() + 120
+    while not (log.is_file() and f"step {step} " in log.read_text()[after:]):
+        assert time.time() < deadline and process.poll() is None, f"no step {step}"
+        time.sleep(0.01)
+
+
+def test_sigkill_at_random_steps_then_resuming_equals_an_uninterrupted_run(toy, tmp_path):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    budget = ["train.max_steps=30", "train.valid_every=3"]  # a resume checkpoint every 3
+    assert train(toy, straight, *budget) == 0
+
+    first = random.randrange(2, 14)
+    second = random.randrange(first + 3, 27)
+    print(f"killed after steps {first} and {second}")  # to reproduce a failure
+    for step in (first, second):
+        log = killed / "train.log"
+        before = len(log.read_text()) if log.is_file() else 0
+        process = start_training(toy, killed, *budget)
+        wait_for_step(process, killed, step, after=before)
+        process.kill()
+        process.wait(timeout=60)
+        assert process.returncode == -signal.SIGKILL
+
+    assert train(toy, killed, *budget) == 0
+    assert same_parameters(straight, killed)
+    moments, resumed = (
+        checkpoint(straight)["optimizer"]["state"],
+        checkpoint(killed)["optimizer"]["state"],
+    )
+    assert all(torch.equal(moments[p][n], resumed[p][n]) for p in moments for n in moments[p])
+
+
 def test_sigterm_saves_a_checkpoint_that_resumes_exactly(toy, tmp_path):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     budget = ["train.max_steps=40", "train.valid_every=100"]
     assert train(toy, straight, *budget) == 0
 
-    command = [sys.executable, "-m", "seq2seq", "train", "--config", str(toy / "run.yaml"),
-               "--run-dir", str(stopped), "--set", "train.max_steps=100000",
-               "--set", "train.valid_every=100"]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    log = stopped / "train.log"
-    deadline = time.time() + 120
-    while not (log.is_file() and "step 3 " in log.read_text()):
-        assert time.time() < deadline and process.poll() is None, "training did not start"
-        time.sleep(0.02)
+    process = start_training(toy, stopped, "train.max_steps=100000", "train.valid_every=100")
+    wait_for_step(process, stopped, 3)
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGTERM

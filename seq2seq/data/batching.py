@@ -145,5 +145,9 @@ class TrainBatches:
         generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
         return token_batches(self._src_lengths, self._tgt_lengths, self.batch_tokens, generator)
 
+    def target_tokens(self, indices: list[int]) -> int:
+        """Target tokens (+ EOS) of a batch: the loss normaliser, known without building it."""
+        return sum(self._tgt_lengths[i] + 1 for i in indices)
+
     def batch(self, indices: list[int]) -> Batch:
         return make_batch([self.src[i] for i in indices], [self.tgt[i] for i in indices], indices)

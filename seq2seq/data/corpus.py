@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,26 +24,21 @@ def corpus_path(prefix: str, lang: str) -> Path:
     )
 
 
-def read_lines(path: Path) -> list[str]:
-    """All lines of a plain or gzipped (by `.gz` suffix) UTF-8 file, without line endings."""
+def raw_lines(path: Path) -> Iterator[bytes]:
+    """The lines of a plain or gzipped (by `.gz` suffix) file as bytes, without line endings."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    lines: list[str] = []
     try:
         # Binary iteration splits on b"\n" only; text mode would also split on \x85, \u2028
         # and friends, which would break line alignment with the other language.
         with opener(path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
+            for raw in handle:
                 if raw.endswith(b"\r\n"):
-                    raw = raw[:-2]
+                    yield raw[:-2]
                 elif raw.endswith(b"\n"):
-                    raw = raw[:-1]
-                try:
-                    lines.append(raw.decode("utf-8"))
-                except UnicodeDecodeError:
-                    raise UserError(
-                        f"{path}, line {number}: invalid UTF-8; re-encode the file as UTF-8"
-                    ) from None
+                    yield raw[:-1]
+                else:
+                    yield raw
     except FileNotFoundError:
         raise UserError(f"{path}: file not found; check the path") from None
     except (gzip.BadGzipFile, EOFError, zlib.error):
@@ -53,6 +49,19 @@ def read_lines(path: Path) -> list[str]:
         raise UserError(
             f"{path}: cannot read ({error.strerror or error}); check the file"
         ) from None
+
+
+def read_lines(path: Path) -> list[str]:
+    """All lines of a plain or gzipped UTF-8 file, without line endings; a line that is not
+    UTF-8 is an error naming it (a corpus must not lose or shift a line)."""
+    lines: list[str] = []
+    for number, raw in enumerate(raw_lines(path), start=1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise UserError(
+                f"{path}, line {number}: invalid UTF-8; re-encode the file as UTF-8"
+            ) from None
     return lines
 
 

@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from pydantic import ValidationError
 
 from seq2seq.attention import padding_mask
-from seq2seq.checkpoint import RunDir, load_checkpoint
-from seq2seq.config import Config, DecodeConfig, config_from_dict, describe_validation_error
+from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
+from seq2seq.config import Config, DecodeConfig, describe_validation_error, load_config
 from seq2seq.data.batching import make_batch, token_batches
+from seq2seq.data.corpus import raw_lines
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
 from seq2seq.decode.search import Hypothesis, beam_search, output_limits
@@ -32,7 +32,50 @@ def pick_device(name: str = "auto") -> torch.device:
 def load_run_config(run: RunDir) -> Config:
     if not run.config.is_file():
         raise UserError(f"{run.root} is not a run directory (no config.yaml); train one first")
-    return config_from_dict(yaml.safe_load(run.config.read_text(encoding="utf-8")))
+    try:
+        return load_config(run.config)
+    except UserError as error:
+        if str(error).startswith(str(run.config)):
+            raise
+        # Validation problems name the field only; here the user did not name the file.
+        raise UserError(f"{run.config}: {error}") from None
+
+
+def max_source_pieces(cfg: Config) -> int:
+    """The longest source, in pieces, that translation reads; longer ones are cut.
+
+    Twice the longest training pair: the model never saw more, and beam search's time and
+    memory grow with the square of the source (the output limit follows its length and every
+    step attends over all of it). Location attention scores a fixed number of positions.
+    """
+    limit = 2 * cfg.data.max_len
+    sections = [cfg.model.attention]
+    if cfg.model.arch == "transformer":  # its encoder self-attends over the source too
+        sections.append(cfg.model.self_attention)
+    for section in sections:
+        if section.type == "location":
+            limit = min(limit, section.max_source_len - 1)  # the source's EOS takes one
+    return limit
+
+
+def decode_source_line(raw: bytes) -> str | None:
+    """A line of input without its line ending, or None when it is not valid UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def read_source_lines(path: Path) -> tuple[list[str], list[int]]:
+    """The lines of a file to translate, and the numbers (from 1) of those that are not
+    valid UTF-8: they read as empty lines, so that the output stays line-aligned."""
+    lines, invalid = [], []
+    for number, raw in enumerate(raw_lines(path), start=1):
+        line = decode_source_line(raw)
+        if line is None:
+            invalid.append(number)
+        lines.append(line or "")
+    return lines, invalid
 
 
 @dataclass
@@ -51,10 +94,14 @@ class Translation:
     score: float  # log-probability over the length penalty
     tokens: list[int]
     attention: torch.Tensor  # (len(tokens) + 1, [heads,] source pieces + 1), EOS last
+    truncated: bool = False  # the source was cut to the translator's max_source pieces
 
 
 class Translator:
-    """Translates lists of lines with a model; empty or blank lines give empty lines."""
+    """Translates lists of lines with a model; empty or blank lines give empty lines.
+
+    Sources longer than `max_source` pieces (None: no limit) are cut to that many.
+    """
 
     def __init__(
         self,
@@ -62,11 +109,13 @@ class Translator:
         tokenizer: Tokenizer,
         decode: DecodeConfig,
         device: torch.device,
+        max_source: int | None = None,
     ) -> None:
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.decode = decode
         self.device = device
+        self.max_source = max_source
 
     @classmethod
     def from_run(
@@ -78,8 +127,7 @@ class Translator:
         path = run.resolve_checkpoint(checkpoint)
         tokenizer = Tokenizer.load(run.tokenizer)
         model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
-        state = load_checkpoint(path)
-        model.load_state_dict(state["model"])
+        load_model_weights(model, load_checkpoint(path), cfg.model, path)
         options = cfg.decode.model_dump() | {
             k: v for k, v in (decode or {}).items() if v is not None
         }
@@ -88,7 +136,8 @@ class Translator:
         except ValidationError as error:
             problem = describe_validation_error(error).removeprefix("config error: ")
             raise UserError(f"bad decoding option: {problem}") from None
-        return cls(model, tokenizer, decode_cfg, pick_device(cfg.train.device))
+        device = pick_device(cfg.train.device)
+        return cls(model, tokenizer, decode_cfg, device, max_source_pieces(cfg))
 
     def translate(self, lines: list[str]) -> list[str]:
         """The best translation of each line."""
@@ -105,6 +154,9 @@ class Translator:
         if not keep:
             return outputs
         src_ids = self.tokenizer.encode_src([lines[i] for i in keep])
+        limit = self.max_source
+        cut = [limit is not None and len(ids) > limit for ids in src_ids]
+        src_ids = [ids[:limit] for ids in src_ids]
         budget = max(self.decode.batch_tokens // self.decode.beam, 1)
         was_training = self.model.training
         self.model.eval()
@@ -113,7 +165,7 @@ class Translator:
             for position, hyps in zip(group, found, strict=True):
                 texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
                 outputs[keep[position]] = [
-                    Translation(text, h.score, h.tokens, h.attention)
+                    Translation(text, h.score, h.tokens, h.attention, cut[position])
                     for text, h in zip(texts, hyps, strict=True)
                 ]
         self.model.train(was_training)
@@ -125,7 +177,7 @@ class Translator:
             return ""
         pairs = word_alignment(
             translation.attention,
-            self.tokenizer.src_pieces(line),
+            self.tokenizer.src_pieces(line)[: self.max_source],
             self.tokenizer.tgt_pieces_from_ids(translation.tokens),
             len(line.split()),
             len(translation.text.split()),
@@ -138,7 +190,7 @@ class Translator:
             raise UserError("nothing to translate: the source sentence is empty")
         best = self.translate_nbest([line])[0][0]
         return AttentionMap(
-            src_pieces=[*self.tokenizer.src_pieces(line), "</s>"],
+            src_pieces=[*self.tokenizer.src_pieces(line)[: self.max_source], "</s>"],
             tgt_pieces=self.tokenizer.tgt_pieces_from_ids([*best.tokens, EOS_ID]),
             weights=best.attention,
             translation=best.text,

@@ -22,16 +22,21 @@ class _TqdmHandler(logging.StreamHandler):
             self.handleError(record)
 
 
-def setup_logging(log_file: Path | None = None) -> logging.Logger:
-    """The `seq2seq` logger: INFO to stderr and, when given, to `log_file` (appended)."""
+def setup_logging(log_file: Path | None = None, rank: int = 0) -> logging.Logger:
+    """The `seq2seq` logger: INFO to stderr and, when given, to `log_file` (appended).
+
+    Under torchrun, ranks other than 0 only print warnings and errors, marked with the rank.
+    """
     logger = logging.getLogger(LOGGER_NAME)
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
         handler.close()
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.INFO if rank == 0 else logging.WARNING)
     logger.propagate = False
     console = _TqdmHandler()
-    console.setFormatter(logging.Formatter("%(message)s"))
+    console.setFormatter(
+        logging.Formatter("%(message)s" if rank == 0 else f"rank {rank}: %(message)s")
+    )
     logger.addHandler(console)
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -42,24 +47,38 @@ def setup_logging(log_file: Path | None = None) -> logging.Logger:
 
 
 class TensorBoardLog:
-    """TensorBoard scalars and figures; imported lazily because TensorBoard is slow to import."""
+    """TensorBoard scalars and figures; imported lazily because TensorBoard is slow to import.
 
-    def __init__(self, directory: Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+    Without a directory (ranks other than 0) it writes nothing.
+    """
 
-        self.writer = SummaryWriter(log_dir=str(directory))
+    def __init__(self, directory: Path | None) -> None:
+        self.writer = None
+        if directory is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=str(directory))
 
     def add(self, step: int, prefix: str, values: dict[str, float]) -> None:
-        for name, value in values.items():
-            self.writer.add_scalar(f"{prefix}/{name}", value, step)
+        if self.writer is not None:
+            for name, value in values.items():
+                self.writer.add_scalar(f"{prefix}/{name}", value, step)
 
     def add_figure(self, step: int, tag: str, figure: Figure) -> None:
-        self.writer.add_figure(tag, figure, step, close=False)
+        if self.writer is not None:
+            self.writer.add_figure(tag, figure, step, close=False)
 
     def close(self) -> None:
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()
 
 
-def progress_bar(initial: int, total: int | None) -> tqdm:
+def progress_bar(initial: int, total: int | None, enabled: bool = True) -> tqdm:
     """A step counter with loss and tokens/s; silent when stderr is not a terminal."""
-    return tqdm(initial=initial, total=total, unit="step", dynamic_ncols=True, disable=None)
+    return tqdm(
+        initial=initial,
+        total=total,
+        unit="step",
+        dynamic_ncols=True,
+        disable=None if enabled else True,
+    )

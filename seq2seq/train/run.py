@@ -7,6 +7,8 @@ import logging
 import os
 import platform
 import random
+import shutil
+import signal
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -15,16 +17,17 @@ from pathlib import Path
 import torch
 
 from seq2seq import __version__
-from seq2seq.checkpoint import RunDir, atomic_write_text, load_checkpoint
+from seq2seq.checkpoint import RunDir, atomic_write_text, load_checkpoint, load_model_weights
 from seq2seq.config import Config, config_differences
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.decode.translate import Translator, load_run_config, pick_device
+from seq2seq.decode.translate import Translator, load_run_config, max_source_pieces, pick_device
 from seq2seq.errors import UserError
 from seq2seq.evaluate import Scores, score_corpus
 from seq2seq.models import build_model, count_parameters
 from seq2seq.report.logging import TensorBoardLog, setup_logging
 from seq2seq.train.datasets import load_datasets
+from seq2seq.train.distributed import World, start_world, stop_world
 from seq2seq.train.interrupt import Interrupted, StopSignals
 from seq2seq.train.trainer import Trainer
 
@@ -46,7 +49,7 @@ def _git_revision() -> str | None:
     return out.stdout.strip() or None
 
 
-def _write_meta(run: RunDir, resumed: bool) -> None:
+def _write_meta(run: RunDir, resumed: bool, world: World) -> None:
     meta = {
         "seq2seq": __version__,
         "torch": torch.__version__,
@@ -55,6 +58,7 @@ def _write_meta(run: RunDir, resumed: bool) -> None:
         "command": sys.argv,
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "resumed": resumed,
+        "processes": world.size,
     }
     atomic_write_text(run.meta, json.dumps(meta, indent=2) + "\n")
 
@@ -77,7 +81,16 @@ def test_scores(cfg: Config, run: RunDir, translator: Translator, log: logging.L
     for prefix in cfg.data.test:
         corpus = read_parallel(prefix, cfg.data.src, cfg.data.tgt)
         name = Path(prefix).name
-        hypotheses = translator.translate(corpus.src)
+        found = translator.translate_nbest(corpus.src)
+        hypotheses = [hyps[0].text if hyps else "" for hyps in found]
+        cut = sum(1 for hyps in found if hyps and hyps[0].truncated)
+        if cut:
+            log.warning(
+                "test %s: %d sources longer than %d pieces were cut",
+                name,
+                cut,
+                translator.max_source,
+            )
         result: Scores = score_corpus(hypotheses, corpus.tgt)
         atomic_write_text(
             run.test / f"{name}.{cfg.data.tgt}", "".join(h + "\n" for h in hypotheses)
@@ -105,6 +118,11 @@ def resume_state(run: RunDir, log: logging.Logger) -> dict | None:
             log.warning("%s; falling back to the checkpoint before it", error)
             problems.append(str(error))
             continue
+        if "progress" not in state:
+            raise UserError(
+                f"{path} is not a resume checkpoint (no training progress in it); "
+                "move it out of the way or train into a new --run-dir"
+            )
         if problems:
             log.warning("resuming from %s (step %d)", path, state["progress"]["step"])
         return state
@@ -117,51 +135,110 @@ def resume_state(run: RunDir, log: logging.Logger) -> dict | None:
 
 
 def train(cfg: Config, run_dir: Path) -> dict:
-    """Train (or resume) the run in `run_dir`, then score the test sets with `best`."""
-    run = RunDir(Path(run_dir))
+    """Train (or resume) the run in `run_dir`, then score the test sets with `best`.
+
+    Under torchrun every process runs this; rank 0 alone writes the run directory.
+    """
+    world = start_world(cfg.train.device)
+    try:
+        return _fit_and_test(_set_up(cfg, RunDir(Path(run_dir)), world))
+    finally:
+        stop_world(world)
+
+
+def _set_up(cfg: Config, run: RunDir, world: World) -> Trainer:
+    """The run directory, data, model and trainer, resumed if the run has a checkpoint.
+
+    A problem found here (bad data, an unusable checkpoint) removes the run directory if
+    this call created it: a failed start leaves nothing half-made behind.
+    """
+    created = not run.root.exists()
+    try:
+        return _build_trainer(cfg, run, world)
+    except UserError:
+        if created and world.is_main:
+            shutil.rmtree(run.root, ignore_errors=True)
+        raise
+
+
+def _build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     resuming = run.checkpoint("last").is_file() or run.checkpoint("previous").is_file()
     if resuming:
         _check_same_run(run, cfg)
-    run.root.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run.config, cfg.to_yaml())
-    _write_meta(run, resuming)
-    log = setup_logging(run.log)
-    torch.set_num_threads(cfg.train.threads or os.cpu_count() or 1)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
+    if world.is_main:
+        try:
+            run.root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UserError(
+                f"cannot create run directory {run.root} ({error.strerror}); pass another --run-dir"
+            ) from None
+        atomic_write_text(run.config, cfg.to_yaml())
+        _write_meta(run, resuming, world)
+    log = setup_logging(run.log if world.is_main else None, world.rank)
+    torch.set_num_threads(cfg.train.threads or _cores_per_process(world))
+    random.seed(cfg.seed + world.rank)
+    # Rank 0 draws the initial model (DDP copies it to the others); the other ranks draw
+    # their own dropout masks.
+    torch.manual_seed(cfg.seed + world.rank)
     device = pick_device(cfg.train.device)
+    if device.type == "cuda" and world.distributed:
+        device = torch.device("cuda", world.local_rank)
 
+    if not world.is_main:
+        world.barrier()  # rank 0 trains the tokenizer first
     data = load_datasets(cfg, run, log)
+    if world.is_main:
+        world.barrier()
     model = build_model(
         cfg.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, PAD_ID
     ).to(device)
     model.length_ratio.fill_(data.length_ratio)
-    trainer = Trainer(cfg, run, model, data, device, log)
+    trainer = Trainer(cfg, run, model, data, device, log, world)
     state = resume_state(run, log) if resuming else None
     if state is not None:
         trainer.restore(state)
         log.info("resumed %s from step %d", run.root, trainer.progress.step)
     log.info(
-        "model: %s with %s attention, %d parameters; source/target length ratio %.3f; device %s",
+        "model: %s with %s attention, %d parameters; source/target length ratio %.3f; "
+        "device %s; %d process(es); precision %s",
         cfg.model.arch,
         cfg.model.attention.type,
         count_parameters(model),
         data.length_ratio,
         device,
+        world.size,
+        cfg.train.precision,
     )
-    board = TensorBoardLog(run.tensorboard)
+    return trainer
+
+
+def _fit_and_test(trainer: Trainer) -> dict:
+    cfg, run, log, world = trainer.cfg, trainer.run, trainer.log, trainer.world
+    board = TensorBoardLog(run.tensorboard if world.is_main else None)
     try:
         with StopSignals() as signals:
             trainer.fit(board, signals)
     finally:
         board.close()
-    if signals.received:
+    if trainer.stopped_by is not None:
         message = (
-            f"training stopped by {signals.name} at step {trainer.progress.step}; "
-            f"saved {run.checkpoint('last')}; resume with the same command"
+            f"training stopped by {signal.Signals(trainer.stopped_by).name} at step "
+            f"{trainer.progress.step}; saved {run.checkpoint('last')}; resume with the same command"
         )
         log.info(message)
-        raise Interrupted(signals.received, message)
+        raise Interrupted(trainer.stopped_by, message)
+    if not world.is_main:
+        return {}
+    atomic_write_text(run.summary, json.dumps(trainer.summary(), indent=2) + "\n")
+    best = run.resolve_checkpoint("best")
+    load_model_weights(trainer.model, load_checkpoint(best), cfg.model, best)
+    translator = Translator(
+        trainer.model, trainer.data.tokenizer, cfg.decode, trainer.device, max_source_pieces(cfg)
+    )
+    return test_scores(cfg, run, translator, log)
 
-    model.load_state_dict(load_checkpoint(run.resolve_checkpoint("best"))["model"])
-    return test_scores(cfg, run, Translator(model, data.tokenizer, cfg.decode, device), log)
+
+def _cores_per_process(world: World) -> int:
+    """The machine's cores shared among the processes torchrun started on it."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world.size))
+    return max(1, (os.cpu_count() or 1) // local)

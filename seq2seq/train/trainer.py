@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from seq2seq.checkpoint import (
     RunDir,
     atomic_write_bytes,
     atomic_write_text,
+    load_model_weights,
     save_checkpoint,
     update_best,
 )
@@ -27,6 +29,7 @@ from seq2seq.models import Seq2Seq
 from seq2seq.report.logging import TensorBoardLog, progress_bar
 from seq2seq.report.plots import attention_figure, figure_png
 from seq2seq.train.datasets import Datasets
+from seq2seq.train.distributed import World, data_parallel
 from seq2seq.train.interrupt import StopSignals
 from seq2seq.train.optim import LearningRate, build_optimizer
 from seq2seq.train.validation import HIGHER_IS_BETTER, ValidationResult, Validator
@@ -45,6 +48,28 @@ class Progress:
     last_validation: int = -1
     skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient
     skipped_in_a_row: int = 0
+    target_tokens: int = 0  # trained on, over all sessions
+    # (step, BLEU, chrF, loss) of every validation: the learning curve, across resumptions.
+    validations: list[tuple[int, float, float, float]] = field(default_factory=list)
+
+
+class TrainWindow:
+    """Loss and throughput over the updates since the last log line."""
+
+    def __init__(self) -> None:
+        self.loss, self.tokens, self.steps, self.start = 0.0, 0, 0, time.time()
+
+    def add(self, loss: torch.Tensor, tokens: int) -> None:
+        self.loss, self.tokens, self.steps = self.loss + loss, self.tokens + tokens, self.steps + 1
+
+    @property
+    def mean_loss(self) -> float:
+        return float(self.loss) / max(self.steps, 1)
+
+    @property
+    def speed(self) -> float:
+        """Target tokens per second (of the whole world)."""
+        return self.tokens / max(time.time() - self.start, 1e-9)
 
 
 class Trainer:
@@ -56,9 +81,15 @@ class Trainer:
         data: Datasets,
         device: torch.device,
         log: logging.Logger,
+        world: World | None = None,
     ) -> None:
         self.cfg, self.run, self.model, self.data = cfg, run, model, data
         self.device, self.log = device, log
+        self.world = world or World()
+        # Training goes through the DDP wrapper (a no-op in a world of one); validation,
+        # checkpoints and decoding use the plain model.
+        self.network = data_parallel(model, self.world, device, data.train)
+        self.precision = torch.bfloat16 if cfg.train.precision == "bf16" else None
         self.optimizer = build_optimizer(cfg.train.optimizer, model.parameters())
         self.schedule = LearningRate(cfg.train.schedule, cfg.train.optimizer.lr)
         self.validator = Validator(cfg, data, device)
@@ -66,6 +97,7 @@ class Trainer:
         self.higher_is_better = HIGHER_IS_BETTER[cfg.train.metric]
         self.clock: tuple[float, float] = (time.time(), 0.0)  # (session start, elapsed before it)
         self.signals: StopSignals | None = None
+        self.stopped_by: int | None = None  # the signal that stopped training, on every rank
 
     def elapsed(self) -> float:
         """Seconds of training over all sessions of this run, up to now."""
@@ -75,28 +107,63 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs; `rng` holds every rank's generators, in rank order."""
         rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         return {
             "model": self.model.state_dict(),
+            "model_config": self.model_config(),
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
             "progress": asdict(self.progress),
-            "rng": rng,
+            "rng": self.world.gather(rng),
         }
 
+    def summary(self) -> dict[str, Any]:
+        """What a finished run reports (DIR/summary.json): for tables across runs."""
+        progress, (score, step) = self.progress, self.progress.best[0]
+        return {
+            "steps": progress.step,
+            "best_step": step,
+            f"best_{self.cfg.train.metric}": score,
+            "train_seconds": round(progress.elapsed, 1),
+            # Over the whole wall clock of training, validation included.
+            "target_tokens_per_s": round(progress.target_tokens / max(progress.elapsed, 1e-9), 1),
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "skipped_updates": progress.skipped_updates,
+            "validations": [
+                {"step": s, "bleu": b, "chrf": c, "loss": loss}
+                for s, b, c, loss in progress.validations
+            ],
+        }
+
+    def model_config(self) -> dict[str, Any]:
+        """The model section, so that a checkpoint that does not fit says which field differs."""
+        return self.cfg.model.model_dump(mode="json")
+
     def restore(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
+        load_model_weights(self.model, state, self.cfg.model, self.run.checkpoint("last"))
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
         progress = dict(state["progress"])
         progress["best"] = [tuple(item) for item in progress["best"]]
+        progress["validations"] = [tuple(item) for item in progress.get("validations", [])]
         self.progress = Progress(**progress)
-        torch.set_rng_state(state["rng"]["torch"])
-        random.setstate(state["rng"]["python"])
-        if "cuda" in state["rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        ranks = state["rng"]
+        if isinstance(ranks, dict):  # written before checkpoints held one entry per rank
+            ranks = [ranks]
+        if len(ranks) != self.world.size:
+            self.log.warning(
+                "resuming %d processes from a checkpoint of %d: the data order is kept, "
+                "the random numbers (dropout) are not those of an uninterrupted run",
+                self.world.size, len(ranks),
+            )  # fmt: skip
+        rng = ranks[self.world.rank % len(ranks)]
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
 
     def save_best(self, score: float) -> None:
         """Keep the N best checkpoints by the validation metric; `best` is the top one."""
@@ -105,9 +172,12 @@ class Trainer:
             self.progress.best, score, step, self.cfg.train.keep_best, self.higher_is_better
         )
         self.progress.best = best
+        if not self.world.is_main:
+            return
         if any(s == step for _, s in best):
             path = self.run.checkpoint(f"step-{step}")
-            save_checkpoint(path, {"model": self.model.state_dict(), "step": step, "score": score})
+            state = {"model": self.model.state_dict(), "model_config": self.model_config()}
+            save_checkpoint(path, {**state, "step": step, "score": score})
             if best[0][1] == step:
                 atomic_write_bytes(self.run.checkpoint("best"), path.read_bytes())
         for old in dropped:
@@ -116,10 +186,19 @@ class Trainer:
     # -- the loop ------------------------------------------------------------------------------
 
     def stop_reason(self) -> str | None:
-        """Why training must stop now, or None while budget is left."""
+        """Why training must stop now, or None while budget is left; every rank agrees."""
+        reason = self.budget_spent()
+        received = self.signals.received if self.signals is not None else None
+        stop, number = self.world.max(torch.tensor([reason is not None, received or 0])).tolist()
+        if number:
+            self.stopped_by = number
+            return f"stopped by {signal.Signals(number).name}"
+        if stop:
+            return reason or "another process used up its budget"
+        return None
+
+    def budget_spent(self) -> str | None:
         train, progress = self.cfg.train, self.progress
-        if self.signals is not None and self.signals.received:
-            return f"stopped by {self.signals.name}"
         if train.patience is not None and progress.bad_validations >= train.patience:
             return f"no improvement of {train.metric} in {train.patience} validations"
         if train.max_steps is not None and progress.step >= train.max_steps:
@@ -144,23 +223,33 @@ class Trainer:
         )
 
     def train_step(self, indices: list[int]) -> tuple[torch.Tensor, int]:
-        """One update on a batch -> (loss, target tokens); 0 tokens if it was skipped."""
-        batch = self.data.train.batch(indices).to(self.device)
+        """One update on a global batch -> (loss, target tokens); 0 tokens if it was skipped.
+
+        Each rank computes its shard's summed loss over the global batch's target tokens,
+        so the ranks' losses add up to the loss of the whole batch; DDP averages gradients
+        over ranks, hence the backward of `world.size` times the shard loss.
+        """
+        n_tokens = self.data.train.target_tokens(indices)
+        shard, weight = self.world.shard(indices), 1.0
+        if not shard:  # fewer sentences than ranks: join the gradient exchange with nothing
+            shard, weight = indices[:1], 0.0
+        batch = self.data.train.batch(shard).to(self.device)
         mask = padding_mask(batch.src_lengths, batch.src.size(1))
-        loss = self.loss(
-            self.model(batch.src, mask, batch.tgt_in), batch.tgt_out, batch.n_tgt_tokens
-        )
+        with torch.autocast(self.device.type, self.precision, enabled=self.precision is not None):
+            logits = self.network(batch.src, mask, batch.tgt_in)
+        loss = self.loss(logits, batch.tgt_out, n_tokens) * weight
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss * self.world.size).backward()
         clip = self.cfg.train.clip_grad_norm
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip or float("inf"))
         self.schedule.apply(self.optimizer, self.progress.step + 1)
+        loss = self.world.sum(loss)
         if not bool(torch.isfinite(loss) & torch.isfinite(norm)):
             self.skip_update(loss.item(), norm.item())
             return loss.new_zeros(()), 0
         self.optimizer.step()
         self.progress.skipped_in_a_row = 0
-        return loss.detach(), batch.n_tgt_tokens
+        return loss, n_tokens
 
     def skip_update(self, loss: float, norm: float) -> None:
         """Drop an update whose loss or gradient is not finite; stop after too many in a row."""
@@ -180,12 +269,18 @@ class Trainer:
             )
 
     def save_last(self) -> None:
-        """Save the resume checkpoint, keeping the one before it as `previous`."""
+        """Save the resume checkpoint, keeping the one before it as `previous`.
+
+        Every rank calls it (the state gathers their generators); rank 0 writes.
+        """
         self.progress.elapsed = self.elapsed()
+        state = self.state_dict()
+        if not self.world.is_main:
+            return
         last = self.run.checkpoint("last")
         if last.is_file():
             last.replace(self.run.checkpoint("previous"))
-        save_checkpoint(last, self.state_dict())
+        save_checkpoint(last, state)
 
     def fit(self, board: TensorBoardLog, signals: StopSignals | None = None) -> None:
         """Train until a budget runs out, or until a stop signal: then save and return."""
@@ -193,60 +288,60 @@ class Trainer:
         self.signals = signals
         self.model.train()
         self.clock = (time.time(), progress.elapsed)
-        bar = progress_bar(progress.step, cfg.max_steps)
-        window_loss, window_tokens, window_steps, window_start = 0.0, 0, 0, time.time()
-        while self.stop_reason() is None:
+        bar = progress_bar(progress.step, cfg.max_steps, enabled=self.world.is_main)
+        window = TrainWindow()
+        reason = self.stop_reason()
+        while reason is None:
             batches = self.data.train.epoch(progress.epoch)
-            while progress.batch_in_epoch < len(batches) and self.stop_reason() is None:
+            while progress.batch_in_epoch < len(batches) and reason is None:
                 loss, tokens = self.train_step(batches[progress.batch_in_epoch])
                 progress.batch_in_epoch += 1
                 progress.step += 1
-                window_loss, window_tokens = window_loss + loss, window_tokens + tokens
-                window_steps += 1
+                progress.target_tokens += tokens
+                window.add(loss, tokens)
                 bar.update(1)
                 if progress.step % cfg.log_every == 0:
-                    seconds = time.time() - window_start
-                    mean_loss = float(window_loss) / window_steps
-                    speed = window_tokens / max(seconds, 1e-9)
-                    lr = self.optimizer.param_groups[0]["lr"]
-                    bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{speed:.0f}")
-                    self.log.info(
-                        "step %d  epoch %d  loss %.4f  lr %.2e  %.0f target tokens/s",
-                        progress.step,
-                        progress.epoch + 1,
-                        mean_loss,
-                        lr,
-                        speed,
-                    )
-                    board.add(
-                        progress.step,
-                        "train",
-                        {
-                            "loss": mean_loss,
-                            "perplexity": math.exp(min(mean_loss, 100.0)),
-                            "learning_rate": lr,
-                            "tokens_per_s": speed,
-                        },
-                    )
-                    window_loss, window_tokens, window_steps = 0.0, 0, 0
-                    window_start = time.time()
+                    self.log_train(window, board)
+                    bar.set_postfix(loss=f"{window.mean_loss:.3f}", tok_s=f"{window.speed:.0f}")
+                    window = TrainWindow()
                 if progress.step % cfg.valid_every == 0:
                     self.validate(board)
+                reason = self.stop_reason()
             if progress.batch_in_epoch >= len(batches):
                 progress.epoch += 1
                 progress.batch_in_epoch = 0
+                reason = self.stop_reason()
         bar.close()
-        reason = self.stop_reason()
-        if self.signals is not None and self.signals.received:
+        if self.stopped_by is not None:
             self.save_last()  # no validation: a stop signal asks to be quick
         elif progress.last_validation != progress.step:
             self.validate(board)
         self.log.info("training stopped at step %d: %s", progress.step, reason)
 
-    def validate(self, board: TensorBoardLog) -> ValidationResult:
+    def log_train(self, window: TrainWindow, board: TensorBoardLog) -> None:
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.log.info(
+            "step %d  epoch %d  loss %.4f  lr %.2e  %.0f target tokens/s",
+            self.progress.step, self.progress.epoch + 1, window.mean_loss, lr, window.speed,
+        )  # fmt: skip
+        board.add(
+            self.progress.step,
+            "train",
+            {
+                "loss": window.mean_loss,
+                "perplexity": math.exp(min(window.mean_loss, 100.0)),
+                "learning_rate": lr,
+                "tokens_per_s": window.speed,
+            },
+        )
+
+    def validate(self, board: TensorBoardLog) -> None:
+        """Validate on rank 0; every rank then updates the same best-N, patience and schedule."""
         progress = self.progress
-        result = self.validator(self.model)
-        score = result.metric(self.cfg.train.metric)
+        result = self.validator(self.model) if self.world.is_main else None
+        score = self.world.broadcast(
+            None if result is None else result.metric(self.cfg.train.metric)
+        )
         self.save_best(score)
         is_best = progress.best[0][1] == progress.step
         progress.bad_validations = 0 if is_best else progress.bad_validations + 1
@@ -255,28 +350,30 @@ class Trainer:
                 "validation plateau: learning rate scaled to %.2e", self.schedule.at(progress.step)
             )
         progress.last_validation = progress.step
+        if result is not None:
+            progress.validations.append((progress.step, result.bleu, result.chrf, result.loss))
         self.save_last()
+        if result is not None:
+            self.report_validation(result, is_best, board)
+
+    def report_validation(
+        self, result: ValidationResult, is_best: bool, board: TensorBoardLog
+    ) -> None:
+        step = self.progress.step
         atomic_write_text(
-            self.run.valid / f"step-{progress.step}.hyp",
-            "".join(line + "\n" for line in result.hypotheses),
+            self.run.valid / f"step-{step}.hyp", "".join(line + "\n" for line in result.hypotheses)
         )
         self.log.info(
             "validation at step %d: BLEU %.2f  chrF %.2f  loss %.4f  ppl %.2f%s",
-            progress.step,
-            result.bleu,
-            result.chrf,
-            result.loss,
-            result.perplexity,
+            step, result.bleu, result.chrf, result.loss, result.perplexity,
             "  (new best)" if is_best else "",
-        )
+        )  # fmt: skip
         for i, amap in enumerate(result.attention_maps):
             figure = attention_figure(amap.weights, amap.src_pieces, amap.tgt_pieces)
-            board.add_figure(progress.step, f"attention/{i}", figure)
-            atomic_write_bytes(
-                self.run.attention / f"step-{progress.step}-{i}.png", figure_png(figure)
-            )
+            board.add_figure(step, f"attention/{i}", figure)
+            atomic_write_bytes(self.run.attention / f"step-{step}-{i}.png", figure_png(figure))
         board.add(
-            progress.step,
+            step,
             "valid",
             {
                 "bleu": result.bleu,
@@ -285,4 +382,3 @@ class Trainer:
                 "perplexity": result.perplexity,
             },
         )
-        return result

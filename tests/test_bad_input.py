@@ -1,0 +1,407 @@
+"""Every kind of bad input, through the real command line: exit status 2 and one line.
+
+Each row of BAD_INPUT does one thing a user can get wrong (config, data, checkpoint,
+arguments) and names fragments that the one error line must hold. Inputs that are odd
+but translatable (empty, blank, very long, invalid UTF-8 lines) are the second table:
+they translate, line-aligned, and stderr says what was done.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import pytest
+import torch
+import yaml
+from cli_helpers import run_cli, train
+
+from seq2seq.config import config_from_dict
+from seq2seq.decode.translate import max_source_pieces
+
+LONG_PAIRS = 3  # training pairs over data.max_len (100 pieces) in the shared run's corpus
+
+
+@pytest.fixture(scope="module")
+def trained(toy, tmp_path_factory) -> Path:
+    """A 2-step run on the toy corpus plus LONG_PAIRS pairs of over 100 words each."""
+    root = tmp_path_factory.mktemp("bad_input")
+    for side in ("src", "tgt"):
+        lines = (toy / f"data/train.{side}").read_text().splitlines()
+        long = " ".join([lines[0]] * 101)  # 101 words or more: over 100 pieces
+        (root / f"train.{side}").write_text("\n".join(lines + [long] * LONG_PAIRS) + "\n")
+    assert train(toy, root / "run", *trained_with(root)) == 0
+    return root / "run"
+
+
+def trained_with(root: Path) -> list[str]:
+    """The overrides the `trained` run in ROOT/run was trained with."""
+    return [f"data.train={root}/train", "train.max_steps=2"]
+
+
+@dataclass
+class Given:
+    """What a row builds its command from; the trained run is made only if a row asks."""
+
+    request: pytest.FixtureRequest
+    capsys: pytest.CaptureFixture
+    tmp: Path
+
+    @property
+    def toy(self) -> Path:
+        return self.request.getfixturevalue("toy")
+
+    @property
+    def trained(self) -> Path:
+        run = self.request.getfixturevalue("trained")
+        self.capsys.readouterr()  # its training log, if made just now, is not the row's output
+        return run
+
+    def file(self, name: str, data: bytes | str) -> Path:
+        path = self.tmp / name
+        path.write_bytes(data.encode() if isinstance(data, str) else data)
+        return path
+
+    def corpus(self, src: bytes, tgt: bytes) -> str:
+        """data.train=PREFIX for a corpus of these two sides."""
+        self.file("x.src", src)
+        self.file("x.tgt", tgt)
+        return f"data.train={self.tmp / 'x'}"
+
+    def run_copy(self, edit_config: Callable[[dict], None] | None = None) -> Path:
+        """A copy of the trained run, its config.yaml edited by `edit_config`."""
+        copy = self.tmp / "copy"
+        shutil.copytree(self.trained, copy)
+        if edit_config is not None:
+            config = yaml.safe_load((copy / "config.yaml").read_text())
+            edit_config(config)
+            (copy / "config.yaml").write_text(yaml.safe_dump(config))
+        return copy
+
+    def translate(self, *args: object) -> int:
+        """`translate` of the trained run on a one-line input, with ARGS."""
+        source = self.file("in.txt", "toto tape\n")
+        return run_cli("translate", "--run", self.trained, "-i", source, *args)
+
+
+def train_with(*overrides: str) -> Callable[[Given], int]:
+    return lambda g: train(g.toy, g.tmp / "run", *overrides)
+
+
+def set_hidden_dim(config: dict) -> None:
+    config["model"]["hidden_dim"] = 8
+
+
+def pickled(g: Given) -> Path:
+    path = g.tmp / "evil.pt"
+    torch.save({"model": {"w": PurePosixPath("x")}}, path)  # any class outside the allowlist
+    return path
+
+
+def truncated(g: Given) -> Path:
+    return g.file("cut.pt", (g.trained / "checkpoints/best.pt").read_bytes()[:200])
+
+
+def no_parameters(g: Given) -> Path:
+    path = g.tmp / "none.pt"
+    torch.save({"step": torch.tensor(3)}, path)
+    return path
+
+
+def foreign(g: Given) -> Path:
+    path = g.tmp / "foreign.pt"
+    torch.save({"model": {"w": torch.zeros(2)}}, path)
+    return path
+
+
+def no_checkpoint_yet(g: Given) -> Path:
+    run = g.tmp / "fresh"
+    run.mkdir()
+    (run / "config.yaml").write_text((g.toy / "run.yaml").read_text())
+    return run
+
+
+Row = tuple[str, Callable[[Given], int], list[str]]
+BAD_INPUT: list[Row] = [
+    # The config
+    ("unknown key", train_with("colour=blue"), ["unknown key 'colour'", "allowed here: name"]),
+    (
+        "unknown nested key",
+        train_with("model.hiden_dim=8"),
+        ["unknown key 'model.hiden_dim'", "hidden_dim"],
+    ),
+    ("wrong type", train_with("train.batch_tokens=abc"), ["train.batch_tokens = 'abc'", "integer"]),
+    ("zero size", train_with("model.hidden_dim=0"), ["model.hidden_dim = 0", "greater than 0"]),
+    (
+        "negative size",
+        train_with("train.batch_tokens=-5"),
+        ["train.batch_tokens = -5", "greater than 0"],
+    ),
+    (
+        "heads do not divide the model size",
+        train_with("model.attention.heads=3"),
+        ["attention.heads = 3 must divide hidden_dim = 16"],
+    ),
+    (
+        "unknown attention type",
+        train_with("model.attention.type=magic"),
+        ["model.attention.type = 'magic'", "known: bahdanau, concat"],
+    ),
+    (
+        "unknown score of local attention",
+        train_with("model.attention.type=local-p", "model.attention.score=magic"),
+        ["model.attention.score = 'magic'", "allowed: bahdanau"],
+    ),
+    (
+        "zero window",
+        train_with("model.attention.window=0"),
+        ["model.attention.window = 0", "greater than 0"],
+    ),
+    ("override without a value", train_with("train.max_steps"), ["expected KEY=VALUE"]),
+    (
+        "bad YAML",
+        lambda g: run_cli("train", "--config", g.file("bad.yaml", "data: {src: de\n")),
+        ["bad.yaml: invalid YAML at line 2"],
+    ),
+    (
+        "config not a mapping",
+        lambda g: run_cli("train", "--config", g.file("list.yaml", "- data\n")),
+        ["list.yaml: the top level must be a mapping"],
+    ),
+    (
+        "missing config file",
+        lambda g: run_cli("train", "--config", g.tmp / "nope.yaml"),
+        ["config file", "nope.yaml not found"],
+    ),
+    # The data
+    (
+        "missing training file",
+        lambda g: train(g.toy, g.tmp / "run", f"data.train={g.tmp}/missing"),
+        ["missing.src", "missing.src.gz", "check the prefix"],
+    ),
+    (
+        "missing test set",
+        lambda g: train(g.toy, g.tmp / "run", f"data.test=[{g.tmp}/nope]"),
+        ["nope.src", "check the prefix"],
+    ),
+    (
+        "mismatched line counts",
+        lambda g: train(g.toy, g.tmp / "run", g.corpus(b"a\nb\nc\n", b"a\nb\n")),
+        ["line counts differ", "x.src has 3 lines", "x.tgt has 2", "line-aligned"],
+    ),
+    (
+        "empty corpus",
+        lambda g: train(g.toy, g.tmp / "run", g.corpus(b"", b"")),
+        ["empty corpus", "x.src and", "x.tgt have no lines"],
+    ),
+    (
+        "every pair has an empty side",
+        lambda g: train(g.toy, g.tmp / "run", g.corpus(b"a\n\n", b"\nb\n")),
+        ["every training pair has an empty side"],
+    ),
+    (
+        "invalid UTF-8 in a training file",
+        lambda g: train(g.toy, g.tmp / "run", g.corpus(b"fine\nbroken \xff\n", b"a\nb\n")),
+        ["x.src, line 2: invalid UTF-8", "re-encode the file as UTF-8"],
+    ),
+    # Checkpoints and runs
+    (
+        "pickled object in a checkpoint",
+        lambda g: g.translate("--checkpoint", pickled(g)),
+        [
+            "evil.pt holds pickled objects (pathlib.PurePosixPath), refused",
+            "use a checkpoint written by seq2seq",
+        ],
+    ),
+    (
+        "truncated checkpoint",
+        lambda g: g.translate("--checkpoint", truncated(g)),
+        ["cut.pt is corrupt or truncated", "use another checkpoint"],
+    ),
+    (
+        "text file as a checkpoint",
+        lambda g: g.translate("--checkpoint", g.file("notes.pt", "hello world\n")),
+        ["notes.pt is corrupt or truncated", "use another checkpoint"],
+    ),
+    (
+        "checkpoint without parameters",
+        lambda g: g.translate("--checkpoint", no_parameters(g)),
+        ["none.pt holds no model parameters", "use a checkpoint written by seq2seq"],
+    ),
+    (
+        "config edited to another model shape",
+        lambda g: run_cli("translate", "--run", g.run_copy(set_hidden_dim)),
+        ["model.hidden_dim: checkpoint 16, config 8", "use the run's own config.yaml"],
+    ),
+    (
+        "broken config.yaml in a run",
+        lambda g: run_cli("translate", "--run", g.run_copy(lambda c: c.update(seed="x"))),
+        ["copy/config.yaml: config error: seed = 'x'"],
+    ),
+    (
+        "run without checkpoints",
+        lambda g: run_cli("translate", "--run", no_checkpoint_yet(g)),
+        ["no checkpoint", "best.pt", "train it first"],
+    ),
+    (
+        "unknown checkpoint name",
+        lambda g: g.translate("--checkpoint", "step-999"),
+        ["no checkpoint", "step-999.pt"],
+    ),
+    (
+        "resume with another model",
+        lambda g: train(g.toy, g.run_copy(), *trained_with(g.trained.parent), "model.hidden_dim=8"),
+        ["model.hidden_dim: 16 -> 8", "pass a new --run-dir"],
+    ),
+    (
+        "average of another model's checkpoint",
+        lambda g: run_cli(
+            "average", "--run", g.trained, "--checkpoints", "best", "--checkpoints", foreign(g)
+        ),
+        ["foreign.pt does not match", "pick checkpoints of one run"],
+    ),
+    # Command-line arguments
+    (
+        "run directory that is a file",
+        lambda g: train(g.toy, g.file("taken", "x")),
+        ["Invalid value for '--run-dir'", "taken' is a file"],
+    ),
+    (
+        "translate a directory that is not a run",
+        lambda g: run_cli("translate", "--run", g.tmp),
+        ["is not a run directory (no config.yaml)", "train one first"],
+    ),
+    (
+        "nbest wider than the beam",
+        lambda g: g.translate("--beam", "2", "--nbest", "3"),
+        ["--beam 3"],
+    ),
+    ("beam 0", lambda g: g.translate("--beam", "0"), ["'--beam'", "greater than or equal to 1"]),
+    (
+        "negative length penalty",
+        lambda g: g.translate("--length-penalty", "-1"),
+        ["'--length-penalty'"],
+    ),
+    ("unknown option", lambda g: g.translate("--bogus"), ["No such option: --bogus", "--help"]),
+    ("missing option", lambda g: run_cli("translate"), ["Missing option '--run'"]),
+    (
+        "missing input file",
+        lambda g: run_cli("translate", "--run", g.trained, "-i", g.tmp / "none.txt"),
+        ["none.txt: file not found"],
+    ),
+    (
+        "references do not match the sources",
+        lambda g: run_cli(
+            "evaluate", "--run", g.tmp, "--src", g.file("s", "a\nb\n"), "--ref", g.file("r", "a\n")
+        ),
+        ["has 2 lines but", "has 1", "one reference per source line"],
+    ),
+    (
+        "average without what to average",
+        lambda g: run_cli("average", "--run", g.tmp),
+        ["either --last N or --checkpoints"],
+    ),
+    (
+        "average more checkpoints than kept",
+        lambda g: run_cli("average", "--run", g.trained, "--last", "5"),
+        ["--last 5 asks for more", "pass a smaller N"],
+    ),
+    (
+        "plot the attention of nothing",
+        lambda g: run_cli("plot-attention", "--run", g.trained, "--src", "  "),
+        ["nothing to translate"],
+    ),
+]
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].strip(), err
+    assert "Traceback" not in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "action, fragments", [r[1:] for r in BAD_INPUT], ids=[r[0] for r in BAD_INPUT]
+)
+def test_bad_input_is_one_line_and_exit_status_2(request, tmp_path, capsys, action, fragments):
+    code = action(Given(request, capsys, tmp_path))
+    line = one_error_line(capsys)
+    assert code == 2
+    assert line.startswith("seq2seq: error: ")
+    for fragment in fragments:
+        assert fragment in line
+
+
+def test_a_max_len_that_drops_every_pair_is_an_error(toy, tmp_path, capsys):
+    assert train(toy, tmp_path / "run", "data.max_len=1") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    # The tokenizer is trained before lengths in pieces are known: its log line comes first.
+    assert err.splitlines()[-1].endswith(
+        "no training pair is at most 1 pieces long; raise data.max_len"
+    )
+    assert not (tmp_path / "run").exists()  # a failed start leaves no half-made run behind
+
+
+def test_pairs_over_max_len_are_dropped_and_counted(trained):
+    log = (trained / "train.log").read_text()
+    assert f"{LONG_PAIRS} longer than 100 pieces dropped" in log
+
+
+@pytest.mark.parametrize(
+    "model, limit",
+    [
+        ({}, 200),
+        ({"attention": {"type": "location", "max_source_len": 50}}, 49),
+        ({"self_attention": {"type": "location", "max_source_len": 50}}, 200),  # RNN: unused
+    ],
+)
+def test_sources_are_cut_to_what_the_model_reads(model, limit):
+    data = {"src": "de", "tgt": "en", "train": "t", "valid": "v", "max_len": 100}
+    assert max_source_pieces(config_from_dict({"data": data, "model": model})) == limit
+
+
+LONG_LINE = " ".join(["boka mimi toto tape podo"] * 1000)  # 5,000 words
+
+ODD_LINES = [  # (line, fragments of stderr's one line about it or [], its output is empty)
+    pytest.param(b"", [], True, id="empty"),
+    pytest.param(b" \t ", [], True, id="whitespace only"),
+    pytest.param(
+        LONG_LINE.encode(),
+        ["1 input line is longer than 200 pieces (line 2)", "cut to 200 pieces"],
+        False,
+        id="very long",
+    ),
+    pytest.param(
+        b"toto \xff\xfe tape",
+        ["1 input line is not valid UTF-8 (line 2)", "translated as empty", "re-encode"],
+        True,
+        id="invalid UTF-8",
+    ),
+]
+
+
+@pytest.mark.parametrize("line, note, empty", ODD_LINES)
+def test_odd_lines_translate_line_aligned(trained, tmp_path, capsys, line, note, empty):
+    around = ["toto tape", "mimi podo"]
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_bytes(b"\n".join(s.encode() for s in around) + b"\n")
+    assert run_cli("translate", "--run", trained, "-i", source, "-o", output) == 0
+    alone = output.read_text().splitlines()
+
+    source.write_bytes(b"%s\n%s\n%s\n" % (around[0].encode(), line, around[1].encode()))
+    capsys.readouterr()
+    assert run_cli("translate", "--run", trained, "-i", source, "-o", output) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    translated = output.read_text().split("\n")
+    assert len(translated) == 4 and translated[-1] == ""  # three lines, each ending in \n
+    assert [translated[0], translated[2]] == alone  # the neighbours are not shifted
+    if empty:
+        assert translated[1] == ""
+    assert len(err.splitlines()) == (1 if note else 0), err
+    assert all(fragment in err for fragment in note)

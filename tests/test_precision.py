@@ -1,0 +1,30 @@
+"""train.precision: bf16 autocasts the training forward pass; weights stay float32."""
+
+import re
+
+import pytest
+import torch
+from cli_helpers import train
+
+from seq2seq.train.trainer import Trainer
+
+
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+def test_bf16_trains_in_bf16_with_float32_weights(toy, tmp_path, monkeypatch, arch):
+    seen = set()
+    original = Trainer.loss
+
+    def loss(self, logits, *args):
+        seen.add(logits.dtype)
+        return original(self, logits, *args)
+
+    monkeypatch.setattr(Trainer, "loss", loss)
+    run = tmp_path / "r"
+    budget = ["train.max_steps=40", "train.valid_every=100", "model.ff_dim=32"]
+    assert train(toy, run, "train.precision=bf16", f"model.arch={arch}", *budget) == 0
+    assert seen == {torch.bfloat16}
+
+    state = torch.load(run / "checkpoints/last.pt", weights_only=True)
+    assert all(t.dtype == torch.float32 for t in state["model"].values() if t.is_floating_point())
+    losses = [float(x) for x in re.findall(r"loss ([\d.]+)  lr", (run / "train.log").read_text())]
+    assert len(losses) == 40 and sum(losses[-5:]) < sum(losses[:5])
