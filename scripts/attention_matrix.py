@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -30,10 +29,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from seq2seq.attention import attention_names  # noqa: E402
+from seq2seq.checkpoint import RunDir  # noqa: E402
 from seq2seq.config import load_config  # noqa: E402
-from seq2seq.data.corpus import drop_empty, read_parallel  # noqa: E402
-from seq2seq.data.tokenizer import train_tokenizer  # noqa: E402
 from seq2seq.data.toy import make_toy_corpus  # noqa: E402
+from seq2seq.sweep.directory import (  # noqa: E402
+    RunState,
+    install_tokenizer,
+    run_state,
+    shared_tokenizer,
+)
 
 CONFIGS = {
     "toy": {"rnn": "configs/demo.yaml", "transformer": "configs/demo_transformer.yaml"},
@@ -47,13 +51,10 @@ PASS_BLEU = 90.0
 NONE_MARGIN = 20.0
 
 
-def shared_tokenizer(config: str, overrides: list[str], directory: Path) -> Path:
-    """Train the config's tokenizer once into `directory`: cells differ only in attention."""
-    if not directory.is_dir():
-        cfg = load_config(ROOT / config, overrides)
-        corpus, _ = drop_empty(read_parallel(cfg.data.train, cfg.data.src, cfg.data.tgt))
-        train_tokenizer(cfg.tokenizer, corpus.src, corpus.tgt, directory, cfg.seed)
-    return directory
+def architecture_tokenizer(config: str, overrides: list[str], out: Path, arch: str) -> Path:
+    """The config's tokenizer, trained once for all cells: they differ only in attention."""
+    cfg = load_config(ROOT / config, overrides)
+    return shared_tokenizer(cfg, cfg.seed, out / f"tokenizer-{arch}")
 
 
 def train_cell(config: str, arch: str, kind: str, out: Path, overrides: list[str]) -> dict:
@@ -61,10 +62,8 @@ def train_cell(config: str, arch: str, kind: str, out: Path, overrides: list[str
     run = out / f"{arch}-{kind}"
     scores = run / "test" / "scores.json"
     seconds = None
-    if not scores.is_file():
-        if not run.exists():  # a new run; an interrupted one resumes with its own
-            tokenizer = shared_tokenizer(config, overrides, out / f"tokenizer-{arch}")
-            shutil.copytree(tokenizer, run / "tokenizer")
+    if run_state(RunDir(run)) is not RunState.FINISHED:
+        install_tokenizer(out / f"tokenizer-{arch}", RunDir(run))  # kept when resuming
         command = [
             sys.executable, "-m", "seq2seq", "train", "--config", config,
             "--run-dir", str(run), "--set", f"model.attention.type={kind}",
@@ -134,7 +133,7 @@ def main() -> None:
     cells = [(arch, kind) for arch in args.archs for kind in args.types]
     configs = CONFIGS[args.task]
     for arch in args.archs:
-        shared_tokenizer(configs[arch], args.set, out / f"tokenizer-{arch}")
+        architecture_tokenizer(configs[arch], args.set, out, arch)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         done = pool.map(lambda cell: train_cell(configs[cell[0]], *cell, out, args.set), cells)
         flat = dict(zip(cells, done, strict=True))

@@ -17,7 +17,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    help="Config-driven neural machine translation: train, translate, evaluate.",
+    help="Config-driven neural machine translation: train, translate, evaluate, sweep.",
 )
 
 
@@ -221,6 +221,53 @@ def plot_attention(
     atomic_write_bytes(output, figure_png(figure))
     print(amap.translation)
     print(f"attention heatmap written to {output}", file=sys.stderr)
+
+
+sweep_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+app.add_typer(sweep_app, name="sweep")
+
+
+@sweep_app.callback(invoke_without_command=True)
+def sweep(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="sweep file, e.g. configs/sweeps/demo.yaml"),
+    ] = None,
+    sweep_dir: Annotated[
+        Path | None,
+        typer.Option("--sweep-dir", file_okay=False, help="default: runs/sweeps/<name>"),
+    ] = None,
+    shard: Annotated[
+        str | None, typer.Option(help="i/n: run only the i-th of n disjoint shares of the runs")
+    ] = None,
+) -> None:
+    """Train every cell of a grid x seeds (skipping finished runs, resuming interrupted
+    ones), then write the report to DIR/report; `seq2seq sweep report DIR` rewrites it."""
+    if ctx.invoked_subcommand is not None:
+        if config or sweep_dir or shard:
+            raise UserError("'seq2seq sweep report DIR' takes no options; pass only DIR")
+        return
+    if config is None:
+        raise UserError(
+            "pass --config SWEEP_FILE (see configs/sweeps/), or: seq2seq sweep report DIR"
+        )
+    from seq2seq.sweep import load_sweep, parse_shard, run_sweep
+
+    plan = load_sweep(config)
+    part = parse_shard(shard) if shard else None
+    report = run_sweep(plan, sweep_dir or Path("runs/sweeps") / plan.name, part)
+    print(report.read_text(encoding="utf-8"), end="")
+
+
+@sweep_app.command("report")
+def sweep_report(
+    directory: Annotated[Path, typer.Argument(help="a sweep directory (holds sweep.yaml)")],
+) -> None:
+    """Write DIR/report from the sweep's finished runs; list those not finished."""
+    from seq2seq.sweep import SweepDir, write_report
+
+    print(write_report(SweepDir(directory)).read_text(encoding="utf-8"), end="")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Attention heatmaps: target pieces down, source pieces across."""
+"""Figures: attention heatmaps (target pieces down, source pieces across) and sweep charts."""
 
 from __future__ import annotations
 
@@ -9,12 +9,46 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display is needed or assumed
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.image import AxesImage  # noqa: E402
 from torch import Tensor  # noqa: E402
 
 
 def attention_figure(weights: Tensor, src_pieces: list[str], tgt_pieces: list[str]) -> Figure:
     """A heatmap of `weights` (T, S), or (T, H, S) averaged over the H heads."""
+    figure, axes = plt.subplots(figsize=_heatmap_size(src_pieces, tgt_pieces))
+    image = draw_attention(axes, weights, src_pieces, tgt_pieces)
+    figure.colorbar(image, ax=axes, fraction=0.04)
+    figure.tight_layout()
+    return figure
+
+
+def attention_grid_figure(
+    maps: list[tuple[str, Tensor, list[str], list[str]]], columns: int = 3
+) -> Figure:
+    """Titled heatmaps side by side, `columns` to a row: (title, weights, source pieces,
+    target pieces) each, e.g. one sentence under every cell of a sweep."""
+    columns = max(1, min(columns, len(maps)))
+    rows = -(-len(maps) // columns)
+    width = max(_heatmap_size(src, tgt)[0] for _, _, src, tgt in maps)
+    height = max(_heatmap_size(src, tgt)[1] for _, _, src, tgt in maps) + 0.4
+    figure, grid = plt.subplots(
+        rows, columns, figsize=(width * columns, height * rows), squeeze=False, layout="constrained"
+    )
+    for axes, (title, weights, src, tgt) in zip(grid.flat, maps, strict=False):
+        image = draw_attention(axes, weights, src, tgt)
+        axes.set_title(title if not axes.get_title() else f"{title} ({axes.get_title()})")
+    for axes in grid.flat[len(maps) :]:
+        axes.axis("off")
+    figure.colorbar(image, ax=grid.ravel().tolist(), shrink=0.6)
+    return figure
+
+
+def draw_attention(
+    axes: Axes, weights: Tensor, src_pieces: list[str], tgt_pieces: list[str]
+) -> AxesImage:
+    """Draw the heatmap of `weights` (T, S), or (T, H, S) averaged over the H heads."""
     heads = weights.size(1) if weights.dim() == 3 else 1
     matrix = weights.float().mean(1) if weights.dim() == 3 else weights.float()
     if matrix.shape != (len(tgt_pieces), len(src_pieces)):
@@ -22,10 +56,6 @@ def attention_figure(weights: Tensor, src_pieces: list[str], tgt_pieces: list[st
             f"weights {tuple(matrix.shape)} do not match {len(tgt_pieces)} target x "
             f"{len(src_pieces)} source pieces"
         )
-    cell = 0.32
-    figure, axes = plt.subplots(
-        figsize=(max(4.0, 1.5 + cell * len(src_pieces)), max(3.0, 1.2 + cell * len(tgt_pieces)))
-    )
     image = axes.imshow(matrix.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
     axes.set_xticks(range(len(src_pieces)), src_pieces, rotation=90, fontsize=8)
     axes.set_yticks(range(len(tgt_pieces)), tgt_pieces, fontsize=8)
@@ -33,7 +63,43 @@ def attention_figure(weights: Tensor, src_pieces: list[str], tgt_pieces: list[st
     axes.set_ylabel("target")
     if heads > 1:
         axes.set_title(f"mean over {heads} heads", fontsize=9)
-    figure.colorbar(image, ax=axes, fraction=0.04)
+    return image
+
+
+def _heatmap_size(src_pieces: list[str], tgt_pieces: list[str]) -> tuple[float, float]:
+    cell = 0.32  # inches per piece
+    return max(4.0, 1.5 + cell * len(src_pieces)), max(3.0, 1.2 + cell * len(tgt_pieces))
+
+
+def bar_figure(
+    labels: list[str], series: dict[str, tuple[list[float], list[float]]], ylabel: str
+) -> Figure:
+    """Grouped bars with error bars: a group per label, a bar per series (name -> means,
+    errors), e.g. a sweep's test BLEU per cell and test set, +- the std over seeds."""
+    width = 0.8 / max(len(series), 1)
+    figure, axes = plt.subplots(figsize=(max(4.0, 1.0 + 0.9 * len(labels)), 4.0))
+    for i, (name, (means, errors)) in enumerate(series.items()):
+        offsets = [x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))]
+        axes.bar(offsets, means, width, yerr=errors, capsize=4, label=name)
+    axes.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
+    axes.set_ylabel(ylabel)
+    if len(series) > 1:
+        axes.legend()
+    figure.tight_layout()
+    return figure
+
+
+def curves_figure(
+    curves: dict[str, tuple[list[int], list[float]]], xlabel: str, ylabel: str
+) -> Figure:
+    """A line per name (name -> x values, y values), e.g. validation BLEU against step."""
+    figure, axes = plt.subplots(figsize=(7.0, 4.5))
+    for name, (xs, ys) in curves.items():
+        axes.plot(xs, ys, marker=".", label=name)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
     figure.tight_layout()
     return figure
 

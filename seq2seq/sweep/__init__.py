@@ -1,0 +1,9 @@
+"""Sweeps: a grid over config fields x seeds, each run an ordinary run directory, trained
+or resumed in turn (or by shards), and a report with significance against a baseline."""
+
+from seq2seq.sweep.directory import SweepDir
+from seq2seq.sweep.report import write_report
+from seq2seq.sweep.runner import run_sweep
+from seq2seq.sweep.spec import Shard, Sweep, load_sweep, parse_shard
+
+__all__ = ["Shard", "Sweep", "SweepDir", "load_sweep", "parse_shard", "run_sweep", "write_report"]

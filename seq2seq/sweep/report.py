@@ -1,0 +1,219 @@
+"""A sweep's report, DIR/report/: results.csv, results.md, bleu.png, curves.png,
+attention.png and TensorBoard's HParams view (tensorboard/), from whatever has finished.
+
+The report is written into a temporary directory and renamed into place, so a reader (or
+a shard finishing at the same time) never sees half of one.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+from seq2seq.data.corpus import corpus_path, read_lines
+from seq2seq.decode.translate import Translator
+from seq2seq.report.plots import (
+    attention_grid_figure,
+    bar_figure,
+    curves_figure,
+    figure_png,
+)
+from seq2seq.sweep.directory import SweepDir, publish_directory
+from seq2seq.sweep.results import (
+    ALPHA,
+    SAMPLES,
+    STATISTICS,
+    CellResult,
+    Spread,
+    SweepResults,
+    collect,
+)
+from seq2seq.sweep.spec import format_value
+
+_HEADINGS = {  # STATISTICS in results.md
+    "best_step": "best step",
+    "train_seconds": "train s",
+    "target_tokens_per_s": "tokens/s",
+    "parameters": "parameters",
+}
+
+
+def write_report(directory: SweepDir) -> Path:
+    """Write the report of the sweep in `directory`; returns the path of results.md.
+    Unfinished runs are listed in it and on stderr."""
+    results = collect(directory)
+    publish_directory(directory.report, lambda tmp: _write(results, tmp), replace=True)
+    total = len(results.sweep.runs)
+    done = total - len(results.unfinished)
+    print(f"sweep {results.sweep.name}: {done} of {total} runs finished", file=sys.stderr)
+    for run, state in results.unfinished:
+        print(f"  {run.name}: {state.value}", file=sys.stderr)
+    print(f"report: {directory.report}/results.md", file=sys.stderr)
+    return directory.report / "results.md"
+
+
+def _write(results: SweepResults, out: Path) -> None:
+    out.mkdir(parents=True)
+    (out / "results.csv").write_text(results_csv(results), encoding="utf-8")
+    (out / "results.md").write_text(results_markdown(results), encoding="utf-8")
+    if results.cells:
+        _charts(results, out)
+        _tensorboard(results, out / "tensorboard")
+
+
+def _charts(results: SweepResults, out: Path) -> None:
+    cells = results.cells
+    unscored = Spread(0.0, None)  # a test set that a cell's runs did not score: no bar
+    series = {}
+    for name in results.test_sets:
+        spreads = [c.scores.get(name, {}).get("bleu", unscored) for c in cells]
+        series[name] = ([s.mean for s in spreads], [s.std or 0.0 for s in spreads])
+    labels = [c.cell.title for c in cells]
+    figures = {"bleu.png": bar_figure(labels, series, "test BLEU (error bars: std over seeds)")}
+    curves = {c.cell.title: ([s for s, _ in c.curve], [b for _, b in c.curve]) for c in cells}
+    figures["curves.png"] = curves_figure(curves, "step", "validation BLEU (mean over seeds)")
+    figures["attention.png"] = attention_grid_figure([_attention(results, c) for c in cells])
+    for name, figure in figures.items():
+        (out / name).write_bytes(figure_png(figure))
+
+
+def _spread(spread: Spread | None) -> str:
+    if spread is None:
+        return ""
+    return f"{spread.mean:.2f} ± {'-' if spread.std is None else f'{spread.std:.2f}'}"
+
+
+def _p(result: CellResult, baseline: bool, name: str, metric: str) -> str:
+    if baseline:
+        return "baseline"
+    test = result.significance.get(name)
+    if test is None:
+        return "-"
+    p = getattr(test, f"{metric}_p")
+    return f"{p:.3f}{' *' if p < ALPHA else ''}"
+
+
+def results_markdown(results: SweepResults) -> str:
+    sweep = results.sweep
+    definition = sweep.definition
+    fixed = ", ".join(f"{k}={format_value(v)}" for k, v in definition.set.items())
+    lines = [
+        f"# Sweep {sweep.name}",
+        "",
+        f"Base config `{definition.base}`"
+        + (f" with {fixed}" if fixed else "")
+        + "; grid: "
+        + " x ".join(f"{k} ({len(v)})" for k, v in definition.grid.items())
+        + f"; seeds {', '.join(map(str, definition.seeds))}; baseline `{sweep.baseline.key}`.",
+        f"{len(sweep.runs) - len(results.unfinished)} of {len(sweep.runs)} runs finished.",
+        "",
+    ]
+    fields = list(definition.grid)
+    heading = [*fields, "seeds"]
+    for name in results.test_sets:
+        heading += [f"{name} BLEU", "p", f"{name} chrF", "p"]
+    heading += [_HEADINGS[k] for k in STATISTICS]
+    lines += [
+        "| " + " | ".join(heading) + " |",
+        "|" + "---|" * len(fields) + "---:|" * (len(heading) - len(fields)),
+    ]
+    for result in results.cells:
+        is_baseline = result.cell == sweep.baseline
+        row = [format_value(v) for _, v in result.cell.values]
+        row[0] += " (baseline)" if is_baseline else ""
+        row.append(str(len(result.seeds)))
+        for name in results.test_sets:
+            scores = result.scores.get(name, {})
+            for metric in ("bleu", "chrf"):
+                row += [_spread(scores.get(metric)), _p(result, is_baseline, name, metric)]
+        row += [f"{result.statistics[k].mean:,.0f}" for k in STATISTICS]
+        lines.append("| " + " | ".join(row) + " |")
+    if results.cells and results.baseline is None:
+        lines += ["", f"The baseline `{sweep.baseline.key}` has no finished run yet: no p-values."]
+    signature = next((t.signature for c in results.cells for t in c.significance.values()), None)
+    lines += [
+        "",
+        "BLEU and chrF (sacrebleu) of each test set, translated with each run's best "
+        "checkpoint: mean ± sample standard deviation over the finished seeds (- with one "
+        f"seed). p: paired bootstrap resampling (sacrebleu, {SAMPLES} resamples) of the cell "
+        "against the baseline on the concatenated hypotheses of the seeds finished in both "
+        "(seed k paired with the baseline's seed k, the references repeated once per seed); "
+        f"* marks p < {ALPHA}."
+        + (f" Signature: `{signature}`." if signature else "")
+        + " The last columns are means over the seeds (summary.json).",
+        "",
+    ]
+    if results.cells:
+        lines += [
+            "![test BLEU](bleu.png)",
+            "![validation BLEU](curves.png)",
+            "![attention](attention.png)",
+            "",
+        ]
+    if results.unfinished:
+        lines += ["## Not finished", ""]
+        lines += [f"- `{run.name}`: {state.value}" for run, state in results.unfinished]
+        lines += ["", "Run the sweep command again to finish them (interrupted runs resume).", ""]
+    return "\n".join(lines)
+
+
+def results_csv(results: SweepResults) -> str:
+    fields = list(results.sweep.definition.grid)
+    heading = [*fields, "baseline", "seeds"]
+    for name in results.test_sets:
+        for metric in ("bleu", "chrf"):
+            heading += [f"{name}_{metric}_{x}" for x in ("mean", "std", "p")]
+    heading += list(STATISTICS)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(heading)
+    for result in results.cells:
+        row: list[Any] = [format_value(v) for _, v in result.cell.values]
+        row += [result.cell == results.sweep.baseline, " ".join(map(str, result.seeds))]
+        for name in results.test_sets:
+            scores, test = result.scores.get(name, {}), result.significance.get(name)
+            for metric in ("bleu", "chrf"):
+                spread = scores.get(metric)
+                row += [
+                    "" if spread is None else round(spread.mean, 4),
+                    "" if spread is None or spread.std is None else round(spread.std, 4),
+                    "" if test is None else round(getattr(test, f"{metric}_p"), 4),
+                ]
+        row += [round(result.statistics[k].mean, 1) for k in STATISTICS]
+        writer.writerow(row)
+    return buffer.getvalue()
+
+
+def _attention(results: SweepResults, result: CellResult) -> tuple:
+    """The first finished seed's best checkpoint on the first non-empty validation
+    sentence, decoded greedily: the same sentence for every cell."""
+    seed = result.seeds[0]
+    cfg = results.sweep.run(result.cell, seed).config
+    sources = read_lines(corpus_path(cfg.data.valid, cfg.data.src))
+    sentence = next(line for line in sources if line.strip())
+    amap = Translator.from_run(result.runs[seed].root, "best", {"beam": 1}).attention_map(sentence)
+    return result.cell.title, amap.weights, amap.src_pieces, amap.tgt_pieces
+
+
+def _tensorboard(results: SweepResults, directory: Path) -> None:
+    """A run per cell in TensorBoard's HParams view: the grid values and the means."""
+    from torch.utils.tensorboard import SummaryWriter  # slow to import: only here
+
+    with SummaryWriter(str(directory)) as writer:
+        for result in results.cells:
+            hparams = {
+                field: value if isinstance(value, bool | int | float | str) else format_value(value)
+                for field, value in result.cell.values
+            }
+            metrics = {
+                f"test/{name}/{metric}": spread.mean
+                for name, scores in result.scores.items()
+                for metric, spread in scores.items()
+            }
+            metrics |= {f"train/{k}": result.statistics[k].mean for k in STATISTICS}
+            writer.add_hparams(
+                hparams | {"seeds": len(result.seeds)}, metrics, run_name=result.cell.key
+            )
