@@ -1,5 +1,18 @@
 """Benchmarks that print one JSON line per measurement, so results can be compared.
 
+    python scripts/bench.py train --config configs/multi30k_transformer.yaml [--steps 50] \
+        [--warmup 10] [--threads 2] [--set train.precision=bf16 ...]
+
+`train` trains the config's model for --warmup updates, then times --steps updates (data,
+forward, backward, clipping, optimizer step; no validation) and reports target and
+source+target tokens/s (pieces + EOS, padding excluded, as the JoeyNMT harness counts),
+the padding share of the batches, peak resident memory, and the model FLOP utilisation:
+training FLOPs per target token counted analytically (6 x the weights of every matrix
+product a token goes through: encoder weights per source token, decoder and output
+weights per target token; attention scores and element-wise work left out) times
+tokens/s, over a matmul peak measured on the spot in the same dtype. The tokenizer is
+trained into a temporary run directory first (or reused with --tokenizer DIR).
+
     python scripts/bench.py decode --run runs/multi30k-transformer \\
         --input data/multi30k/test_2016_flickr.de.gz [--ref data/multi30k/test_2016_flickr.en.gz] \\
         [--beam 1 5] [--threads 2] [--limit N]
@@ -75,6 +88,105 @@ def measure_decode(args: argparse.Namespace, beam: int) -> dict:
     return result
 
 
+def matmul_peak_gflops(dtype_name: str, seconds: float = 3.0, size: int = 2048) -> float:
+    """Large square matmuls on this machine now, in the training dtype: the MFU denominator."""
+    import torch
+
+    dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b  # warm-up
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        a @ b
+        done += 1
+    return 2 * size**3 * done / (time.perf_counter() - started) / 1e9
+
+
+def matmul_weights(model) -> tuple[int, int]:
+    """(source-side, target-side) weights used in matrix products per token.
+
+    Modules under a top-level name starting with `encoder` run per source token; all the
+    others (decoder, output) per target token. Memory projections of the decoder (RNN
+    memory, cross-attention keys and values) also run per source token: with a length
+    ratio near 1 the difference is small, and it is left out.
+    """
+    from torch import nn
+
+    source = target = 0
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            weights = module.weight.numel()
+        elif isinstance(module, nn.RNNBase):
+            weights = sum(p.numel() for n, p in module.named_parameters() if "weight" in n)
+        else:
+            continue
+        if name.startswith("encoder"):
+            source += weights
+        else:
+            target += weights
+    return source, target
+
+
+def measure_train(args: argparse.Namespace) -> dict:
+    """Runs in its own process: build the run, warm up, time --steps updates."""
+    import shutil
+    import tempfile
+
+    from seq2seq.checkpoint import RunDir
+    from seq2seq.config import load_config
+    from seq2seq.train.distributed import World
+    from seq2seq.train.run import build_trainer
+
+    overrides = [*args.set, f"train.threads={args.threads}"]
+    cfg = load_config(args.config, overrides)
+    with tempfile.TemporaryDirectory() as tmp:
+        run = RunDir(Path(tmp) / "run")
+        if args.tokenizer:
+            shutil.copytree(args.tokenizer, run.tokenizer)
+        trainer = build_trainer(cfg, run, World())
+        trainer.model.train()
+        data = trainer.data.train
+        batches = [b for epoch in range(cfg.train.max_epochs) for b in data.epoch(epoch)]
+        needed = args.warmup + args.steps
+        if len(batches) < needed:
+            raise SystemExit(f"the corpus gives {len(batches)} batches; {needed} needed")
+        for indices in batches[: args.warmup]:
+            trainer.train_step(indices)
+        timed = batches[args.warmup : needed]
+        started = time.perf_counter()
+        for indices in timed:
+            trainer.train_step(indices)
+        seconds = time.perf_counter() - started
+
+        src = sum(len(data.src[i]) + 1 for b in timed for i in b)
+        tgt = sum(data.target_tokens(b) for b in timed)
+        padded = sum(
+            len(b) * (max(len(data.src[i]) for i in b) + 1 + max(len(data.tgt[i]) for i in b) + 1)
+            for b in timed
+        )
+        source_side, target_side = matmul_weights(trainer.model)
+        flops_per_target = 6 * (target_side + source_side * src / tgt)
+        peak = matmul_peak_gflops(cfg.train.precision)
+        speed = tgt / seconds
+        return {
+            "mode": "train",
+            "config": str(args.config),
+            "arch": cfg.model.arch,
+            "precision": cfg.train.precision,
+            "threads": args.threads,
+            "steps": args.steps,
+            "seconds": round(seconds, 2),
+            "target_tokens_per_s": round(speed, 1),
+            "tokens_per_s": round((src + tgt) / seconds, 1),
+            "target_tokens_per_update": round(tgt / len(timed), 1),
+            "padding_ratio": round(1 - (src + tgt) / padded, 4),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+            "mflop_per_target_token": round(flops_per_target / 1e6, 3),
+            "matmul_peak_gflops": round(peak, 1),
+            "mfu": round(flops_per_target * speed / (peak * 1e9), 5),
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     modes = parser.add_subparsers(dest="mode", required=True)
@@ -87,9 +199,20 @@ def main() -> None:
     decode.add_argument("--batch-tokens", type=int, help="default: the run's decode.batch_tokens")
     decode.add_argument("--threads", type=int, default=2)
     decode.add_argument("--limit", type=int, help="only the first N lines")
+    train = modes.add_parser("train", help="training throughput and model FLOP utilisation")
+    train.add_argument("--config", type=Path, required=True, help="a run config")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    train.add_argument("--steps", type=int, default=50, help="timed updates")
+    train.add_argument("--warmup", type=int, default=10, help="updates before timing")
+    train.add_argument("--threads", type=int, default=2)
+    train.add_argument("--tokenizer", type=Path, help="a run's tokenizer/ to reuse")
     args = parser.parse_args()
 
     context = multiprocessing.get_context("spawn")
+    if args.mode == "train":
+        with context.Pool(1) as pool:
+            print(json.dumps(pool.apply(measure_train, (args,))), flush=True)
+        return
     for beam in args.beam:
         with context.Pool(1) as pool:
             print(json.dumps(pool.apply(measure_decode, (args, beam))), flush=True)

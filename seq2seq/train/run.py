@@ -154,14 +154,15 @@ def _set_up(cfg: Config, run: RunDir, world: World) -> Trainer:
     """
     created = not run.root.exists()
     try:
-        return _build_trainer(cfg, run, world)
+        return build_trainer(cfg, run, world)
     except UserError:
         if created and world.is_main:
             shutil.rmtree(run.root, ignore_errors=True)
         raise
 
 
-def _build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
+def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
+    """Set up (or resume) the run directory, data, model and trainer; also for benchmarks."""
     resuming = run.checkpoint("last").is_file() or run.checkpoint("previous").is_file()
     if resuming:
         _check_same_run(run, cfg)

@@ -1,0 +1,41 @@
+"""scripts/bench.py train: one JSON line of consistent throughput and FLOP figures."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import SCRIPTS
+from torch import nn
+
+from seq2seq.config import ModelConfig
+from seq2seq.models import build_model
+
+
+def test_train_prints_one_consistent_json_line(toy):
+    command = [sys.executable, str(SCRIPTS / "bench.py"), "train", "--config",
+               str(toy / "run.yaml"), "--steps", "4", "--warmup", "1"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1
+    row = json.loads(lines[0])
+    assert row["mode"] == "train" and row["steps"] == 4
+    assert row["tokens_per_s"] > row["target_tokens_per_s"] > 0
+    assert 0 <= row["padding_ratio"] < 1
+    flops = row["mflop_per_target_token"] * 1e6 * row["target_tokens_per_s"]
+    assert row["mfu"] == pytest.approx(
+        flops / (row["matmul_peak_gflops"] * 1e9), rel=0.02, abs=1e-4
+    )
+
+
+def test_matmul_weights_split_the_model_by_side(load_script):
+    bench = load_script("bench")
+    cfg = ModelConfig(arch="transformer", embed_dim=16, hidden_dim=16, ff_dim=32)
+    model = build_model(cfg, 50, 60, 1)
+    source, target = bench.matmul_weights(model)
+    linears = [m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear)]
+    assert source + target == sum(linears)
+    # Encoder layers: 4 attention projections and 2 feed-forward matrices each.
+    assert source == cfg.encoder_layers * (4 * 16 * 16 + 2 * 16 * 32)
+    assert model.output.weight.numel() == 60 * 16  # the output layer counts on the target side
