@@ -23,6 +23,7 @@ import yaml
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config, flatten
 from seq2seq.data.corpus import drop_empty, read_parallel
+from seq2seq.data.id_cache import encode_corpus
 from seq2seq.data.tokenizer import train_tokenizer
 from seq2seq.errors import UserError
 from seq2seq.sweep.spec import Run, Sweep, SweepDefinition, expand, read_definition
@@ -100,10 +101,13 @@ def shared_tokenizer(cfg: Config, seed: int, directory: Path) -> Path:
     that differ in nothing it depends on (concurrent trainers keep the first one made)."""
     if not directory.is_dir():
         corpus, _ = drop_empty(read_parallel(cfg.data.train, cfg.data.src, cfg.data.tgt))
-        publish_directory(
-            directory,
-            lambda tmp: train_tokenizer(cfg.tokenizer, corpus.src, corpus.tgt, tmp, seed),
-        )
+
+        def make(tmp: Path) -> None:
+            # The ids go with the tokenizer, so no run of the sweep tokenizes the corpus again.
+            tokenizer = train_tokenizer(cfg.tokenizer, corpus.src, corpus.tgt, tmp, seed)
+            encode_corpus(tokenizer, tmp, corpus.src, corpus.tgt)
+
+        publish_directory(directory, make)
     return directory
 
 

@@ -1,4 +1,5 @@
-"""Training and validation data of a run: read, tokenize (training the tokenizer once), filter."""
+"""Training and validation data of a run: read, tokenize (training the tokenizer and
+tokenizing the corpus once), filter."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config
 from seq2seq.data.batching import TrainBatches
 from seq2seq.data.corpus import corpus_path, drop_empty, read_parallel
+from seq2seq.data.id_cache import encode_corpus
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizer
 from seq2seq.errors import UserError
 
@@ -42,7 +44,7 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
         )
         tokenizer = train_tokenizer(cfg.tokenizer, train.src, train.tgt, run.tokenizer, cfg.seed)
 
-    src_ids, tgt_ids = tokenizer.encode_src(train.src), tokenizer.encode_tgt(train.tgt)
+    src_ids, tgt_ids = encode_corpus(tokenizer, run.tokenizer, train.src, train.tgt, log)
     keep = [
         i
         for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
