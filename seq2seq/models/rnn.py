@@ -19,6 +19,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from seq2seq.attention import build_attention
 from seq2seq.config import ModelConfig
 from seq2seq.models.base import Memory, Seq2Seq, Step
+from seq2seq.models.dropout import Dropout
 
 _CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 
@@ -42,7 +43,7 @@ class RNNEncoder(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, cfg.embed_dim, padding_idx=pad_id)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.rnn = _CELLS[cfg.cell](
             cfg.embed_dim,
             cfg.hidden_dim,
@@ -72,7 +73,7 @@ class RNNDecoder(nn.Module):
         hidden = cfg.hidden_dim
         self.layers = cfg.decoder_layers
         self.embed = nn.Embedding(vocab_size, cfg.embed_dim, padding_idx=pad_id)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         # Normalised so that every score starts from keys and values of unit scale: raw
         # encoder states are small at initialisation, and types that add projections
         # (multi-head) or ignore content (location) then hardly learn to attend at all.
@@ -161,8 +162,10 @@ class RNNSeq2Seq(Seq2Seq):
         state = self.init_state(memory)
         embedded = self.decoder.dropout(self.decoder.embed(tgt_in))
         outputs = []
-        for t in range(tgt_in.size(1)):
+        # unbind, not embedded[:, t]: the backward of each index would fill a zero tensor
+        # of the whole (B, T, E) input, T times over.
+        for step_input in embedded.unbind(1):
             positions = self.source_positions(state.step.unsqueeze(1))
-            attentional, state, _ = self.decoder.step(memory, state, embedded[:, t], positions)
+            attentional, state, _ = self.decoder.step(memory, state, step_input, positions)
             outputs.append(attentional)
         return self.decoder.output(torch.stack(outputs, dim=1))

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from seq2seq.attention import Attention, build_attention
 from seq2seq.config import ModelConfig
 from seq2seq.models.base import Memory, Seq2Seq, Step
+from seq2seq.models.dropout import Dropout
 
 
 @dataclass
@@ -59,7 +60,7 @@ class Embedding(nn.Module):
             self.tokens.weight[pad_id].zero_()
         self.scale = math.sqrt(dim)
         self.register_buffer("positions", sinusoids(1024, dim), persistent=False)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, tokens: Tensor, positions: Tensor, length: int) -> Tensor:
         """`tokens` (B, T) at `positions` (B, T), all below `length` -> (B, T, d).
@@ -79,7 +80,7 @@ class Sublayer(nn.Module):
         super().__init__()
         self.norm = nn.LayerNorm(dim)
         self.pre_norm = pre_norm
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def inputs(self, x: Tensor) -> Tensor:
         """What the wrapped function reads: the normalised x (pre-norm) or x itself."""
@@ -92,7 +93,7 @@ class Sublayer(nn.Module):
 
 def feed_forward(dim: int, inner: int, dropout: float) -> nn.Sequential:
     return nn.Sequential(
-        nn.Linear(dim, inner), nn.ReLU(), nn.Dropout(dropout), nn.Linear(inner, dim)
+        nn.Linear(dim, inner), nn.ReLU(), Dropout(dropout), nn.Linear(inner, dim)
     )
 
 
