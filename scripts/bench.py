@@ -1,7 +1,7 @@
 """Benchmarks that print one JSON line per measurement, so results can be compared.
 
     python scripts/bench.py train --config configs/multi30k_transformer.yaml [--steps 50] \
-        [--warmup 10] [--threads 2] [--set train.precision=bf16 ...]
+        [--warmup 10] [--threads 2] [--set train.precision=bf16 ...] [--profile ROWS]
 
 `train` trains the config's model for --warmup updates, then times --steps updates (data,
 forward, backward, clipping, optimizer step; no validation) and reports target and
@@ -127,6 +127,21 @@ def matmul_weights(model) -> tuple[int, int]:
     return source, target
 
 
+PROFILED_STEPS = 10
+
+
+def profile_updates(trainer, batches: list[list[int]], rows: int) -> None:
+    """torch.profiler's table of the `rows` costliest operators over these updates, to
+    stderr; run after the timed updates, so its overhead is not in the figures."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for indices in batches:
+            trainer.train_step(indices)
+    table = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+    print(f"profile of {len(batches)} updates:\n{table}", file=sys.stderr)
+
+
 def measure_train(args: argparse.Namespace) -> dict:
     """Runs in its own process: build the run, warm up, time --steps updates."""
     import shutil
@@ -147,7 +162,7 @@ def measure_train(args: argparse.Namespace) -> dict:
         trainer.model.train()
         data = trainer.data.train
         batches = [b for epoch in range(cfg.train.max_epochs) for b in data.epoch(epoch)]
-        needed = args.warmup + args.steps
+        needed = args.warmup + args.steps + (args.profile and PROFILED_STEPS)
         if len(batches) < needed:
             raise SystemExit(f"the corpus gives {len(batches)} batches; {needed} needed")
         for indices in batches[: args.warmup]:
@@ -157,6 +172,8 @@ def measure_train(args: argparse.Namespace) -> dict:
         for indices in timed:
             trainer.train_step(indices)
         seconds = time.perf_counter() - started
+        if args.profile:
+            profile_updates(trainer, batches[args.warmup + args.steps : needed], args.profile)
 
         src = sum(len(data.src[i]) + 1 for b in timed for i in b)
         tgt = sum(data.target_tokens(b) for b in timed)
@@ -206,6 +223,10 @@ def main() -> None:
     train.add_argument("--warmup", type=int, default=10, help="updates before timing")
     train.add_argument("--threads", type=int, default=2)
     train.add_argument("--tokenizer", type=Path, help="a run's tokenizer/ to reuse")
+    train.add_argument(
+        "--profile", type=int, default=0, metavar="ROWS",
+        help=f"then profile {PROFILED_STEPS} more updates; print the ROWS costliest operators",
+    )  # fmt: skip
     args = parser.parse_args()
 
     context = multiprocessing.get_context("spawn")

@@ -328,14 +328,38 @@ def read_yaml(path: str | Path) -> Any:
     return data
 
 
-def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
-    """Read, override and validate a YAML config; every problem is a one-line `UserError`."""
+def _read_mapping(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file's mapping, with the file named by its `extends` key (relative to it)
+    underneath: sections merge key by key, and this file's values win."""
     data = read_yaml(path)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise UserError(f"{path}: the top level must be a mapping of sections (data, model, ...)")
-    return config_from_dict(data, overrides)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    base = path.parent / str(parent)
+    if base.resolve() in chain or base.resolve() == path.resolve():
+        raise UserError(f"{path}: extends {parent} leads back to itself; break the cycle")
+    if not base.is_file():
+        raise UserError(f"{path}: extends {parent}, which is not a file (looked for {base})")
+    return _merged(_read_mapping(base, (*chain, path.resolve())), data)
+
+
+def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        below = merged.get(key)
+        both_sections = isinstance(value, dict) and isinstance(below, dict)
+        merged[key] = _merged(below, value) if both_sections else value
+    return merged
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
+    """Read (following `extends`), override and validate a YAML config; every problem is a
+    one-line `UserError`."""
+    return config_from_dict(_read_mapping(Path(path)), overrides)
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -13,8 +13,9 @@ from seq2seq.models import build_model
 
 
 def test_train_prints_one_consistent_json_line(toy):
-    command = [sys.executable, str(SCRIPTS / "bench.py"), "train", "--config",
-               str(toy / "run.yaml"), "--steps", "4", "--warmup", "1"]  # fmt: skip
+    command = [sys.executable, str(SCRIPTS / "bench.py"), "train",
+               "--config", str(toy / "run.yaml"),
+               "--steps", "4", "--warmup", "1", "--profile", "5"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
@@ -23,6 +24,7 @@ def test_train_prints_one_consistent_json_line(toy):
     assert row["mode"] == "train" and row["steps"] == 4
     assert row["tokens_per_s"] > row["target_tokens_per_s"] > 0
     assert 0 <= row["padding_ratio"] < 1
+    assert "profile of 10 updates" in result.stderr and "aten::" in result.stderr
     flops = row["mflop_per_target_token"] * 1e6 * row["target_tokens_per_s"]
     assert row["mfu"] == pytest.approx(
         flops / (row["matmul_peak_gflops"] * 1e9), rel=0.02, abs=1e-4

@@ -113,3 +113,39 @@ def test_durations(text, seconds):
 def test_bad_durations(text):
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+def test_extends_merges_sections_and_the_child_wins(tmp_path):
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes/base.yaml").write_text(
+        BASE + "train: {batch_tokens: 123, label_smoothing: 0.2}\n"
+    )
+    child = tmp_path / "recipes/child.yaml"
+    child.write_text("extends: base.yaml\nname: c\ndata: {src: en, tgt: de}\n")
+    cfg = load_config(child, ["train.batch_tokens=77"])
+    assert (cfg.name, cfg.data.src, cfg.data.tgt) == ("c", "en", "de")
+    assert cfg.data.train == "a/train"  # kept from the base, key by key
+    assert cfg.model.attention.type == "general"
+    assert (cfg.train.batch_tokens, cfg.train.label_smoothing) == (77, 0.2)
+
+
+def test_extends_cycles_and_missing_parents_are_one_line_errors(tmp_path):
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
+    with pytest.raises(UserError, match="leads back to itself"):
+        load_config(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("extends: nowhere.yaml\n")
+    with pytest.raises(UserError, match=r"extends nowhere.yaml, which is not a file"):
+        load_config(tmp_path / "c.yaml")
+
+
+@pytest.mark.parametrize("name", ["transformer", "rnn"])
+def test_the_en_de_recipes_are_the_de_en_ones_reversed(name):
+    from pathlib import Path
+
+    configs = Path(__file__).resolve().parent.parent / "configs"
+    de_en = load_config(configs / f"multi30k_{name}.yaml")
+    en_de = load_config(configs / f"multi30k_{name}_ende.yaml")
+    assert (en_de.data.src, en_de.data.tgt) == (de_en.data.tgt, de_en.data.src)
+    differences = {field for field, _, _ in config_differences(de_en, en_de)}
+    assert differences == {"name", "data.src", "data.tgt"}

@@ -92,9 +92,7 @@ class Sublayer(nn.Module):
 
 
 def feed_forward(dim: int, inner: int, dropout: float) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Linear(dim, inner), nn.ReLU(), Dropout(dropout), nn.Linear(inner, dim)
-    )
+    return nn.Sequential(nn.Linear(dim, inner), nn.ReLU(), Dropout(dropout), nn.Linear(inner, dim))
 
 
 def self_attend(
