@@ -306,6 +306,11 @@ def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):
     shared = (root / "tokenizer/joint.model").read_bytes()
     for run in sweep.runs[1:]:  # the first trained its own when it was run alone
         assert (root / "runs" / run.name / "tokenizer/joint.model").read_bytes() == shared
+        # The shared tokenizer came with the corpus ids: no run tokenized the corpus.
+        assert (
+            "piece ids of 300 pairs read from"
+            in (root / "runs" / run.name / "train.log").read_text()
+        )
     report = root / "report"
     for name in ("bleu.png", "curves.png", "attention.png"):
         assert (report / name).read_bytes().startswith(b"\x89PNG"), name
