@@ -1,5 +1,6 @@
 """train.precision: bf16 autocasts the training forward pass; weights stay float32."""
 
+import os
 import re
 
 import pytest
@@ -19,12 +20,20 @@ def test_bf16_trains_in_bf16_with_float32_weights(toy, tmp_path, monkeypatch, ar
         return original(self, logits, *args)
 
     monkeypatch.setattr(Trainer, "loss", loss)
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
     run = tmp_path / "r"
     budget = ["train.max_steps=40", "train.valid_every=100", "model.ff_dim=32"]
     assert train(toy, run, "train.precision=bf16", f"model.arch={arch}", *budget) == 0
     assert seen == {torch.bfloat16}
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"  # bounded kernel cache
 
     state = torch.load(run / "checkpoints/last.pt", weights_only=True)
     assert all(t.dtype == torch.float32 for t in state["model"].values() if t.is_floating_point())
     losses = [float(x) for x in re.findall(r"loss ([\d.]+)  lr", (run / "train.log").read_text())]
     assert len(losses) == 40 and sum(losses[-5:]) < sum(losses[:5])
+
+
+def test_a_users_kernel_cache_setting_wins(toy, tmp_path, monkeypatch):
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
+    assert train(toy, tmp_path / "r", "train.max_steps=1", "train.valid_every=100") == 0
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "1024"

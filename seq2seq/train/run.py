@@ -33,6 +33,7 @@ from seq2seq.train.trainer import Trainer
 
 # Fields that may change when a run is resumed: budgets, not the model or the data.
 RESUMABLE_CHANGES = {"train.max_time", "train.max_steps", "train.max_epochs", "train.patience"}
+ONEDNN_KERNEL_CACHE = 64
 
 
 def _git_revision() -> str | None:
@@ -177,6 +178,11 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
         _write_meta(run, resuming, world)
     log = setup_logging(run.log if world.is_main else None, world.rank)
     torch.set_num_threads(cfg.train.threads or _cores_per_process(world))
+    # oneDNN keeps every bf16 matmul kernel it builds, one per new batch shape, and with
+    # the default of 1,024 the resident memory of a bf16 run grows by hundreds of MB over
+    # its first few hundred updates. 64 bounds it for ~10% of speed; the variable is read
+    # when the first kernel is built, so a user's own setting wins.
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_KERNEL_CACHE))
     random.seed(cfg.seed + world.rank)
     # Rank 0 draws the initial model (DDP copies it to the others); the other ranks draw
     # their own dropout masks.
