@@ -20,7 +20,9 @@ def test_bf16_trains_in_bf16_with_float32_weights(toy, tmp_path, monkeypatch, ar
         return original(self, logits, *args)
 
     monkeypatch.setattr(Trainer, "loss", loss)
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    # setenv first, so that teardown also removes the value training sets
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
     run = tmp_path / "r"
     budget = ["train.max_steps=40", "train.valid_every=100", "model.ff_dim=32"]
     assert train(toy, run, "train.precision=bf16", f"model.arch={arch}", *budget) == 0
