@@ -7,6 +7,7 @@ import pytest
 import torch
 from cli_helpers import train
 
+from seq2seq.train.run import ONEDNN_KERNEL_CACHE
 from seq2seq.train.trainer import Trainer
 
 
@@ -27,7 +28,7 @@ def test_bf16_trains_in_bf16_with_float32_weights(toy, tmp_path, monkeypatch, ar
     budget = ["train.max_steps=40", "train.valid_every=100", "model.ff_dim=32"]
     assert train(toy, run, "train.precision=bf16", f"model.arch={arch}", *budget) == 0
     assert seen == {torch.bfloat16}
-    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"  # bounded kernel cache
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(ONEDNN_KERNEL_CACHE)
 
     state = torch.load(run / "checkpoints/last.pt", weights_only=True)
     assert all(t.dtype == torch.float32 for t in state["model"].values() if t.is_floating_point())
