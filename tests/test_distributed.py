@@ -34,9 +34,9 @@ def test_two_processes_match_one_and_resume_under_ddp(toy, tmp_path, arch):
     assert train(toy, single, *SAME_MATH, *model, "train.max_steps=12") == 0
 
     halfway = torchrun(toy, double, *SAME_MATH, *model, "train.max_steps=6")
-    assert halfway.returncode == 0, halfway.stderr[-2000:]
+    assert halfway.returncode == 0, halfway.stderr[-6000:]
     resumed = torchrun(toy, double, *SAME_MATH, *model, "train.max_steps=12")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert resumed.returncode == 0, resumed.stderr[-6000:]
     log = (double / "train.log").read_text()
     assert "2 process(es)" in log and "resumed" in log
     assert "rank 1" not in log  # only rank 0 writes the log

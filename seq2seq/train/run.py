@@ -142,7 +142,12 @@ def train(cfg: Config, run_dir: Path) -> dict:
     """
     world = start_world(cfg.train.device)
     try:
-        return _fit_and_test(_set_up(cfg, RunDir(Path(run_dir)), world))
+        scores = _fit_and_test(_set_up(cfg, RunDir(Path(run_dir)), world))
+        # The other ranks wait while rank 0 scores the test sets, so that no rank tears
+        # down its gloo connections while a peer still holds them (a CI run saw rank 1
+        # abort as rank 0 finished).
+        world.barrier()
+        return scores
     finally:
         stop_world(world)
 
