@@ -7,21 +7,17 @@ rename) so a crash never leaves a half-written file, and load with
 
 from __future__ import annotations
 
-import os
 import pickle
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any
 
 import torch
 
-from seq2seq.config import flatten
+from seq2seq.config import Config, ModelConfig, flatten, load_config
 from seq2seq.errors import UserError
-
-if TYPE_CHECKING:
-    from seq2seq.config import ModelConfig
+from seq2seq.files import atomic_write
 
 # The end of every message about a checkpoint that does not fit the model.
 _FIT_FIX = "use the run's own config.yaml or a checkpoint of this run"
@@ -29,7 +25,7 @@ _FIT_FIX = "use the run's own config.yaml or a checkpoint of this run"
 
 @dataclass(frozen=True)
 class RunDir:
-    """Where a run keeps everything: see DESIGN.md, "A run directory"."""
+    """Where a run keeps everything (docs/architecture.md, "The run directory")."""
 
     root: Path
 
@@ -74,6 +70,18 @@ class RunDir:
     def attention(self) -> Path:
         return self.root / "attention"
 
+    def load_config(self) -> Config:
+        """The run's resolved config (`config.yaml`), as training wrote it."""
+        if not self.config.is_file():
+            raise UserError(f"{self.root} is not a run directory (no config.yaml); train one first")
+        try:
+            return load_config(self.config)
+        except UserError as error:
+            if str(error).startswith(str(self.config)):
+                raise
+            # Validation problems name the field only; here the user did not name the file.
+            raise UserError(f"{self.config}: {error}") from None
+
     def checkpoint(self, name: str) -> Path:
         return self.checkpoints / f"{name}.pt"
 
@@ -86,25 +94,6 @@ class RunDir:
                 "train it first (seq2seq train) or pass --checkpoint best|last|FILE"
             )
         return path
-
-
-def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
-    """Write through a temp file, fsync and rename: readers see the old or the new file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as handle:
-        write(handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    atomic_write(path, lambda handle: handle.write(data))
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:

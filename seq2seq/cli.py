@@ -46,27 +46,6 @@ def train(
     run_training(cfg, run_dir or Path("runs") / cfg.name)
 
 
-def _format(index: int, found: list, nbest: int) -> str:
-    """The output of one input line: its translation, or with --nbest N, always N lines
-    `LINE<TAB>SCORE<TAB>TEXT` (a blank line gives N empty hypotheses of score 0)."""
-    if nbest == 1:
-        return (found[0].text if found else "") + "\n"
-    rows = [(t.score, t.text) for t in found] or [(0.0, "")] * nbest
-    rows += [(float("-inf"), "")] * (nbest - len(rows))  # fewer exist than asked for
-    return "".join(f"{index}\t{score:.4f}\t{text}\n" for score, text in rows)
-
-
-def _note_lines(numbers: list[int], problem: str, outcome: str) -> None:
-    """Tell stderr how many input lines had `problem`, which (from 1; the first few), and
-    what was done."""
-    if not numbers:
-        return
-    shown = ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
-    count = "1 input line is" if len(numbers) == 1 else f"{len(numbers)} input lines are"
-    lines = "line" if len(numbers) == 1 else "lines"
-    print(f"seq2seq: {count} {problem} ({lines} {shown}); {outcome}", file=sys.stderr)
-
-
 @app.command()
 def translate(
     run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
@@ -96,45 +75,19 @@ def translate(
     to that; stderr counts and names such lines. On a terminal, stdin is translated
     interactively: one line in, one translation out.
     """
-    from seq2seq.checkpoint import atomic_write_text
-    from seq2seq.decode.translate import Translator, decode_source_line, read_source_lines
+    from seq2seq.decode.line_io import translate_file, translate_interactively
+    from seq2seq.decode.translate import Translator
 
     options = {"beam": beam, "length_penalty": length_penalty, "batch_tokens": batch_tokens}
     translator = Translator.from_run(run, checkpoint, options)
     if nbest > translator.decode.beam:
         raise UserError(f"--nbest {nbest} needs a beam at least as wide; pass --beam {nbest}")
-    interactive = input is None and sys.stdin.isatty()
-    if interactive and (alignments or output):
-        raise UserError("interactive translation writes to the terminal; pass --input FILE")
-    limit = translator.max_source
-    invalid_utf8 = ("not valid UTF-8", "translated as empty; re-encode the input as UTF-8")
-    cut = (f"longer than {limit} pieces", f"cut to {limit} pieces; split long lines")
-    if interactive:
-        print("seq2seq: type a sentence and press Enter; Ctrl-D ends", file=sys.stderr)
-        # Bytes, not text: one invalid byte must cost its line only, not the session.
-        for index, raw in enumerate(sys.stdin.buffer):
-            line = decode_source_line(raw.removesuffix(b"\n").removesuffix(b"\r"))
-            found = translator.translate_nbest([line or ""], nbest)[0]
-            _note_lines([index + 1] if line is None else [], *invalid_utf8)
-            _note_lines([index + 1] if found and found[0].truncated else [], *cut)
-            print(_format(index, found, nbest), end="", flush=True)
-        return
-
-    lines, invalid = read_source_lines(input or Path("/dev/stdin"))
-    found = translator.translate_nbest(lines, nbest)
-    text = "".join(_format(i, hyps, nbest) for i, hyps in enumerate(found))
-    if alignments is not None:
-        pairs = [
-            translator.alignment(line, hyps[0]) if hyps else ""
-            for line, hyps in zip(lines, found, strict=True)
-        ]
-        atomic_write_text(alignments, "".join(p + "\n" for p in pairs))
-    if output is None:
-        sys.stdout.write(text)
+    if input is None and sys.stdin.isatty():
+        if alignments or output:
+            raise UserError("interactive translation writes to the terminal; pass --input FILE")
+        translate_interactively(translator, nbest)
     else:
-        atomic_write_text(output, text)
-    _note_lines(invalid, *invalid_utf8)
-    _note_lines([i + 1 for i, hyps in enumerate(found) if hyps and hyps[0].truncated], *cut)
+        translate_file(translator, input or Path("/dev/stdin"), output, nbest, alignments)
 
 
 @app.command()
@@ -212,9 +165,9 @@ def plot_attention(
     checkpoint: Annotated[str, typer.Option(help="best, last, step-N or a .pt file")] = "best",
 ) -> None:
     """Translate one sentence and draw its attention heatmap (source x target pieces)."""
-    from seq2seq.checkpoint import atomic_write_bytes
     from seq2seq.decode.translate import Translator
-    from seq2seq.report.plots import attention_figure, figure_png
+    from seq2seq.files import atomic_write_bytes
+    from seq2seq.plots import attention_figure, figure_png
 
     amap = Translator.from_run(run, checkpoint).attention_map(src)
     figure = attention_figure(amap.weights, amap.src_pieces, amap.tgt_pieces)

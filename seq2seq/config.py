@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import yaml
 from pydantic import (
@@ -66,8 +66,27 @@ class TokenizerConfig(Section):
     character_coverage: float = Field(1.0, gt=0, le=1)
 
 
+class AttentionType(Protocol):
+    """What the schema reads of a registered attention class (see `seq2seq.attention`)."""
+
+    options: ClassVar[frozenset[str]]  # the AttentionConfig fields it reads (type, heads aside)
+    default_heads: ClassVar[int]  # heads where neither `heads` nor the architecture says
+    content_based: ClassVar[bool]  # whether local attention may wrap it as its score
+
+
+# Attention types by name. The attention package registers each class here when it is
+# imported (`@register_attention`): the schema sits below it and validates against it.
+ATTENTION_TYPES: dict[str, type[AttentionType]] = {}
+
+
+def _registered_types() -> dict[str, type[AttentionType]]:
+    if not ATTENTION_TYPES:
+        raise RuntimeError("no attention types registered: import seq2seq.attention first")
+    return ATTENTION_TYPES
+
+
 class AttentionConfig(Section):
-    """The attention type and its options; options a type does not use are ignored."""
+    """The attention type and its options; a type's unused options must keep their defaults."""
 
     type: str = Field("bahdanau", description="a registered attention type")
     heads: PositiveInt | None = Field(
@@ -81,10 +100,7 @@ class AttentionConfig(Section):
     @field_validator("type")
     @classmethod
     def _registered(cls, value: str) -> str:
-        # Imported here: the registry is filled by the attention package, one floor up.
-        from seq2seq.attention import attention_names
-
-        names = attention_names()
+        names = sorted(_registered_types())
         if value not in names:
             raise ValueError(f"unknown attention type {value!r}; known: {', '.join(names)}")
         return value
@@ -92,15 +108,30 @@ class AttentionConfig(Section):
     @field_validator("score")
     @classmethod
     def _content_score(cls, value: str) -> str:
-        from seq2seq.attention import content_score_names
-
-        names = content_score_names()
+        names = sorted(n for n, t in _registered_types().items() if t.content_based)
         if value not in names:
             raise ValueError(
                 f"local attention wraps a content score; {value!r} is not one; "
                 f"allowed: {', '.join(names)}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _only_own_options(self) -> AttentionConfig:
+        fields, own = type(self).model_fields, ATTENTION_TYPES[self.type].options
+        unused = [
+            name
+            for name in sorted(set(fields) - {"type", "heads"} - own)
+            if getattr(self, name) != fields[name].default
+        ]
+        if unused:
+            given = ", ".join(f"{name}={getattr(self, name)!r}" for name in unused)
+            mine = ", ".join(sorted(own | {"heads"}))
+            raise ValueError(
+                f"{self.type} attention does not read {given}; its options: {mine}; "
+                "remove the others"
+            )
+        return self
 
 
 def _scaled_dot() -> AttentionConfig:
@@ -132,9 +163,16 @@ class ModelConfig(Section):
         default_factory=_scaled_dot, description="transformer: encoder/decoder self-attention"
     )
 
-    def default_heads(self) -> int:
-        """Heads of an attention whose `heads` is unset: 4 in the Transformer, else 1."""
-        return 4 if self.arch == "transformer" else 1
+    def heads(self, section: AttentionConfig) -> int:
+        """The number of heads of an attention section of this model: its `heads` if set;
+        else 4 in the Transformer; else the type's own default where it divides hidden_dim
+        (multihead: 4); else 1. More than one wraps the type in multi-head attention."""
+        if section.heads is not None:
+            return section.heads
+        if self.arch == "transformer":
+            return 4
+        own = ATTENTION_TYPES[section.type].default_heads
+        return own if self.hidden_dim % own == 0 else 1
 
     @model_validator(mode="after")
     def _tying_needs_equal_sizes(self) -> ModelConfig:
@@ -156,7 +194,7 @@ class ModelConfig(Section):
         if self.arch == "transformer":
             sections.append(("self_attention", self.self_attention))
         for name, section in sections:
-            heads = section.heads or self.default_heads()
+            heads = self.heads(section)
             if heads > 1 and self.hidden_dim % heads:
                 raise ValueError(
                     f"{name}.heads = {heads} must divide hidden_dim = {self.hidden_dim}"

@@ -9,6 +9,7 @@ from types import ModuleType
 import pytest
 import yaml
 
+import seq2seq.attention  # noqa: F401  (registers the attention types with the config schema)
 from seq2seq.data.toy import make_toy_corpus
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"

@@ -6,14 +6,14 @@ import torch
 from seq2seq.attention import (
     Attention,
     MultiHead,
+    attention_class,
     attention_names,
     build_attention,
-    padding_mask,
     register_attention,
 )
-from seq2seq.attention import base as attention_base
 from seq2seq.attention.scores import DotAttention, ScaledDotAttention
-from seq2seq.config import AttentionConfig, ModelConfig, config_from_dict
+from seq2seq.config import ATTENTION_TYPES, AttentionConfig, ModelConfig, config_from_dict
+from seq2seq.data.batching import padding_mask
 from seq2seq.errors import UserError
 from seq2seq.models import build_model
 
@@ -23,10 +23,17 @@ CASES = [(name, heads) for heads in (1, 2) for name in TYPES]
 IDS = [f"{name}-h{heads}" for name, heads in CASES]
 
 
+def own_options(name, **options):
+    """Small test values of the options type `name` reads, and `options`."""
+    small = {"window": 2, "max_source_len": 6}
+    return {k: v for k, v in small.items() if k in attention_class(name).options} | options
+
+
 def make(name, query_dim=8, key_dim=8, **options):
-    options = {"window": 2, "max_source_len": 6, **options}
     torch.manual_seed(0)
-    return build_attention(AttentionConfig(type=name, **options), query_dim, key_dim)
+    return build_attention(
+        AttentionConfig(type=name, **own_options(name, **options)), query_dim, key_dim
+    )
 
 
 def inputs(batch=3, tq=2, tk=6, dim=8, lengths=(6, 3, 1)):
@@ -131,9 +138,8 @@ def test_gradients_are_exact_and_reach_every_parameter(name, heads):
 def test_heads_1_builds_the_plain_module_and_multihead_wraps_scaled_dot():
     assert type(make("dot", heads=1)) is DotAttention
     assert type(make("dot", heads=2)) is MultiHead
-    multihead = make("multihead")  # heads: None -> 4, since 4 divides 8
+    multihead = make("multihead", heads=4)
     assert multihead.heads == 4 and type(multihead.inner) is ScaledDotAttention
-    assert make("multihead", 6, 6).heads == 1  # 4 does not divide 6
     assert make("bahdanau", heads=2).attends_before_cell
     assert not make("general", heads=2).attends_before_cell
 
@@ -254,6 +260,14 @@ DATA = {"data": {"src": "de", "tgt": "en", "train": "a", "valid": "b"}}
         ({"type": "local-p", "score": "location"}, ["allowed: bahdanau, concat, cosine, dot"]),
         ({"type": "general", "heads": 3}, ["heads = 3", "hidden_dim = 16"]),
         ({"type": "general", "head": 2}, ["unknown key 'model.attention.head'", "heads"]),
+        (
+            {"type": "bahdanau", "window": 5},
+            ["bahdanau attention does not read window=5", "its options: heads"],
+        ),
+        (
+            {"type": "local-m", "renormalize": True, "max_source_len": 9},
+            ["does not read max_source_len=9, renormalize=True", "options: heads, score, window"],
+        ),
     ],
 )
 def test_bad_attention_options_name_field_value_and_allowed(attention, fragments):
@@ -263,10 +277,16 @@ def test_bad_attention_options_name_field_value_and_allowed(attention, fragments
         assert fragment in str(error.value)
 
 
-def test_a_new_type_plugs_in_with_one_class_and_one_decorator(monkeypatch):
-    # A copy of the registry, restored afterwards: the new type leaves no trace.
-    monkeypatch.setattr(attention_base, "_REGISTRY", dict(attention_base._REGISTRY))
+@pytest.fixture
+def registry():
+    """The attention registry, restored afterwards: a type registered in a test leaves no trace."""
+    before = dict(ATTENTION_TYPES)
+    yield ATTENTION_TYPES
+    ATTENTION_TYPES.clear()
+    ATTENTION_TYPES.update(before)
 
+
+def test_a_new_type_plugs_in_with_one_class_and_one_decorator(registry):
     @register_attention("test-euclidean")
     class EuclideanAttention(Attention):
         """-||q - k||^2"""
@@ -274,6 +294,7 @@ def test_a_new_type_plugs_in_with_one_class_and_one_decorator(monkeypatch):
         def score(self, query, keys):
             return -(torch.cdist(query, keys) ** 2)
 
+    assert registry["test-euclidean"] is EuclideanAttention
     src, tgt = torch.randint(4, 20, (2, 5)), torch.randint(4, 20, (2, 3))
     mask = padding_mask(torch.tensor([5, 2]), 5)
     for arch in ("rnn", "transformer"):
@@ -300,11 +321,10 @@ def test_skipping_the_weights_gives_the_same_context(name):
 
 @pytest.mark.parametrize("name", TYPES)
 def test_multi_head_with_one_head_equals_its_base_score(name):
-    options = {"window": 2, "max_source_len": 6}
     torch.manual_seed(0)
-    registered = attention_base._REGISTRY[name]  # multihead is MultiHead over scaled-dot
+    registered = attention_class(name)  # multihead is MultiHead over scaled-dot
     wrapper = registered if issubclass(registered, MultiHead) else MultiHead
-    multi = wrapper(8, 8, AttentionConfig(type=name, heads=1, **options))
+    multi = wrapper(8, 8, AttentionConfig(type=name, heads=1, **own_options(name)))
     for proj in (multi.query_proj, multi.key_proj, multi.value_proj, multi.out_proj):
         torch.nn.init.eye_(proj.weight)
     query, keys, values, mask, positions = inputs()
@@ -313,3 +333,52 @@ def test_multi_head_with_one_head_equals_its_base_score(name):
     assert out.weights.shape == (3, 1, 2, 6)
     torch.testing.assert_close(out.weights[:, 0], base.weights)
     torch.testing.assert_close(out.context, base.context)
+
+
+def test_options_a_type_does_not_read_are_accepted_at_their_defaults():
+    # A run's config.yaml holds every field, so a type's unused options come back at
+    # their defaults: they must load.
+    cfg = config_from_dict({**DATA, "model": {"attention": {"type": "dot", "window": 10}}})
+    assert cfg.model.attention.window == 10
+    local = {"type": "local-p", "window": 3, "score": "dot", "renormalize": True}
+    assert config_from_dict({**DATA, "model": {"attention": local}}).model.attention.window == 3
+
+
+@pytest.mark.parametrize(
+    "arch, hidden, attention, heads",
+    [
+        ("rnn", 16, {"type": "general"}, 1),
+        ("rnn", 16, {"type": "multihead"}, 4),  # its own default, since 4 divides 16
+        ("rnn", 6, {"type": "multihead"}, 1),  # 4 does not divide 6
+        ("rnn", 16, {"type": "general", "heads": 2}, 2),
+        ("transformer", 16, {"type": "general"}, 4),
+        ("transformer", 16, {"type": "dot", "heads": 1}, 1),
+    ],
+)
+def test_the_number_of_heads_follows_one_rule(arch, hidden, attention, heads):
+    cfg = ModelConfig(arch=arch, embed_dim=hidden, hidden_dim=hidden, attention=attention)
+    assert cfg.heads(cfg.attention) == heads
+    model = build_model(cfg, 20, 20, pad_id=0)
+    built = model.decoder.attention if arch == "rnn" else model.decoder_layers[0].cross_attention
+    assert getattr(built, "heads", 1) == heads
+    assert isinstance(built, MultiHead) == (heads > 1 or attention["type"] == "multihead")
+
+
+def test_importing_the_package_registers_every_module_in_it():
+    import pkgutil
+    import sys
+
+    import seq2seq.attention as package
+
+    names = [m.name for m in pkgutil.iter_modules(package.__path__)]
+    assert {"scores", "local", "multihead"} <= set(names)
+    assert all(f"seq2seq.attention.{name}" in sys.modules for name in names)
+
+
+def test_only_location_limits_the_source_length():
+    limits = {
+        name: attention_class(name).max_source_positions(AttentionConfig(type=name))
+        for name in TYPES
+    }
+    assert limits.pop("location") == 256
+    assert set(limits.values()) == {None}

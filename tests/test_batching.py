@@ -31,6 +31,8 @@ def test_make_batch_pads_and_places_bos_and_eos() -> None:
     assert batch.indices == [4, 1]
     assert (batch.n_src_tokens, batch.n_tgt_tokens) == (6, 7)
     assert len(batch) == 2
+    # True at the real source positions, EOS included; (B, 1, S) to broadcast over queries.
+    assert batch.src_mask.tolist() == [[[True] * 4], [[True, True, False, False]]]
 
 
 def test_make_batch_without_target() -> None:

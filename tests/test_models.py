@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from seq2seq.attention import attention_names, padding_mask
+from seq2seq.attention import attention_class, attention_names
 from seq2seq.config import ModelConfig
+from seq2seq.data.batching import padding_mask
 from seq2seq.decode.search import beam_search, output_limits
 from seq2seq.models import build_model
 
@@ -22,6 +23,11 @@ VARIANTS = [
 VARIANT_IDS = [f"{arch}-{next(iter(option.values()))}" for arch, option in VARIANTS]
 
 
+def small_window(attention: str) -> dict:
+    """window: 2 for the types that read it, so that short sources exercise the window."""
+    return {"window": 2} if "window" in attention_class(attention).options else {}
+
+
 def tiny(arch="rnn", attention="bahdanau", heads=None, length_ratio=0.7, **kw):
     cfg = ModelConfig(
         arch=arch,
@@ -31,7 +37,7 @@ def tiny(arch="rnn", attention="bahdanau", heads=None, length_ratio=0.7, **kw):
         encoder_layers=2,
         decoder_layers=2,
         dropout=0.0,
-        attention={"type": attention, "heads": heads, "window": 2},
+        attention={"type": attention, "heads": heads, **small_window(attention)},
         **kw,
     )
     torch.manual_seed(0)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from seq2seq.report.plots import attention_figure, figure_png
+from seq2seq.plots import attention_figure, figure_png
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

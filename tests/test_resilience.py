@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from cli_helpers import train
 
-from seq2seq.train.trainer import Trainer
+from seq2seq.train import trainer
 
 
 def checkpoint(run_dir: Path, name: str = "last") -> dict:
@@ -99,18 +99,15 @@ def test_a_truncated_checkpoint_falls_back_to_the_one_before(toy, tmp_path):
 
 
 def nan_on_calls(monkeypatch, calls: set[int]) -> None:
-    """Make Trainer.loss return NaN on the given (1-based) calls during training."""
-    original, count = Trainer.loss, [0]
+    """Make the training loss NaN on the given (1-based) updates."""
+    original, count = trainer.token_cross_entropy, [0]
 
-    def loss(self, *args):
-        value = original(self, *args)
-        if self.model.training:
-            count[0] += 1
-            if count[0] in calls:
-                return value * float("nan")
-        return value
+    def loss(*args):
+        count[0] += 1
+        value = original(*args)
+        return value * float("nan") if count[0] in calls else value
 
-    monkeypatch.setattr(Trainer, "loss", loss)
+    monkeypatch.setattr(trainer, "token_cross_entropy", loss)
 
 
 def test_a_non_finite_update_is_skipped_and_counted(toy, tmp_path, monkeypatch):

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from seq2seq.attention import padding_mask
 from seq2seq.config import ModelConfig
+from seq2seq.data.batching import padding_mask
 from seq2seq.decode.search import beam_search, length_penalty
 from seq2seq.models import build_model
 
@@ -130,9 +130,10 @@ def test_a_wider_beam_never_scores_worse_on_log_probability():
     narrow = beam_search(model, src, mask, limits, BOS, EOS, beam=1)
     wide = beam_search(model, src, mask, limits, BOS, EOS, beam=8)
     # Not a theorem for every input, but with alpha 0 a beam of 8 over a greedy path
-    # should not lose on this small case; a search bug typically breaks it.
+    # should not lose on this small case; a search bug typically breaks it. The same path
+    # may score a few ulps apart: a batch of 8 rows rounds unlike a batch of 1.
     for a, b in zip(narrow, wide, strict=True):
-        assert b[0].score >= a[0].score - 1e-6
+        assert b[0].score >= a[0].score - 1e-5 * abs(a[0].score)
 
 
 def test_the_length_cap_wins_over_the_minimum_length():

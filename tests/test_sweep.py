@@ -38,9 +38,9 @@ BASE = {
 SWEEP = {
     "name": "s",
     "base": "base.yaml",
-    "grid": {"model.attention.type": ["dot", "general"], "model.attention.window": [3, 5]},
+    "grid": {"model.attention.type": ["local-m", "local-p"], "model.attention.window": [3, 5]},
     "seeds": [1, 2],
-    "baseline": {"model.attention.type": "dot", "model.attention.window": 3},
+    "baseline": {"model.attention.type": "local-m", "model.attention.window": 3},
     "set": {"train.max_steps": 7},
 }
 
@@ -60,21 +60,21 @@ def test_grid_is_the_cartesian_product_times_seeds(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     sweep = load_sweep(write_sweep(tmp_path))
     assert [c.key for c in sweep.cells] == [
-        "attention.type=dot,attention.window=3",
-        "attention.type=dot,attention.window=5",
-        "attention.type=general,attention.window=3",
-        "attention.type=general,attention.window=5",
+        "attention.type=local-m,attention.window=3",
+        "attention.type=local-m,attention.window=5",
+        "attention.type=local-p,attention.window=3",
+        "attention.type=local-p,attention.window=5",
     ]
     assert sweep.baseline is sweep.cells[0]
     assert len(sweep.runs) == 8 and len({r.name for r in sweep.runs}) == 8
     assert [r.seed for r in sweep.runs] == [1] * 4 + [2] * 4  # seed by seed
     run = sweep.runs[6]
-    assert run.name == "attention.type=general,attention.window=3,seed=2"
+    assert run.name == "attention.type=local-p,attention.window=3,seed=2"
     cfg = run.config
-    assert (cfg.seed, cfg.model.attention.type, cfg.model.attention.window) == (2, "general", 3)
+    assert (cfg.seed, cfg.model.attention.type, cfg.model.attention.window) == (2, "local-p", 3)
     assert cfg.train.max_steps == 7 and cfg.model.embed_dim == 8  # `set` and the base
     assert {r.tokenizer for r in sweep.runs} == {"tokenizer"}  # one, shared by all runs
-    assert sweep.runs[0].config.name == "s-attention.type-dot-attention.window-3-seed-1"
+    assert sweep.runs[0].config.name == "s-attention.type-local-m-attention.window-3-seed-1"
 
 
 def test_a_grid_over_the_tokenizer_gets_a_tokenizer_per_value(tmp_path, monkeypatch):

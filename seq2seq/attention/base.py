@@ -1,22 +1,22 @@
-"""The attention contract, the registry of attention types by name, and masking.
+"""The attention contract and the registry of attention types by name.
 
-Every type is one `Attention` subclass registered with `@register_attention(name)`.
-A subclass writes only `score`; the base class owns masking, the softmax and the
-weighted sum, so every type gets the same guarantees: weights are exactly 0 at
-masked keys and sum to 1 over the rest (local-p: at most 1, unless renormalised).
+Every type is one `Attention` subclass registered with `@register_attention(name)`, in
+any module of this package (the package imports them all). A subclass writes only
+`score`; the base class owns masking, the softmax and the weighted sum, so every type
+gets the same guarantees: weights are exactly 0 at masked keys and sum to 1 over the rest
+(local-p: at most 1, unless renormalised). The options a type reads are named in its
+`options`; the config schema refuses the others.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import AttentionConfig
-
-_REGISTRY: dict[str, type[Attention]] = {}
+from seq2seq.config import ATTENTION_TYPES, AttentionConfig
 
 
 class AttentionOutput(NamedTuple):
@@ -27,40 +27,43 @@ class AttentionOutput(NamedTuple):
 
 
 def register_attention(name: str) -> Callable[[type[Attention]], type[Attention]]:
+    """Register an `Attention` subclass as type `name`, for configs and `build_attention`."""
+
     def add(cls: type[Attention]) -> type[Attention]:
-        if name in _REGISTRY:
+        if name in ATTENTION_TYPES:
             raise ValueError(f"attention type {name!r} is registered twice")
         cls.name = name
-        _REGISTRY[name] = cls
+        ATTENTION_TYPES[name] = cls
         return cls
 
     return add
 
 
+def attention_class(name: str) -> type[Attention]:
+    """The class registered as `name` (names are validated by the config)."""
+    return ATTENTION_TYPES[name]  # type: ignore[return-value]
+
+
 def attention_names() -> list[str]:
-    return sorted(_REGISTRY)
+    return sorted(ATTENTION_TYPES)
 
 
 def content_score_names() -> list[str]:
     """The types whose energies compare query and key content: what local attention wraps."""
-    return sorted(name for name, cls in _REGISTRY.items() if cls.content_based)
+    return sorted(name for name, cls in ATTENTION_TYPES.items() if cls.content_based)
 
 
 def build_attention(
-    cfg: AttentionConfig, query_dim: int, key_dim: int, default_heads: int = 1
+    cfg: AttentionConfig, query_dim: int, key_dim: int, heads: int | None = None
 ) -> Attention:
-    """An attention module of type `cfg.type` (names are validated by the config).
-
-    Heads are `cfg.heads`, else `default_heads`, else the type's own default (multihead: 4
-    when it divides `key_dim`). More than one head wraps the type in `MultiHead`.
-    """
+    """An attention module of type `cfg.type` with `heads` heads (default: `cfg.heads`, else
+    1; `ModelConfig.heads` says how many a model's section has). More than one wraps the
+    type in `MultiHead`."""
     # Imported here: multihead.py builds on this module.
     from seq2seq.attention.multihead import MultiHead
 
-    cls = _REGISTRY[cfg.type]
-    heads = cfg.heads or default_heads
-    if cfg.heads is None and heads == 1 and key_dim % cls.default_heads == 0:
-        heads = cls.default_heads
+    cls = attention_class(cfg.type)
+    heads = heads or cfg.heads or 1
     if heads > 1 and not issubclass(cls, MultiHead):
         cls = MultiHead
     return cls(query_dim, key_dim, cfg.model_copy(update={"heads": heads}))
@@ -83,8 +86,16 @@ class Attention(nn.Module):
     attends_before_cell: bool = False
     # False for types whose energies ignore the key content (location, none) and for
     # wrappers (local, multi-head): local attention can only wrap a content score.
-    content_based: bool = True
-    default_heads: int = 1
+    content_based: ClassVar[bool] = True
+    default_heads: ClassVar[int] = 1
+    # The AttentionConfig fields this type reads, besides `type` and `heads`.
+    options: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def max_source_positions(cls, cfg: AttentionConfig) -> int | None:
+        """The longest source (in positions, EOS included) this type can attend over, or
+        None for no limit; translation cuts longer sources to fit."""
+        return None
 
     def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
         super().__init__()
@@ -153,13 +164,6 @@ class Attention(nn.Module):
         weights = torch.softmax(energies, dim=-1)
         weights = self.shape_weights(weights, query, mask, positions)
         return AttentionOutput(torch.bmm(weights, prepared_values), weights)
-
-
-def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
-    """(B, 1, T) mask, True at the first `lengths[b]` positions of each row."""
-    max_len = int(lengths.max()) if max_len is None else max_len
-    steps = torch.arange(max_len, device=lengths.device)
-    return (steps[None, :] < lengths[:, None]).unsqueeze(1)
 
 
 def source_lengths(mask: Tensor) -> Tensor:

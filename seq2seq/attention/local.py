@@ -18,6 +18,7 @@ class LocalAttention(Attention):
     """A content score restricted to the window [c_t - D, c_t + D], c_t = `centre(...)`."""
 
     content_based = False
+    options = frozenset({"window", "score"})
 
     def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
         super().__init__(query_dim, key_dim, cfg)
@@ -72,6 +73,8 @@ class LocalPredictiveAttention(LocalAttention):
     does: they sum to at most 1. `renormalize: true` divides by their sum (sum 1).
     Positions are not used: the alignment is predicted from the query.
     """
+
+    options = frozenset({"window", "score", "renormalize"})
 
     def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
         super().__init__(query_dim, key_dim, cfg)

@@ -124,10 +124,15 @@ class LocationAttention(Attention):
     """
 
     content_based = False
+    options = frozenset({"max_source_len"})
 
     def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
         super().__init__(query_dim, key_dim, cfg)
         self.proj = nn.Linear(query_dim, cfg.max_source_len)
+
+    @classmethod
+    def max_source_positions(cls, cfg: AttentionConfig) -> int:
+        return cfg.max_source_len
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
         length, limit = keys.size(1), self.proj.out_features

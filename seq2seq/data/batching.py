@@ -29,6 +29,11 @@ class Batch:
     def __len__(self) -> int:
         return self.src.size(0)
 
+    @property
+    def src_mask(self) -> Tensor:
+        """(B, 1, S): True at the real source positions, EOS included."""
+        return padding_mask(self.src_lengths, self.src.size(1))
+
     def to(self, device: torch.device | str) -> Batch:
         # non_blocking only overlaps anything when the source is pinned; it is harmless otherwise.
         def move(t: Tensor | None) -> Tensor | None:
@@ -41,6 +46,13 @@ class Batch:
             tgt_in=move(self.tgt_in),
             tgt_out=move(self.tgt_out),
         )
+
+
+def padding_mask(lengths: Tensor, max_len: int | None = None) -> Tensor:
+    """(B, 1, T) mask, True at the first `lengths[b]` positions of each row."""
+    max_len = int(lengths.max()) if max_len is None else max_len
+    steps = torch.arange(max_len, device=lengths.device)
+    return (steps[None, :] < lengths[:, None]).unsqueeze(1)
 
 
 def _pad(rows: list[list[int]]) -> Tensor:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from seq2seq.checkpoint import atomic_write
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.files import atomic_write
 
 CACHE_DIR = "ids"
 _FORMAT = 1

@@ -7,15 +7,13 @@ use the module constants without asking the tokenizer.
 from __future__ import annotations
 
 import io
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import sentencepiece as spm
 
 from seq2seq.config import TokenizerConfig
 from seq2seq.errors import UserError
+from seq2seq.files import publish_directory
 
 PAD_ID = 0
 UNK_ID = 1
@@ -158,22 +156,13 @@ def train_tokenizer(
             SRC_MODEL: _train_model(cfg, src_lines, seed),
             TGT_MODEL: _train_model(cfg, tgt_lines, seed),
         }
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    # Write next to the destination and rename, so a crash never leaves a half-written
-    # tokenizer where a later run would load it.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    try:
+
+    def write(tmp: Path) -> None:
+        tmp.mkdir()
         for name, proto in models.items():
             (tmp / name).write_bytes(proto)
-        if directory.exists():
-            # rename() cannot replace a non-empty directory: move the old one aside first.
-            old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old.", dir=directory.parent))
-            os.replace(directory, old / directory.name)
-            os.replace(tmp, directory)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, directory)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+
+    # Made beside the destination and renamed, so a crash never leaves a half-written
+    # tokenizer where a later run would load it.
+    publish_directory(directory, write, replace=True)
     return Tokenizer.load(directory)

@@ -15,14 +15,13 @@ likely among the shortest ones: there are only 28**3 three-word sentences).
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
 from seq2seq.errors import UserError
+from seq2seq.files import atomic_write_text
 
 LEXICON_SIZE = 28
 _LEXICON_SEED = 20150817  # fixed forever: changing it changes every toy corpus
@@ -71,18 +70,6 @@ def _sentences(seed: int, split: str, count: int, max_words: int) -> list[str]:
     ]
 
 
-def _write_atomic(path: Path, lines: list[str]) -> None:
-    data = "".join(line + "\n" for line in lines).encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def make_toy_corpus(
     out_dir: Path,
     seed: int = 1,
@@ -101,5 +88,6 @@ def make_toy_corpus(
     out_dir.mkdir(parents=True, exist_ok=True)
     for split, count in (("train", train), ("valid", valid), ("test", test)):
         src = _sentences(seed, split, count, max_words)
-        _write_atomic(out_dir / f"{split}.src", src)
-        _write_atomic(out_dir / f"{split}.tgt", [translate(line) for line in src])
+        atomic_write_text(out_dir / f"{split}.src", "".join(line + "\n" for line in src))
+        targets = "".join(translate(line) + "\n" for line in src)
+        atomic_write_text(out_dir / f"{split}.tgt", targets)

@@ -17,12 +17,12 @@ done, they leave it; finished hypotheses are read back through back-pointers at 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
-from seq2seq.models.base import Seq2Seq
+from seq2seq.models.base import DecoderState, Memory, Seq2Seq, Step
 
 
 @dataclass
@@ -61,77 +61,179 @@ def beam_search(
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
+    beams = _first_beams(model, src, src_mask, max_lengths, bos_id, beam, nbest, alpha)
+    trail = _Trail([], [], [], [])
+    previous_slots: Tensor | None = None  # what `_Trail.previous_slots` records
+    finished: list[list[tuple[float, int, int]]] = [[] for _ in range(src.size(0))]
+    for t in range(int(beams.max_lengths.max())):
+        step = beams.decode(model)
+        log_probs = _mask_eos_and_limits(
+            step.log_probs.float(), beams.at_cap(t), t < min_length, eos_id
+        )
+        top_scores, origin, token = _expand(beams.scores, log_probs)
+        ends = (token == eos_id).view_as(top_scores) & top_scores.isfinite()
+        if bool(ends.any()):
+            beams.best_finished = _record_finished(finished, beams, top_scores, ends, t, alpha)
+        beams.scores = top_scores.masked_fill(ends, float("-inf"))
+        trail.append(token, origin, step.attention, previous_slots)
+        done = beams.done()
+        if bool(done.all()):
+            break
+        beams, previous_slots = _next_beams(beams, step.state, origin, token, done)
+    return trail.read_back(finished, src_mask, nbest)
+
+
+@dataclass
+class _Beams:
+    """The search's loop state: per sentence still in the batch (A of them, in the order of
+    the batch), and per row of the decoder batch (K rows, or slots, per sentence).
+
+    The decoder state moves to the rows extending it (`origins`) only in `decode`, so that
+    dropping done sentences and reordering cost one gather.
+    """
+
+    sentences: Tensor  # (A,) its index in the input
+    max_lengths: Tensor  # (A,) its output cap, EOS included
+    longest: Tensor  # (A,) lp(its cap): the denominator of the bound in `done`
+    best_finished: Tensor  # (A, nbest) the n best finished scores so far, best first
+    scores: Tensor  # (A, K) summed log-probabilities of the open slots; -inf: closed or unused
+    memory: Memory  # (A*K rows) the encoded source
+    state: DecoderState  # the last step's decoder state, by the rows it was computed for
+    origins: Tensor | None  # (A*K,) the row of `state` each row extends; None: its own
+    prev: Tensor  # (A*K,) the token each row feeds the decoder next
+
+    @property
+    def width(self) -> int:
+        return self.scores.size(1)
+
+    def decode(self, model: Seq2Seq) -> Step:
+        """One decoder step for every row, once each row has the state of the row it extends."""
+        state = self.state if self.origins is None else self.state.index_select(self.origins)
+        return model.decode_step(self.memory, state, self.prev)
+
+    def at_cap(self, t: int) -> Tensor:
+        """(A*K,) whether each row's output reaches its cap with the token of step `t`."""
+        return (self.max_lengths <= t + 1).repeat_interleave(self.width)
+
+    def done(self) -> Tensor:
+        """(A,) whether each sentence is done: no open slot can beat its n-th best finished.
+
+        Log-probabilities only fall, so an open slot scores at most
+        max_k scores[k] / lp(longest allowed length).
+        """
+        bound = (self.scores / self.longest.unsqueeze(1)).amax(dim=1)
+        return bound <= self.best_finished[:, -1]  # also when no slot is open: -inf <= x
+
+    def keep(self, index: Tensor, rows: Tensor) -> _Beams:
+        """Only the sentences at `index` (A',), whose rows are `rows` (A'*K,)."""
+        return _Beams(
+            self.sentences[index],
+            self.max_lengths[index],
+            self.longest[index],
+            self.best_finished[index],
+            self.scores[index],
+            self.memory.index_select(rows),
+            self.state,
+            rows if self.origins is None else self.origins[rows],
+            self.prev[rows],
+        )
+
+
+def _first_beams(
+    model: Seq2Seq,
+    src: Tensor,
+    src_mask: Tensor,
+    max_lengths: Tensor,
+    bos_id: int,
+    beam: int,
+    nbest: int,
+    alpha: float,
+) -> _Beams:
+    """The beams before the first step: every sentence with one open slot, at score 0."""
     batch, device = src.size(0), src.device
     memory = model.encode(src, src_mask)
     if beam > 1:
         memory = memory.index_select(torch.arange(batch, device=device).repeat_interleave(beam))
-    state = model.init_state(memory)
-    # Per active sentence (finished sentences leave the batch): its index in the input,
-    # length cap, the bound's denominator, and the n best finished scores so far.
-    sentences = torch.arange(batch, device=device)
     max_lengths = max_lengths.to(device)
-    longest = length_penalty(max_lengths.float(), alpha)
-    best_finished = torch.full((batch, nbest), float("-inf"), device=device)
-    # Summed log-probabilities of the open slots; -inf marks a closed (or unused) slot.
     scores = torch.full((batch, beam), float("-inf"), device=device)
     scores[:, 0] = 0.0
-    prev = torch.full((batch * beam,), bos_id, dtype=torch.long, device=device)
-    # Per step, for reading hypotheses back: each slot's token and the input row it
-    # extends, each input row's attention, and the previous step's slot of each input
-    # row (None: the same index, as no sentence left the batch in between).
-    trail = _Trail([], [], [], [])
-    slots_of_inputs: Tensor | None = None
-    finished: list[list[tuple[float, int, int]]] = [[] for _ in range(batch)]
-    for t in range(int(max_lengths.max())):
-        active = scores.size(0)
-        step = model.decode_step(memory, state, prev)
-        log_probs = step.log_probs.float()
-        vocab = log_probs.size(-1)
-        # At its length cap a row may only end, at EOS's own probability; below the
-        # minimum length it may not end, unless the cap comes first.
-        at_cap = (max_lengths <= t + 1).repeat_interleave(beam)
-        eos = log_probs[:, eos_id].clone()
-        if t < min_length:
-            eos = eos.masked_fill(~at_cap, float("-inf"))
-        log_probs = log_probs.masked_fill(at_cap.unsqueeze(1), float("-inf"))
-        log_probs[:, eos_id] = eos
-        candidates = (scores.view(-1, 1) + log_probs).view(active, beam * vocab)
-        top_scores, top_index = candidates.topk(beam, dim=1)  # (A, K), best first
-        first_row = (torch.arange(active, device=device) * beam).unsqueeze(1)
-        origin = (top_index // vocab + first_row).view(-1)  # the input row each slot extends
-        token = (top_index % vocab).view(-1)
-        ends = (token == eos_id).view(active, beam) & top_scores.isfinite()
-        if bool(ends.any()):
-            lengths = torch.full_like(top_scores, t + 1.0)
-            final = torch.where(ends, top_scores / length_penalty(lengths, alpha), -torch.inf)
-            best_finished = torch.cat([best_finished, final], dim=1).topk(nbest, dim=1).values
-            for a, k in ends.nonzero().tolist():
-                finished[int(sentences[a])].append((float(final[a, k]), t, a * beam + k))
-        scores = top_scores.masked_fill(ends, float("-inf"))
-        trail.append(token, origin, step.attention, slots_of_inputs)
+    return _Beams(
+        sentences=torch.arange(batch, device=device),
+        max_lengths=max_lengths,
+        longest=length_penalty(max_lengths.float(), alpha),
+        best_finished=torch.full((batch, nbest), float("-inf"), device=device),
+        scores=scores,
+        memory=memory,
+        state=model.init_state(memory),
+        origins=None,
+        prev=torch.full((batch * beam,), bos_id, dtype=torch.long, device=device),
+    )
 
-        bound = (scores / longest.unsqueeze(1)).amax(dim=1)  # best an open slot can reach
-        done = bound <= best_finished[:, -1]  # also when no slot is open: -inf <= x
-        if bool(done.all()):
-            break
-        scores = scores.masked_fill(done.unsqueeze(1), float("-inf"))
-        reorder, slots_of_inputs = origin, None
-        if int(done.sum()) * 4 >= active:  # enough are done: drop them from the batch
-            keep = (~done).nonzero().squeeze(1)
-            slots_of_inputs = (keep.unsqueeze(1) * beam + torch.arange(beam, device=device)).view(
-                -1
-            )
-            sentences, max_lengths, longest = sentences[keep], max_lengths[keep], longest[keep]
-            best_finished, scores = best_finished[keep], scores[keep]
-            memory = memory.index_select(slots_of_inputs)
-            reorder, token = origin[slots_of_inputs], token[slots_of_inputs]
-        # With one beam and nobody gone, every slot extends its own row: nothing to move.
-        if beam > 1 or slots_of_inputs is not None:
-            state = step.state.index_select(reorder)
-        else:
-            state = step.state
-        prev = token
-    return trail.read_back(finished, src_mask, nbest)
+
+def _mask_eos_and_limits(log_probs: Tensor, at_cap: Tensor, too_short: bool, eos_id: int) -> Tensor:
+    """(rows, V) log-probabilities with the rows `at_cap` only able to end, at EOS's own
+    probability, and, when `too_short`, the others unable to end."""
+    eos = log_probs[:, eos_id].clone()
+    if too_short:
+        eos = eos.masked_fill(~at_cap, float("-inf"))
+    log_probs = log_probs.masked_fill(at_cap.unsqueeze(1), float("-inf"))
+    log_probs[:, eos_id] = eos
+    return log_probs
+
+
+def _expand(scores: Tensor, log_probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Each sentence's K best continuations of its K*V: their summed log-probabilities
+    (A, K), best first, and for each new slot (A*K,) the row it extends and its token."""
+    active, beam = scores.shape
+    vocab = log_probs.size(-1)
+    candidates = (scores.view(-1, 1) + log_probs).view(active, beam * vocab)
+    top_scores, top_index = candidates.topk(beam, dim=1)
+    first_row = (torch.arange(active, device=scores.device) * beam).unsqueeze(1)
+    origin = (top_index // vocab + first_row).view(-1)
+    token = (top_index % vocab).view(-1)
+    return top_scores, origin, token
+
+
+def _record_finished(
+    finished: list[list[tuple[float, int, int]]],
+    beams: _Beams,
+    top_scores: Tensor,
+    ends: Tensor,
+    t: int,
+    alpha: float,
+) -> Tensor:
+    """Add the slots that `ends` (A, K) at step `t` to their sentence's `finished` as
+    (score, step, slot), score = log P / lp(t + 1); return the updated n best scores."""
+    lengths = torch.full_like(top_scores, t + 1.0)
+    final = torch.where(ends, top_scores / length_penalty(lengths, alpha), -torch.inf)
+    for a, k in ends.nonzero().tolist():
+        finished[int(beams.sentences[a])].append((float(final[a, k]), t, a * beams.width + k))
+    nbest = beams.best_finished.size(1)
+    return torch.cat([beams.best_finished, final], dim=1).topk(nbest, dim=1).values
+
+
+def _next_beams(
+    beams: _Beams, state: DecoderState, origin: Tensor, token: Tensor, done: Tensor
+) -> tuple[_Beams, Tensor | None]:
+    """The beams for the next step, and the rows kept (None: all of them).
+
+    The `done` sentences' slots close; once a quarter of the batch's sentences are done,
+    they leave it.
+    """
+    scores = beams.scores.masked_fill(done.unsqueeze(1), float("-inf"))
+    # With one beam every slot extends its own row: nothing to move.
+    origins = origin if beams.width > 1 else None
+    beams = replace(beams, scores=scores, state=state, origins=origins, prev=token)
+    if int(done.sum()) * 4 < done.numel():
+        return beams, None
+    kept = (~done).nonzero().squeeze(1)
+    rows = _rows_of(kept, beams.width)
+    return beams.keep(kept, rows), rows
+
+
+def _rows_of(sentences: Tensor, width: int) -> Tensor:
+    """(A',) positions of sentences in the batch -> (A' * width,) their rows, in order."""
+    return (sentences.unsqueeze(1) * width + torch.arange(width, device=sentences.device)).view(-1)
 
 
 @dataclass
@@ -141,13 +243,17 @@ class _Trail:
     tokens: list[Tensor]  # (slots,) the token of each slot
     origins: list[Tensor]  # (slots,) the input row each slot extends
     weights: list[Tensor]  # (input rows, [heads,] S) attention of each input row
-    slots_of_inputs: list[Tensor | None]  # (input rows,) the previous step's slot of each
+    # (input rows,) each input row's slot at the step before; None: the same index, as no
+    # sentence left the batch in between
+    previous_slots: list[Tensor | None]
 
-    def append(self, tokens: Tensor, origins: Tensor, weights: Tensor, slots: Tensor | None):
+    def append(
+        self, tokens: Tensor, origins: Tensor, weights: Tensor, previous_slots: Tensor | None
+    ):
         self.tokens.append(tokens.cpu())
         self.origins.append(origins.cpu())
         self.weights.append(weights.float().cpu())
-        self.slots_of_inputs.append(None if slots is None else slots.cpu())
+        self.previous_slots.append(None if previous_slots is None else previous_slots.cpu())
 
     def read_back(
         self, finished: list[list[tuple[float, int, int]]], src_mask: Tensor, nbest: int
@@ -161,7 +267,7 @@ class _Trail:
                 path.append(int(self.tokens[s][slot]))
                 row = int(self.origins[s][slot])
                 attention.append(self.weights[s][row, ..., : src_lengths[sentence]])
-                slots = self.slots_of_inputs[s]
+                slots = self.previous_slots[s]
                 slot = row if slots is None else int(slots[row])
             return Hypothesis(path[::-1][:-1], score, torch.stack(attention[::-1]))
 

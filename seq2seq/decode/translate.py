@@ -9,36 +9,16 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from seq2seq.attention import padding_mask
+from seq2seq.attention import attention_class
 from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
-from seq2seq.config import Config, DecodeConfig, describe_validation_error, load_config
+from seq2seq.config import Config, DecodeConfig, describe_validation_error
 from seq2seq.data.batching import make_batch, token_batches
-from seq2seq.data.corpus import raw_lines
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
 from seq2seq.decode.search import Hypothesis, beam_search, output_limits
+from seq2seq.device import pick_device
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq, build_model
-
-
-def pick_device(name: str = "auto") -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("train.device is cuda but no CUDA device is available; use auto or cpu")
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
-
-
-def load_run_config(run: RunDir) -> Config:
-    if not run.config.is_file():
-        raise UserError(f"{run.root} is not a run directory (no config.yaml); train one first")
-    try:
-        return load_config(run.config)
-    except UserError as error:
-        if str(error).startswith(str(run.config)):
-            raise
-        # Validation problems name the field only; here the user did not name the file.
-        raise UserError(f"{run.config}: {error}") from None
 
 
 def max_source_pieces(cfg: Config) -> int:
@@ -46,36 +26,18 @@ def max_source_pieces(cfg: Config) -> int:
 
     Twice the longest training pair: the model never saw more, and beam search's time and
     memory grow with the square of the source (the output limit follows its length and every
-    step attends over all of it). Location attention scores a fixed number of positions.
+    step attends over all of it). An attention type may attend over fewer positions
+    (`Attention.max_source_positions`; location attention scores a fixed number).
     """
     limit = 2 * cfg.data.max_len
     sections = [cfg.model.attention]
     if cfg.model.arch == "transformer":  # its encoder self-attends over the source too
         sections.append(cfg.model.self_attention)
     for section in sections:
-        if section.type == "location":
-            limit = min(limit, section.max_source_len - 1)  # the source's EOS takes one
+        positions = attention_class(section.type).max_source_positions(section)
+        if positions is not None:
+            limit = min(limit, positions - 1)  # the source's EOS takes one
     return limit
-
-
-def decode_source_line(raw: bytes) -> str | None:
-    """A line of input without its line ending, or None when it is not valid UTF-8."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def read_source_lines(path: Path) -> tuple[list[str], list[int]]:
-    """The lines of a file to translate, and the numbers (from 1) of those that are not
-    valid UTF-8: they read as empty lines, so that the output stays line-aligned."""
-    lines, invalid = [], []
-    for number, raw in enumerate(raw_lines(path), start=1):
-        line = decode_source_line(raw)
-        if line is None:
-            invalid.append(number)
-        lines.append(line or "")
-    return lines, invalid
 
 
 @dataclass
@@ -123,7 +85,7 @@ class Translator:
     ) -> Translator:
         """The run's model and tokenizer; `decode` overrides fields of its decode config."""
         run = RunDir(Path(run_dir))
-        cfg = load_run_config(run)
+        cfg = run.load_config()
         path = run.resolve_checkpoint(checkpoint)
         tokenizer = Tokenizer.load(run.tokenizer)
         model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
@@ -202,7 +164,7 @@ class Translator:
         return beam_search(
             self.model,
             batch.src,
-            padding_mask(batch.src_lengths, batch.src.size(1)),
+            batch.src_mask,
             output_limits(batch.src_lengths, decode.max_len_ratio, decode.max_len_offset),
             BOS_ID,
             EOS_ID,

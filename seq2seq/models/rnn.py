@@ -81,7 +81,7 @@ class RNNDecoder(nn.Module):
             nn.Linear(encoder_dim, hidden, bias=False), nn.LayerNorm(hidden)
         )
         self.bridge = nn.Linear(encoder_dim, hidden * cfg.decoder_layers)
-        self.attention = build_attention(cfg.attention, hidden, hidden)
+        self.attention = build_attention(cfg.attention, hidden, hidden, cfg.heads(cfg.attention))
         self.rnn = _CELLS[cfg.cell](
             cfg.embed_dim + hidden,
             hidden,

@@ -82,11 +82,12 @@ class Sublayer(nn.Module):
         self.pre_norm = pre_norm
         self.dropout = Dropout(dropout)
 
-    def inputs(self, x: Tensor) -> Tensor:
+    def function_input(self, x: Tensor) -> Tensor:
         """What the wrapped function reads: the normalised x (pre-norm) or x itself."""
         return self.norm(x) if self.pre_norm else x
 
-    def output(self, x: Tensor, fx: Tensor) -> Tensor:
+    def add_output(self, x: Tensor, fx: Tensor) -> Tensor:
+        """The residual sum x + dropout(f(x)), normalised afterwards under post-norm."""
         x = x + self.dropout(fx)
         return x if self.pre_norm else self.norm(x)
 
@@ -117,26 +118,29 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         dim, pre, dropout = cfg.hidden_dim, cfg.norm == "pre", cfg.dropout
-        self.self_attention = build_attention(cfg.self_attention, dim, dim, cfg.default_heads())
+        self.self_attention = build_attention(
+            cfg.self_attention, dim, dim, cfg.heads(cfg.self_attention)
+        )
         self.feed_forward = feed_forward(dim, cfg.ff_dim, dropout)
         self.attention_block = Sublayer(dim, pre, dropout)
         self.feed_forward_block = Sublayer(dim, pre, dropout)
 
     def forward(self, x: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
         block = self.attention_block
-        context, _ = self_attend(self.self_attention, block.inputs(x), mask, positions)
-        x = block.output(x, context)
+        context, _ = self_attend(self.self_attention, block.function_input(x), mask, positions)
+        x = block.add_output(x, context)
         block = self.feed_forward_block
-        return block.output(x, self.feed_forward(block.inputs(x)))
+        return block.add_output(x, self.feed_forward(block.function_input(x)))
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         dim, pre, dropout = cfg.hidden_dim, cfg.norm == "pre", cfg.dropout
-        heads = cfg.default_heads()
-        self.self_attention = build_attention(cfg.self_attention, dim, dim, heads)
-        self.cross_attention = build_attention(cfg.attention, dim, dim, heads)
+        self.self_attention = build_attention(
+            cfg.self_attention, dim, dim, cfg.heads(cfg.self_attention)
+        )
+        self.cross_attention = build_attention(cfg.attention, dim, dim, cfg.heads(cfg.attention))
         self.feed_forward = feed_forward(dim, cfg.ff_dim, dropout)
         self.self_attention_block = Sublayer(dim, pre, dropout)
         self.cross_attention_block = Sublayer(dim, pre, dropout)
@@ -155,17 +159,17 @@ class DecoderLayer(nn.Module):
         """-> new x, this layer's self-attention cache, cross-attention weights (if asked)."""
         block = self.self_attention_block
         context, cache = self_attend(
-            self.self_attention, block.inputs(x), self_mask, positions, cache
+            self.self_attention, block.function_input(x), self_mask, positions, cache
         )
-        x = block.output(x, context)
+        x = block.add_output(x, context)
         block = self.cross_attention_block
         keys, values, mask = memory
         context, weights = self.cross_attention.attend(
-            block.inputs(x), keys, values, mask, source_positions, need_weights
+            block.function_input(x), keys, values, mask, source_positions, need_weights
         )
-        x = block.output(x, context)
+        x = block.add_output(x, context)
         block = self.feed_forward_block
-        return block.output(x, self.feed_forward(block.inputs(x))), cache, weights
+        return block.add_output(x, self.feed_forward(block.function_input(x))), cache, weights
 
 
 class TransformerSeq2Seq(Seq2Seq):

@@ -11,21 +11,17 @@ could write at the same time is written under a unique temporary name and rename
 from __future__ import annotations
 
 import enum
-import os
 import shutil
 import sys
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config, flatten
-from seq2seq.data.corpus import drop_empty, read_parallel
-from seq2seq.data.id_cache import encode_corpus
-from seq2seq.data.tokenizer import train_tokenizer
+from seq2seq.data.training_corpus import read_training_pairs, tokenize_training_pairs
 from seq2seq.errors import UserError
+from seq2seq.files import atomic_write_text, publish_directory
 from seq2seq.sweep.spec import Run, Sweep, SweepDefinition, expand, read_definition
 
 
@@ -73,7 +69,7 @@ class SweepDir:
                 )
             if old == new:
                 return
-        _publish(self.definition, yaml.safe_dump(new.model_dump(), sort_keys=False))
+        atomic_write_text(self.definition, yaml.safe_dump(new.model_dump(), sort_keys=False))
 
     def share_tokenizer(self, sweep: Sweep, run: Run) -> None:
         """Give the run its shared tokenizer, trained by the first run that needs it with
@@ -100,14 +96,11 @@ def shared_tokenizer(cfg: Config, seed: int, directory: Path) -> Path:
     """Train the tokenizer of `cfg` into `directory` unless it is there: once for many runs
     that differ in nothing it depends on (concurrent trainers keep the first one made)."""
     if not directory.is_dir():
-        corpus, _ = drop_empty(read_parallel(cfg.data.train, cfg.data.src, cfg.data.tgt))
-
-        def make(tmp: Path) -> None:
-            # The ids go with the tokenizer, so no run of the sweep tokenizes the corpus again.
-            tokenizer = train_tokenizer(cfg.tokenizer, corpus.src, corpus.tgt, tmp, seed)
-            encode_corpus(tokenizer, tmp, corpus.src, corpus.tgt)
-
-        publish_directory(directory, make)
+        corpus, _ = read_training_pairs(cfg.data)
+        # The ids go with the tokenizer, so no run of the sweep tokenizes the corpus again.
+        publish_directory(
+            directory, lambda tmp: tokenize_training_pairs(cfg.tokenizer, corpus, tmp, seed)
+        )
     return directory
 
 
@@ -130,38 +123,3 @@ def _changes(old: SweepDefinition, new: SweepDefinition) -> list[str]:
         if a.get(key) != b.get(key):
             changes.append(f"{key}: {a.get(key)!r} -> {b.get(key)!r}")
     return changes
-
-
-def _publish(path: Path, text: str) -> None:
-    """Write a file through a temporary file of its own and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", delete=False
-    ) as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(f.name, path)
-
-
-def publish_directory(target: Path, fill: Callable[[Path], object], replace: bool = False) -> None:
-    """Have `fill` make a directory at a temporary path, then rename it to `target`, so
-    that no one sees it half-made. If another process puts one there first, keep theirs:
-    it is as good (the same tokenizer; a report as fresh). `replace` replaces an older one.
-    """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        fill(staging / target.name)
-        if replace:
-            try:
-                os.rename(target, staging / "old")  # rename() cannot replace a full directory
-            except FileNotFoundError:
-                pass
-        try:
-            os.rename(staging / target.name, target)
-        except OSError:
-            if not target.is_dir():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)

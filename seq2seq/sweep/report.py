@@ -15,13 +15,14 @@ from typing import Any
 
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.decode.translate import Translator
-from seq2seq.report.plots import (
+from seq2seq.files import publish_directory
+from seq2seq.plots import (
     attention_grid_figure,
     bar_figure,
     curves_figure,
     figure_png,
 )
-from seq2seq.sweep.directory import SweepDir, publish_directory
+from seq2seq.sweep.directory import SweepDir
 from seq2seq.sweep.results import (
     ALPHA,
     SAMPLES,
@@ -110,13 +111,34 @@ def results_markdown(results: SweepResults) -> str:
         + f"; seeds {', '.join(map(str, definition.seeds))}; baseline `{sweep.baseline.key}`.",
         f"{len(sweep.runs) - len(results.unfinished)} of {len(sweep.runs)} runs finished.",
         "",
+        *_markdown_table(results),
     ]
-    fields = list(definition.grid)
+    if results.cells and results.baseline is None:
+        lines += ["", f"The baseline `{sweep.baseline.key}` has no finished run yet: no p-values."]
+    lines += ["", _how_to_read(results), ""]
+    if results.cells:
+        lines += [
+            "![test BLEU](bleu.png)",
+            "![validation BLEU](curves.png)",
+            "![attention](attention.png)",
+            "",
+        ]
+    if results.unfinished:
+        lines += ["## Not finished", ""]
+        lines += [f"- `{run.name}`: {state.value}" for run, state in results.unfinished]
+        lines += ["", "Run the sweep command again to finish them (interrupted runs resume).", ""]
+    return "\n".join(lines)
+
+
+def _markdown_table(results: SweepResults) -> list[str]:
+    """A row per cell: grid values, seeds, each test set's scores with p, statistics."""
+    sweep = results.sweep
+    fields = list(sweep.definition.grid)
     heading = [*fields, "seeds"]
     for name in results.test_sets:
         heading += [f"{name} BLEU", "p", f"{name} chrF", "p"]
     heading += [_HEADINGS[k] for k in STATISTICS]
-    lines += [
+    lines = [
         "| " + " | ".join(heading) + " |",
         "|" + "---|" * len(fields) + "---:|" * (len(heading) - len(fields)),
     ]
@@ -131,11 +153,12 @@ def results_markdown(results: SweepResults) -> str:
                 row += [_spread(scores.get(metric)), _p(result, is_baseline, name, metric)]
         row += [f"{result.statistics[k].mean:,.0f}" for k in STATISTICS]
         lines.append("| " + " | ".join(row) + " |")
-    if results.cells and results.baseline is None:
-        lines += ["", f"The baseline `{sweep.baseline.key}` has no finished run yet: no p-values."]
+    return lines
+
+
+def _how_to_read(results: SweepResults) -> str:
     signature = next((t.signature for c in results.cells for t in c.significance.values()), None)
-    lines += [
-        "",
+    return (
         "BLEU and chrF (sacrebleu) of each test set, translated with each run's best "
         "checkpoint: mean ± sample standard deviation over the finished seeds (- with one "
         f"seed). p: paired bootstrap resampling (sacrebleu, {SAMPLES} resamples) of the cell "
@@ -143,21 +166,8 @@ def results_markdown(results: SweepResults) -> str:
         "(seed k paired with the baseline's seed k, the references repeated once per seed); "
         f"* marks p < {ALPHA}."
         + (f" Signature: `{signature}`." if signature else "")
-        + " The last columns are means over the seeds (summary.json).",
-        "",
-    ]
-    if results.cells:
-        lines += [
-            "![test BLEU](bleu.png)",
-            "![validation BLEU](curves.png)",
-            "![attention](attention.png)",
-            "",
-        ]
-    if results.unfinished:
-        lines += ["## Not finished", ""]
-        lines += [f"- `{run.name}`: {state.value}" for run, state in results.unfinished]
-        lines += ["", "Run the sweep command again to finish them (interrupted runs resume).", ""]
-    return "\n".join(lines)
+        + " The last columns are means over the seeds (summary.json)."
+    )
 
 
 def results_csv(results: SweepResults) -> str:

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config
 from seq2seq.data.batching import TrainBatches
-from seq2seq.data.corpus import corpus_path, drop_empty, read_parallel
-from seq2seq.data.id_cache import encode_corpus
-from seq2seq.data.tokenizer import Tokenizer, train_tokenizer
+from seq2seq.data.corpus import corpus_path, read_parallel
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.training_corpus import read_training_pairs, tokenize_training_pairs
 from seq2seq.errors import UserError
 
 
@@ -30,21 +30,10 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
     for prefix in data.test:
         corpus_path(prefix, data.src), corpus_path(prefix, data.tgt)
     valid = read_parallel(data.valid, data.src, data.tgt)
-    train, empty = drop_empty(read_parallel(data.train, data.src, data.tgt))
-    if len(train) == 0:
-        raise UserError(f"{data.train}: every training pair has an empty side; check the corpus")
-
-    if (run.tokenizer).is_dir():
-        tokenizer = Tokenizer.load(run.tokenizer)
-    else:
-        log.info(
-            "training a %s SentencePiece model (%d pieces)",
-            cfg.tokenizer.model_type,
-            cfg.tokenizer.vocab_size,
-        )
-        tokenizer = train_tokenizer(cfg.tokenizer, train.src, train.tgt, run.tokenizer, cfg.seed)
-
-    src_ids, tgt_ids = encode_corpus(tokenizer, run.tokenizer, train.src, train.tgt, log)
+    train, empty = read_training_pairs(data)
+    tokenizer, src_ids, tgt_ids = tokenize_training_pairs(
+        cfg.tokenizer, train, run.tokenizer, cfg.seed, log
+    )
     keep = [
         i
         for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))

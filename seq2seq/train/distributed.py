@@ -18,7 +18,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from seq2seq.attention import padding_mask
 from seq2seq.data.batching import TrainBatches
 from seq2seq.errors import UserError
 
@@ -94,10 +93,8 @@ def unused_parameters(model: nn.Module, batches: TrainBatches) -> list[str]:
     `location` attention ignores): DDP must be told, or it waits for their gradients."""
     was_training = model.training
     model.eval()  # no dropout, so the probe draws no random numbers
-    batch = batches.batch([0])
-    device = next(model.parameters()).device
-    src, tgt_in = batch.src.to(device), batch.tgt_in.to(device)
-    model(src, padding_mask(batch.src_lengths.to(device), src.size(1)), tgt_in).sum().backward()
+    batch = batches.batch([0]).to(next(model.parameters()).device)
+    model(batch.src, batch.src_mask, batch.tgt_in).sum().backward()
     unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
     model.zero_grad(set_to_none=True)
     model.train(was_training)

@@ -17,18 +17,20 @@ from pathlib import Path
 import torch
 
 from seq2seq import __version__
-from seq2seq.checkpoint import RunDir, atomic_write_text, load_checkpoint, load_model_weights
+from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
 from seq2seq.config import Config, config_differences
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.decode.translate import Translator, load_run_config, max_source_pieces, pick_device
+from seq2seq.decode.translate import Translator, max_source_pieces
+from seq2seq.device import pick_device
 from seq2seq.errors import UserError
 from seq2seq.evaluate import Scores, score_corpus
+from seq2seq.files import atomic_write_text
 from seq2seq.models import build_model, count_parameters
-from seq2seq.report.logging import TensorBoardLog, setup_logging
-from seq2seq.train.datasets import load_datasets
+from seq2seq.train.datasets import Datasets, load_datasets
 from seq2seq.train.distributed import World, start_world, stop_world
 from seq2seq.train.interrupt import Interrupted, StopSignals
+from seq2seq.train.logs import TensorBoardLog, setup_logging
 from seq2seq.train.trainer import Trainer
 
 # Fields that may change when a run is resumed: budgets, not the model or the data.
@@ -66,7 +68,7 @@ def _write_meta(run: RunDir, resumed: bool, world: World) -> None:
 
 def _check_same_run(run: RunDir, cfg: Config) -> None:
     differences = [
-        d for d in config_differences(load_run_config(run), cfg) if d[0] not in RESUMABLE_CHANGES
+        d for d in config_differences(run.load_config(), cfg) if d[0] not in RESUMABLE_CHANGES
     ]
     if differences:
         shown = "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in differences[:3])
@@ -76,7 +78,7 @@ def _check_same_run(run: RunDir, cfg: Config) -> None:
         )
 
 
-def test_scores(cfg: Config, run: RunDir, translator: Translator, log: logging.Logger) -> dict:
+def score_test_sets(cfg: Config, run: RunDir, translator: Translator, log: logging.Logger) -> dict:
     """Translate and score every `data.test` set into `test/` and `test/scores.json`."""
     scores: dict[str, dict] = {}
     for prefix in cfg.data.test:
@@ -173,15 +175,42 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     if resuming:
         _check_same_run(run, cfg)
     if world.is_main:
-        try:
-            run.root.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise UserError(
-                f"cannot create run directory {run.root} ({error.strerror}); pass another --run-dir"
-            ) from None
-        atomic_write_text(run.config, cfg.to_yaml())
-        _write_meta(run, resuming, world)
+        _write_run_files(cfg, run, world, resuming)
     log = setup_logging(run.log if world.is_main else None, world.rank)
+    device = set_up_process(cfg, world)
+    data = _load_data_main_first(cfg, run, world, log)
+    model = build_model(
+        cfg.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, PAD_ID
+    ).to(device)
+    model.length_ratio.fill_(data.length_ratio)
+    trainer = Trainer(cfg, run, model, data, device, log, world)
+    state = resume_state(run, log) if resuming else None
+    if state is not None:
+        trainer.restore(state)
+        log.info("resumed %s from step %d", run.root, trainer.progress.step)
+    log.info(
+        "model: %s with %s attention, %d parameters; source/target length ratio %.3f; "
+        "device %s; %d process(es); precision %s",
+        cfg.model.arch, cfg.model.attention.type, count_parameters(model), data.length_ratio,
+        device, world.size, cfg.train.precision,
+    )  # fmt: skip
+    return trainer
+
+
+def _write_run_files(cfg: Config, run: RunDir, world: World, resuming: bool) -> None:
+    """Create the run directory with its config.yaml and meta.json."""
+    try:
+        run.root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(
+            f"cannot create run directory {run.root} ({error.strerror}); pass another --run-dir"
+        ) from None
+    atomic_write_text(run.config, cfg.to_yaml())
+    _write_meta(run, resuming, world)
+
+
+def set_up_process(cfg: Config, world: World) -> torch.device:
+    """This process's threads, kernel cache and random seeds; the device it trains on."""
     torch.set_num_threads(cfg.train.threads or _cores_per_process(world))
     # oneDNN keeps every bf16 matmul kernel it builds, one per new batch shape, and with
     # the default of 1,024 the resident memory of a bf16 run grows by hundreds of MB over
@@ -195,33 +224,17 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     device = pick_device(cfg.train.device)
     if device.type == "cuda" and world.distributed:
         device = torch.device("cuda", world.local_rank)
+    return device
 
+
+def _load_data_main_first(cfg: Config, run: RunDir, world: World, log: logging.Logger) -> Datasets:
+    """The datasets; rank 0 prepares the tokenizer and the ids before the others read them."""
     if not world.is_main:
-        world.barrier()  # rank 0 trains the tokenizer first
+        world.barrier()
     data = load_datasets(cfg, run, log)
     if world.is_main:
         world.barrier()
-    model = build_model(
-        cfg.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, PAD_ID
-    ).to(device)
-    model.length_ratio.fill_(data.length_ratio)
-    trainer = Trainer(cfg, run, model, data, device, log, world)
-    state = resume_state(run, log) if resuming else None
-    if state is not None:
-        trainer.restore(state)
-        log.info("resumed %s from step %d", run.root, trainer.progress.step)
-    log.info(
-        "model: %s with %s attention, %d parameters; source/target length ratio %.3f; "
-        "device %s; %d process(es); precision %s",
-        cfg.model.arch,
-        cfg.model.attention.type,
-        count_parameters(model),
-        data.length_ratio,
-        device,
-        world.size,
-        cfg.train.precision,
-    )
-    return trainer
+    return data
 
 
 def _fit_and_test(trainer: Trainer) -> dict:
@@ -247,7 +260,7 @@ def _fit_and_test(trainer: Trainer) -> dict:
     translator = Translator(
         trainer.model, trainer.data.tokenizer, cfg.decode, trainer.device, max_source_pieces(cfg)
     )
-    return test_scores(cfg, run, translator, log)
+    return score_test_sets(cfg, run, translator, log)
 
 
 def _cores_per_process(world: World) -> int:

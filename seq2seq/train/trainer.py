@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import random
 import signal
 import time
@@ -11,26 +10,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from seq2seq.attention import padding_mask
-from seq2seq.checkpoint import (
-    RunDir,
-    atomic_write_bytes,
-    atomic_write_text,
-    load_model_weights,
-    save_checkpoint,
-    update_best,
-)
+from seq2seq.checkpoint import RunDir, load_model_weights, save_checkpoint, update_best
 from seq2seq.config import Config
-from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.errors import UserError
+from seq2seq.files import atomic_write_bytes, atomic_write_text
 from seq2seq.models import Seq2Seq
-from seq2seq.report.logging import TensorBoardLog, progress_bar
-from seq2seq.report.plots import attention_figure, figure_png
+from seq2seq.plots import attention_figure, figure_png
 from seq2seq.train.datasets import Datasets
 from seq2seq.train.distributed import World, data_parallel
 from seq2seq.train.interrupt import StopSignals
+from seq2seq.train.logs import TensorBoardLog, progress_bar
+from seq2seq.train.loss import perplexity, token_cross_entropy
 from seq2seq.train.optim import LearningRate, build_optimizer
 from seq2seq.train.validation import HIGHER_IS_BETTER, ValidationResult, Validator
 
@@ -209,19 +200,6 @@ class Trainer:
             return f"train.max_epochs={train.max_epochs} done"
         return None
 
-    def loss(self, logits: torch.Tensor, targets: torch.Tensor, n_tokens: int) -> torch.Tensor:
-        """Label-smoothed cross-entropy per target token."""
-        return (
-            F.cross_entropy(
-                logits.flatten(0, 1).float(),
-                targets.flatten(),
-                ignore_index=PAD_ID,
-                label_smoothing=self.cfg.train.label_smoothing,
-                reduction="sum",
-            )
-            / n_tokens
-        )
-
     def train_step(self, indices: list[int]) -> tuple[torch.Tensor, int]:
         """One update on a global batch -> (loss, target tokens); 0 tokens if it was skipped.
 
@@ -234,10 +212,11 @@ class Trainer:
         if not shard:  # fewer sentences than ranks: join the gradient exchange with nothing
             shard, weight = indices[:1], 0.0
         batch = self.data.train.batch(shard).to(self.device)
-        mask = padding_mask(batch.src_lengths, batch.src.size(1))
+        mask = batch.src_mask
         with torch.autocast(self.device.type, self.precision, enabled=self.precision is not None):
             logits = self.network(batch.src, mask, batch.tgt_in)
-        loss = self.loss(logits, batch.tgt_out, n_tokens) * weight
+        smoothing = self.cfg.train.label_smoothing
+        loss = token_cross_entropy(logits, batch.tgt_out, smoothing) / n_tokens * weight
         self.optimizer.zero_grad(set_to_none=True)
         (loss * self.world.size).backward()
         clip = self.cfg.train.clip_grad_norm
@@ -329,7 +308,7 @@ class Trainer:
             "train",
             {
                 "loss": window.mean_loss,
-                "perplexity": math.exp(min(window.mean_loss, 100.0)),
+                "perplexity": perplexity(window.mean_loss),
                 "learning_rate": lr,
                 "tokens_per_s": window.speed,
             },

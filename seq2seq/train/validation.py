@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from seq2seq.attention import padding_mask
 from seq2seq.config import Config
 from seq2seq.data.batching import make_batch, token_batches
-from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.decode.translate import AttentionMap, Translator
 from seq2seq.evaluate import score_corpus
 from seq2seq.models import Seq2Seq
 from seq2seq.train.datasets import Datasets
+from seq2seq.train.loss import perplexity, token_cross_entropy
 
 HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False}
 HEATMAP_SENTENCES = 3  # the first non-empty validation sources, the same at every validation
@@ -31,7 +28,7 @@ class ValidationResult:
 
     @property
     def perplexity(self) -> float:
-        return math.exp(min(self.loss, 100.0))
+        return perplexity(self.loss)
 
     def metric(self, name: str) -> float:
         return getattr(self, name)
@@ -56,15 +53,8 @@ class Validator:
             batch = make_batch(
                 [self.src_ids[i] for i in group], [self.tgt_ids[i] for i in group], group
             ).to(self.device)
-            logits = model(
-                batch.src, padding_mask(batch.src_lengths, batch.src.size(1)), batch.tgt_in
-            )
-            total += F.cross_entropy(
-                logits.flatten(0, 1).float(),
-                batch.tgt_out.flatten(),
-                ignore_index=PAD_ID,
-                reduction="sum",
-            ).item()
+            logits = model(batch.src, batch.src_mask, batch.tgt_in)
+            total += token_cross_entropy(logits, batch.tgt_out).item()
             tokens += batch.n_tgt_tokens
         return total / max(tokens, 1)
 

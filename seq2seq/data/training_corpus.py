@@ -1,0 +1,45 @@
+"""A training corpus made ready for a run: read, pairs with an empty side dropped, the
+tokenizer trained on it (or loaded) and its piece ids computed (or read from the cache).
+
+Runs, and the shared tokenizers of a sweep, prepare their corpus through these two steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from seq2seq.config import DataConfig, TokenizerConfig
+from seq2seq.data.corpus import ParallelCorpus, drop_empty, read_parallel
+from seq2seq.data.id_cache import encode_corpus
+from seq2seq.data.tokenizer import Tokenizer, train_tokenizer
+from seq2seq.errors import UserError
+
+
+def read_training_pairs(data: DataConfig) -> tuple[ParallelCorpus, int]:
+    """The training pairs with both sides non-empty, and how many were dropped."""
+    corpus, empty = drop_empty(read_parallel(data.train, data.src, data.tgt))
+    if len(corpus) == 0:
+        raise UserError(f"{data.train}: every training pair has an empty side; check the corpus")
+    return corpus, empty
+
+
+def tokenize_training_pairs(
+    cfg: TokenizerConfig,
+    corpus: ParallelCorpus,
+    directory: Path,
+    seed: int,
+    log: logging.Logger | None = None,
+) -> tuple[Tokenizer, list[list[int]], list[list[int]]]:
+    """The tokenizer in `directory` (trained there on `corpus` first if there is none) and
+    the piece ids of the corpus's source and target sides."""
+    if directory.is_dir():
+        tokenizer = Tokenizer.load(directory)
+    else:
+        if log:
+            log.info(
+                "training a %s SentencePiece model (%d pieces)", cfg.model_type, cfg.vocab_size
+            )
+        tokenizer = train_tokenizer(cfg, corpus.src, corpus.tgt, directory, seed)
+    src_ids, tgt_ids = encode_corpus(tokenizer, directory, corpus.src, corpus.tgt, log)
+    return tokenizer, src_ids, tgt_ids

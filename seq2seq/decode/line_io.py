@@ -1,0 +1,104 @@
+"""Translating text line by line: a file or stdin to a file or stdout, or a terminal session.
+
+The output is strictly line-aligned with the input: empty and blank lines give empty
+lines, and so does a line that is not valid UTF-8 (it is not decoded with replacement
+characters, which would hide a wrongly encoded file). With `nbest` N > 1 every input line
+gives N lines `LINE<TAB>SCORE<TAB>TEXT`. Lines that were not valid UTF-8, or were cut to
+the longest source the model reads, are counted and named on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from seq2seq.data.corpus import raw_lines
+from seq2seq.decode.translate import Translation, Translator
+from seq2seq.files import atomic_write_text
+
+INVALID_UTF8 = ("not valid UTF-8", "translated as empty; re-encode the input as UTF-8")
+
+
+def decode_source_line(raw: bytes) -> str | None:
+    """A line of input without its line ending, or None when it is not valid UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def read_source_lines(path: Path) -> tuple[list[str], list[int]]:
+    """The lines of a file to translate, and the numbers (from 1) of those that are not
+    valid UTF-8: they read as empty lines, so that the output stays line-aligned."""
+    lines, invalid = [], []
+    for number, raw in enumerate(raw_lines(path), start=1):
+        line = decode_source_line(raw)
+        if line is None:
+            invalid.append(number)
+        lines.append(line or "")
+    return lines, invalid
+
+
+def format_output(index: int, found: list[Translation], nbest: int) -> str:
+    """The output of one input line: its translation, or with `nbest` N > 1, always N lines
+    `LINE<TAB>SCORE<TAB>TEXT` (a blank line gives N empty hypotheses of score 0)."""
+    if nbest == 1:
+        return (found[0].text if found else "") + "\n"
+    rows = [(t.score, t.text) for t in found] or [(0.0, "")] * nbest
+    rows += [(float("-inf"), "")] * (nbest - len(rows))  # fewer exist than asked for
+    return "".join(f"{index}\t{score:.4f}\t{text}\n" for score, text in rows)
+
+
+def note_lines(numbers: list[int], problem: str, outcome: str) -> None:
+    """Tell stderr how many input lines had `problem`, which (from 1; the first few), and
+    what was done."""
+    if not numbers:
+        return
+    shown = ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
+    count = "1 input line is" if len(numbers) == 1 else f"{len(numbers)} input lines are"
+    lines = "line" if len(numbers) == 1 else "lines"
+    print(f"seq2seq: {count} {problem} ({lines} {shown}); {outcome}", file=sys.stderr)
+
+
+def _cut(translator: Translator) -> tuple[str, str]:
+    limit = translator.max_source
+    return f"longer than {limit} pieces", f"cut to {limit} pieces; split long lines"
+
+
+def translate_interactively(translator: Translator, nbest: int) -> None:
+    """A terminal session: one line in from stdin, its translation out at once."""
+    print("seq2seq: type a sentence and press Enter; Ctrl-D ends", file=sys.stderr)
+    # Bytes, not text: one invalid byte must cost its line only, not the session.
+    for index, raw in enumerate(sys.stdin.buffer):
+        line = decode_source_line(raw.removesuffix(b"\n").removesuffix(b"\r"))
+        found = translator.translate_nbest([line or ""], nbest)[0]
+        note_lines([index + 1] if line is None else [], *INVALID_UTF8)
+        note_lines([index + 1] if found and found[0].truncated else [], *_cut(translator))
+        print(format_output(index, found, nbest), end="", flush=True)
+
+
+def translate_file(
+    translator: Translator,
+    source: Path,
+    output: Path | None,
+    nbest: int = 1,
+    alignments: Path | None = None,
+) -> None:
+    """Translate every line of `source` into `output` (None: stdout), and write the best
+    translations' word alignments to `alignments` when given."""
+    lines, invalid = read_source_lines(source)
+    found = translator.translate_nbest(lines, nbest)
+    text = "".join(format_output(i, hyps, nbest) for i, hyps in enumerate(found))
+    if alignments is not None:
+        pairs = [
+            translator.alignment(line, hyps[0]) if hyps else ""
+            for line, hyps in zip(lines, found, strict=True)
+        ]
+        atomic_write_text(alignments, "".join(p + "\n" for p in pairs))
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        atomic_write_text(output, text)
+    note_lines(invalid, *INVALID_UTF8)
+    truncated = [i + 1 for i, hyps in enumerate(found) if hyps and hyps[0].truncated]
+    note_lines(truncated, *_cut(translator))

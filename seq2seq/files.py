@@ -1,0 +1,70 @@
+"""Files and directories written so that no reader ever sees half of one.
+
+A file is written under a temporary name beside its target, flushed to disk and renamed
+over it (a rename within one file system is atomic): a reader sees the old file or the new
+one. A directory is filled at a temporary path and renamed into place. A write that fails
+removes its temporary file or directory, and the target is left as it was.
+
+Temporary names are unique per write, so processes writing the same target at once (the
+shards of a sweep) never write into each other's file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+    """Call `write` on a temporary file, fsync it and rename it to `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "xb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    atomic_write(path, lambda handle: handle.write(data))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def publish_directory(target: Path, fill: Callable[[Path], object], replace: bool = False) -> None:
+    """Have `fill` make a directory at a temporary path, then rename it to `target`.
+
+    If another process puts a directory there first, theirs is kept: it was made from the
+    same input (a shared tokenizer) or is as fresh (a report). `replace` replaces one that
+    was there before.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        fill(staging / target.name)
+        if replace:
+            try:
+                os.rename(target, staging / "old")  # rename() cannot replace a full directory
+            except FileNotFoundError:
+                pass
+        try:
+            os.rename(staging / target.name, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,1 +1,0 @@
-"""What a run reports: log file, progress, TensorBoard, plots."""

@@ -1,0 +1,88 @@
+"""The layout documented in docs/architecture.md holds: imports point down its floors, and
+functions stay short enough to read on one screen."""
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "seq2seq"
+MAX_FUNCTION_LINES = 50
+
+
+def documented_floors() -> dict[str, int]:
+    """Top-level package or module name -> floor, from the table in docs/architecture.md."""
+    text = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
+    floors = {}
+    for floor, cell in re.findall(r"^\|\s*(\d+)\s*\|(.*)\|\s*$", text, flags=re.MULTILINE):
+        for name in re.findall(r"`([\w.]+)`", cell):
+            floors[name] = int(floor)
+    return floors
+
+
+def part_of(module: str) -> str:
+    """`seq2seq.train.run` -> `train`; the package's own `__init__` -> `__init__`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name if name != "seq2seq" else "seq2seq.__init__"] = path
+    return found
+
+
+def imports(path: Path) -> set[str]:
+    """Every seq2seq module that a file imports, wherever in the file."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("seq2seq"):
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names if a.name.startswith("seq2seq")}
+    return names
+
+
+def test_every_module_has_a_documented_floor():
+    floors = documented_floors()
+    assert floors, "docs/architecture.md has no floors table"
+    unplaced = sorted({part_of(m) for m in modules()} - set(floors))
+    assert not unplaced, f"place these in docs/architecture.md's floors table: {unplaced}"
+
+
+def test_no_import_runs_up_a_floor():
+    floors = documented_floors()
+    upward = []
+    for module, path in modules().items():
+        here = floors[part_of(module)]
+        for target in imports(path):
+            there = floors[part_of(target)]
+            if there > here:
+                upward.append(f"{module} (floor {here}) imports {target} (floor {there})")
+    assert not upward, "\n".join(upward)
+
+
+def test_the_guard_sees_an_upward_import(tmp_path):
+    """The check itself can fail: a ground-floor file importing the trainer is caught."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from seq2seq.train.trainer import Trainer\n")
+    floors = documented_floors()
+    assert any(floors[part_of(t)] > floors["config"] for t in imports(bad))
+
+
+def function_lengths() -> list[tuple[str, int]]:
+    lengths = []
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lengths.append((f"{module}.{node.name}", node.end_lineno - node.lineno + 1))
+    return lengths
+
+
+def test_no_function_is_longer_than_the_limit():
+    lengths = function_lengths()
+    long = [f"{name}: {n} lines" for name, n in lengths if n > MAX_FUNCTION_LINES]
+    assert not long, "\n".join(long)
