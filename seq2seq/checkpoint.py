@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"checkpoint {path} not found")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        # torch warns before failing on a file that is not a zip archive (raw pickle): the
+        # one error line below says it all.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch reports a damaged file in many ways
         problem = error
     # torch's message on a refused class is a page of advice; the class is what matters.

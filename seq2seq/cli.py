@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -82,6 +83,8 @@ def translate(
     translator = Translator.from_run(run, checkpoint, options)
     if nbest > translator.decode.beam:
         raise UserError(f"--nbest {nbest} needs a beam at least as wide; pass --beam {nbest}")
+    if input is None and sys.stdin is None:
+        raise UserError("stdin is closed: nothing to translate; pass --input FILE or pipe text in")
     if input is None and sys.stdin.isatty():
         if alignments or output:
             raise UserError("interactive translation writes to the terminal; pass --input FILE")
@@ -170,6 +173,11 @@ def plot_attention(
     from seq2seq.plots import attention_figure, figure_png
 
     amap = Translator.from_run(run, checkpoint).attention_map(src)
+    if amap is None:
+        raise UserError(
+            f"the model of {run} finished no translation of this sentence (its outputs are "
+            "not finite); use another --checkpoint"
+        )
     figure = attention_figure(amap.weights, amap.src_pieces, amap.tgt_pieces)
     atomic_write_bytes(output, figure_png(figure))
     print(amap.translation)
@@ -223,6 +231,11 @@ def sweep_report(
     print(write_report(SweepDir(directory)).read_text(encoding="utf-8"), end="")
 
 
+def _os_problem(error: OSError) -> str:
+    where = f"{error.filename}: " if error.filename else ""
+    return f"{where}{error.strerror or error}; check the path and its permissions"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input of any kind is one line on stderr and exit status 2."""
     command = typer.main.get_command(app)
@@ -231,13 +244,16 @@ def main(argv: list[str] | None = None) -> None:
         code = command.main(args=args or ["--help"], prog_name="seq2seq", standalone_mode=False)
     except UserError as error:
         print(f"seq2seq: error: {error}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(error.exit_code)
     except Interrupted as stop:
         print(f"seq2seq: {stop}", file=sys.stderr)
         sys.exit(stop.exit_code)
     except typer.Abort:
         print("seq2seq: interrupted", file=sys.stderr)
         sys.exit(130)
+    except OSError as error:  # the file system refused: one line, never a traceback
+        print(f"seq2seq: error: {_os_problem(error)}", file=sys.stderr)
+        sys.exit(1 if error.errno in (errno.ENOSPC, errno.EDQUOT) else 2)
     except typer.TyperException as error:  # usage errors: unknown options, bad values
         ctx = getattr(error, "ctx", None)
         where = ctx.command_path if ctx else "seq2seq"

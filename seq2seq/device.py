@@ -14,3 +14,18 @@ def pick_device(name: str = "auto") -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX-512 BF16 or AMX), as oneDNN sees it."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """Refuse bf16 where it cannot run: oneDNN has no bf16 LSTM without native support, and
+    emulated bf16 matrix products are slower than fp32."""
+    if precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
+        raise UserError(
+            "train.precision is bf16 but this CPU has no native bf16 (AVX-512 BF16 or AMX); "
+            "set train.precision: fp32 here, or train on a GPU or a CPU that has it"
+        )

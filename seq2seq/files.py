@@ -11,6 +11,7 @@ shards of a sweep) never write into each other's file.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -19,18 +20,38 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from seq2seq.errors import ResourceError, UserError
+
+_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+def write_problem(path: Path, error: OSError) -> UserError:
+    """One line for a path that could not be written: what happened and what to do."""
+    reason = error.strerror or str(error)
+    if error.errno in _FULL:
+        return ResourceError(
+            f"cannot write {path}: {reason}; free some space and run the same command again"
+        )
+    if error.errno == errno.EISDIR or Path(path).is_dir():
+        return UserError(f"cannot write {path}: it is a directory; give a file name")
+    return UserError(f"cannot write {path}: {reason}; pass a path you can write to")
+
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
-    """Call `write` on a temporary file, fsync it and rename it to `path`."""
+    """Call `write` on a temporary file, fsync it and rename it to `path`. A file-system
+    error (disk full, read-only, a directory in the way) is a one-line `UserError`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "xb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise write_problem(path, error) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -52,8 +73,11 @@ def publish_directory(target: Path, fill: Callable[[Path], object], replace: boo
     was there before.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as error:
+        raise write_problem(target, error) from None
     try:
         fill(staging / target.name)
         if replace:
@@ -66,5 +90,7 @@ def publish_directory(target: Path, fill: Callable[[Path], object], replace: boo
         except OSError:
             if not target.is_dir():
                 raise
+    except OSError as error:
+        raise write_problem(target, error) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)

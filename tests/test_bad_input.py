@@ -8,6 +8,7 @@ they translate, line-aligned, and stderr says what was done.
 
 from __future__ import annotations
 
+import pickle
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -123,6 +124,30 @@ def no_checkpoint_yet(g: Given) -> Path:
     return run
 
 
+def raw_pickle(g: Given) -> Path:
+    return g.file("raw.pt", pickle.dumps({"model": {"w": [1.0]}}))
+
+
+def other_tokenizer(g: Given) -> Path:
+    """A checkpoint of the trained run's shapes that records another tokenizer."""
+    state = torch.load(g.trained / "checkpoints/best.pt", weights_only=True)
+    path = g.tmp / "other.pt"
+    torch.save({**state, "tokenizer": "0123456789abcdef"}, path)
+    return path
+
+
+def corpus_directory(g: Given) -> str:
+    (g.tmp / "d/x.src").mkdir(parents=True)
+    return f"data.train={g.tmp / 'd/x'}"
+
+
+def alias_bomb() -> str:
+    """425 bytes that expand to millions of strings once read as plain data."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 8)]
+    return "\n".join(lines) + "\ndata: *a7\n"
+
+
 Row = tuple[str, Callable[[Given], int], list[str]]
 BAD_INPUT: list[Row] = [
     # The config
@@ -160,6 +185,43 @@ BAD_INPUT: list[Row] = [
         ["model.attention.window = 0", "greater than 0"],
     ),
     ("override without a value", train_with("train.max_steps"), ["expected KEY=VALUE"]),
+    ("negative seed", train_with("seed=-1"), ["seed = -1", "greater than or equal to 0"]),
+    ("seed over 32 bits", train_with("seed=99999999999"), ["seed = 99999999999", "4294967295"]),
+    (
+        "infinite learning rate",
+        train_with("train.optimizer.lr=.inf"),
+        ["train.optimizer.lr = inf", "finite number"],
+    ),
+    (
+        "absurd learning rate",
+        train_with("train.optimizer.lr=1.0e+30"),
+        ["train.optimizer.lr = 1e+30", "less than or equal to 10"],
+    ),
+    (
+        "infinite output length ratio",
+        train_with("decode.max_len_ratio=.inf"),
+        ["decode.max_len_ratio = inf", "finite number"],
+    ),
+    (
+        "absurd output length ratio",
+        train_with("decode.max_len_ratio=1.0e+300"),
+        ["decode.max_len_ratio = 1e+300", "less than or equal to 100"],
+    ),
+    (
+        "an option the attention type does not read",
+        train_with("model.attention.window=5"),
+        ["bahdanau attention does not read window=5", "its options: heads"],
+    ),
+    (
+        "YAML alias bomb",
+        lambda g: run_cli("train", "--config", g.file("bomb.yaml", alias_bomb())),
+        ["bomb.yaml", "YAML aliases (*name) expand to 234,567,909 values", "100,000 allowed"],
+    ),
+    (
+        "a huge bad value is echoed short",
+        train_with("model.dropout=" + "9" * 5000),
+        ["model.dropout = '999", "... (5,002 characters)"],
+    ),
     (
         "bad YAML",
         lambda g: run_cli("train", "--config", g.file("bad.yaml", "data: {src: de\n")),
@@ -202,6 +264,11 @@ BAD_INPUT: list[Row] = [
         ["every training pair has an empty side"],
     ),
     (
+        "corpus prefix naming a directory",
+        lambda g: train(g.toy, g.tmp / "run", corpus_directory(g)),
+        ["d/x.src is a directory, not a corpus file"],
+    ),
+    (
         "invalid UTF-8 in a training file",
         lambda g: train(g.toy, g.tmp / "run", g.corpus(b"fine\nbroken \xff\n", b"a\nb\n")),
         ["x.src, line 2: invalid UTF-8", "re-encode the file as UTF-8"],
@@ -214,6 +281,16 @@ BAD_INPUT: list[Row] = [
             "evil.pt holds pickled objects (pathlib.PurePosixPath), refused",
             "use a checkpoint written by seq2seq",
         ],
+    ),
+    (
+        "raw pickle file as a checkpoint",
+        lambda g: g.translate("--checkpoint", raw_pickle(g)),
+        ["raw.pt is corrupt or truncated", "use another checkpoint"],
+    ),
+    (
+        "checkpoint of another tokenizer",
+        lambda g: g.translate("--checkpoint", other_tokenizer(g)),
+        ["other.pt was trained with another tokenizer", "use it with the run that wrote it"],
     ),
     (
         "truncated checkpoint",
@@ -285,6 +362,17 @@ BAD_INPUT: list[Row] = [
         ["'--length-penalty'"],
     ),
     ("unknown option", lambda g: g.translate("--bogus"), ["No such option: --bogus", "--help"]),
+    ("output is a directory", lambda g: g.translate("-o", g.tmp), ["it is a directory"]),
+    (
+        "alignments is a directory",
+        lambda g: g.translate("-o", g.tmp / "out", "--alignments", g.tmp),
+        ["it is a directory"],
+    ),
+    (
+        "average into a directory",
+        lambda g: run_cli("average", "--run", g.trained, "--last", "1", "--output", g.tmp),
+        ["it is a directory", "give a file name"],
+    ),
     ("missing option", lambda g: run_cli("translate"), ["Missing option '--run'"]),
     (
         "missing input file",
@@ -345,6 +433,17 @@ def test_a_max_len_that_drops_every_pair_is_an_error(toy, tmp_path, capsys):
         "no training pair is at most 1 pieces long; raise data.max_len"
     )
     assert not (tmp_path / "run").exists()  # a failed start leaves no half-made run behind
+
+
+def test_a_model_too_large_for_memory_is_one_line_and_leaves_nothing(toy, tmp_path, capsys):
+    run = tmp_path / "a/b/run"  # a nested new directory: all of it goes
+    assert train(toy, run, "model.hidden_dim=10000000") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.splitlines()[-1]  # after the tokenizer's log lines
+    assert last.startswith("seq2seq: error: the model does not fit in memory")
+    assert "hidden_dim=10000000" in last and "lower these sizes" in last
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_pairs_over_max_len_are_dropped_and_counted(trained):

@@ -3,6 +3,7 @@ nothing behind."""
 
 import pytest
 
+from seq2seq.errors import ResourceError, UserError
 from seq2seq.files import atomic_write, atomic_write_text, publish_directory
 
 
@@ -22,7 +23,7 @@ def test_a_failed_write_keeps_the_old_file_and_removes_its_temporary(tmp_path):
         handle.write(b"half")
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(OSError):
+    with pytest.raises(ResourceError, match="cannot write .*out.txt: No space left on device"):
         atomic_write(target, fail_halfway)
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
@@ -54,3 +55,9 @@ def test_a_failed_fill_leaves_no_directory(tmp_path):
     with pytest.raises(RuntimeError):
         publish_directory(tmp_path / "tok", broken)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_writing_over_a_directory_names_it(tmp_path):
+    with pytest.raises(UserError, match="it is a directory; give a file name"):
+        atomic_write_text(tmp_path, "text")
+    assert list(tmp_path.parent.glob(f".{tmp_path.name}.*.tmp")) == []

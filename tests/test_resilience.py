@@ -1,6 +1,10 @@
 """Training survives kills, stop signals, corrupt checkpoints and non-finite updates."""
 
+import errno
+import json
+import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -8,9 +12,12 @@ import time
 from pathlib import Path
 
 import torch
-from cli_helpers import train
+from cli_helpers import run_cli, train
 
+from seq2seq import device, files
+from seq2seq.train import run as run_module
 from seq2seq.train import trainer
+from seq2seq.train.trainer import Trainer
 
 
 def checkpoint(run_dir: Path, name: str = "last") -> dict:
@@ -135,3 +142,169 @@ def test_too_many_non_finite_updates_in_a_row_stop_with_one_line(
     last, before = checkpoint(tmp_path / "r"), checkpoint(tmp_path / "r", "previous")
     assert (last["progress"]["step"], before["progress"]["step"]) == (6, 4)
     assert all(torch.equal(last["model"][k], before["model"][k]) for k in last["model"])
+
+
+def test_after_falling_back_from_a_corrupt_last_the_good_previous_is_kept(toy, tmp_path):
+    run = tmp_path / "run"
+    assert train(toy, run, "train.max_steps=6") == 0  # validations (and saves) at 2, 4, 6
+    last = run / "checkpoints/last.pt"
+    last.write_bytes(last.read_bytes()[:5000])
+    # Resumes from previous.pt (step 4) and saves at 6 and 8: the corrupt file must never
+    # become previous.pt, or a kill during the next write would leave nothing to load.
+    assert train(toy, run, "train.max_steps=6") == 0
+    assert checkpoint(run, "previous")["progress"]["step"] == 4  # still the good one
+    assert checkpoint(run)["progress"]["step"] == 6
+    assert train(toy, run, "train.max_steps=8") == 0
+    assert checkpoint(run, "previous")["progress"]["step"] == 6
+
+
+def test_an_update_that_makes_parameters_non_finite_stops_with_one_line(
+    toy, tmp_path, monkeypatch, capsys
+):
+    original = torch.optim.Adam.step
+
+    def step(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        if self.state_dict()["state"][0]["step"] == 3:  # the third update blows up
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("inf"))
+        return result
+
+    monkeypatch.setattr(torch.optim.Adam, "step", step)
+    assert train(toy, tmp_path / "r", "train.max_steps=20", "train.valid_every=2") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert "the update at step 3 made the model's parameters non-finite" in line
+    assert "the last good checkpoint is kept in" in line and "lower train.optimizer.lr" in line
+    assert checkpoint(tmp_path / "r")["progress"]["step"] == 2
+
+
+def test_stopping_before_any_checkpoint_says_none_was_written(toy, tmp_path, monkeypatch, capsys):
+    nan_on_calls(monkeypatch, set(range(1, 100)))
+    capsys.readouterr()
+    assert train(toy, tmp_path / "r", "train.max_skipped_updates=2", "train.valid_every=50") == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "no checkpoint was written yet" in line and "kept in" not in line
+
+
+def test_a_full_disk_is_one_line_leaves_no_temporary_and_resumes(
+    toy, tmp_path, monkeypatch, capsys
+):
+    run = tmp_path / "r"
+    calls, original = [0], files.os.fsync
+
+    def fsync(fd):
+        calls[0] += 1
+        if calls[0] == 8:  # a checkpoint write during training
+            raise OSError(errno.ENOSPC, "No space left on device")
+        original(fd)
+
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    assert train(toy, run, "train.max_steps=10") == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("seq2seq: error: cannot write ") and "No space left" in line
+    assert "run the same command again" in line
+    assert not [p for p in run.rglob("*") if p.name.endswith(".tmp")]
+    monkeypatch.setattr(files.os, "fsync", original)
+    assert train(toy, run, "train.max_steps=10") == 0
+
+
+def test_a_read_only_run_directory_is_one_line(toy, tmp_path, monkeypatch, capsys):
+    run = tmp_path / "r"
+    assert train(toy, run, "train.max_steps=2") == 0
+
+    def read_only(*args):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(files.os, "replace", read_only)
+    capsys.readouterr()
+    assert run_cli("average", "--run", run, "--last", "1") == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("seq2seq: error: cannot write ") and "Read-only file system" in line
+    assert "\n" not in line
+
+
+def signal_on_step(monkeypatch, step: int, signals: list[int]) -> None:
+    """Send this process `signals` during update `step`."""
+    original = Trainer.train_step
+
+    def train_step(self, indices):
+        if self.progress.step + 1 == step:
+            for number in signals:
+                os.kill(os.getpid(), number)
+        return original(self, indices)
+
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+
+
+def test_a_second_signal_stops_at_once_with_one_line(toy, tmp_path, monkeypatch, capsys):
+    signal_on_step(monkeypatch, 3, [signal.SIGINT, signal.SIGINT])
+    assert train(toy, tmp_path / "r", "train.max_steps=10") == 128 + signal.SIGINT
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == (
+        "seq2seq: stopped at once by a second SIGINT; "
+        "resume from the last saved checkpoint with the same command"
+    )
+
+
+def test_a_signal_during_the_test_decode_stops_it_with_one_line(toy, tmp_path, monkeypatch, capsys):
+    original = run_module.score_test_sets
+
+    def score(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return original(*args)
+
+    monkeypatch.setattr(run_module, "score_test_sets", score)
+    assert train(toy, tmp_path / "r", "train.max_steps=2") == 128 + signal.SIGTERM
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("seq2seq: stopped by SIGTERM during the test decode")
+    assert "run the same command again to score the test sets" in line
+    monkeypatch.setattr(run_module, "score_test_sets", original)
+    assert train(toy, tmp_path / "r", "train.max_steps=2") == 0
+    assert (tmp_path / "r/test/scores.json").is_file()
+
+
+def test_a_leftover_tokenizer_of_other_settings_is_replaced(toy, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert train(toy, first, "train.max_steps=1") == 0
+    second.mkdir()
+    shutil.copytree(first / "tokenizer", second / "tokenizer")  # as a crashed start leaves it
+    assert train(toy, second, "train.max_steps=1", "tokenizer.vocab_size=100") == 0
+    log = (second / "train.log").read_text()
+    assert "was trained with other settings" in log
+    settings = json.loads((second / "tokenizer/tokenizer.json").read_text())
+    assert settings["vocab_size"] == 100
+
+
+def test_resuming_on_a_changed_corpus_warns(toy, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(toy / "data", data)
+    budget = [f"data.train={data}/train", "train.valid_every=2"]
+    assert train(toy, tmp_path / "r", *budget, "train.max_steps=2") == 0
+    lines = (data / "train.tgt").read_text().splitlines()
+    (data / "train.tgt").write_text("\n".join([*lines[:-1], "Coha"]) + "\n")
+    assert train(toy, tmp_path / "r", *budget, "train.max_steps=4") == 0
+    assert "changed since this run started" in (tmp_path / "r/train.log").read_text()
+
+
+def test_translate_with_stdin_closed_is_one_line(toy, tmp_path):
+    run = tmp_path / "r"
+    assert train(toy, run, "train.max_steps=1") == 0
+    done = subprocess.run(
+        [sys.executable, "-m", "seq2seq", "translate", "--run", str(run)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+        preexec_fn=lambda: os.close(0),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "seq2seq: error: stdin is closed: nothing to translate; pass --input FILE or pipe text in"
+    )
+
+
+def test_bf16_on_a_cpu_without_it_is_one_line(toy, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(device, "cpu_has_bf16", lambda: False)
+    assert train(toy, tmp_path / "r", "train.precision=bf16") == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "train.precision is bf16 but this CPU has no native bf16" in line
+    assert not (tmp_path / "r").exists()

@@ -62,7 +62,7 @@ def test_joint_decodes_source_ids_too(joint, toy) -> None:
 
 def test_joint_writes_one_model_with_one_vocabulary(joint) -> None:
     tokenizer, directory = joint
-    assert sorted(p.name for p in directory.iterdir()) == ["joint.model"]
+    assert sorted(p.name for p in directory.iterdir()) == ["joint.model", "tokenizer.json"]
     assert tokenizer.joint
     assert tokenizer.src_vocab_size == tokenizer.tgt_vocab_size
     # One vocabulary: a target word is encoded the same way on both sides.
@@ -71,7 +71,11 @@ def test_joint_writes_one_model_with_one_vocabulary(joint) -> None:
 
 def test_separate_writes_two_models_with_their_own_vocabularies(separate) -> None:
     tokenizer, directory = separate
-    assert sorted(p.name for p in directory.iterdir()) == ["src.model", "tgt.model"]
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "src.model",
+        "tgt.model",
+        "tokenizer.json",
+    ]
     assert not tokenizer.joint
     # Capitals only occur in the target language: the source model does not know them.
     assert UNK_ID in tokenizer.encode_src(["Coha"])[0]
@@ -114,7 +118,11 @@ def test_retraining_replaces_the_directory_atomically(toy, tmp_path: Path) -> No
     train_tokenizer(TokenizerConfig(vocab_size=60, joint=True), src, tgt, directory)
     tokenizer = train_tokenizer(TokenizerConfig(vocab_size=60, joint=False), src, tgt, directory)
     assert not tokenizer.joint
-    assert sorted(p.name for p in directory.iterdir()) == ["src.model", "tgt.model"]
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "src.model",
+        "tgt.model",
+        "tokenizer.json",
+    ]
     assert [p.name for p in tmp_path.iterdir()] == ["tok"]  # no temporary leftovers
 
 

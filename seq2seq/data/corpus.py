@@ -19,6 +19,8 @@ def corpus_path(prefix: str, lang: str) -> Path:
     for path in (plain, packed):
         if path.is_file():
             return path
+        if path.is_dir():
+            raise UserError(f"{path} is a directory, not a corpus file; check the prefix")
     raise UserError(
         f"corpus file not found: tried {plain} and {packed}; check the prefix and language"
     )

@@ -56,9 +56,11 @@ def encode_corpus(
     src: list[str],
     tgt: list[str],
     log: logging.Logger | None = None,
-) -> tuple[list[list[int]], list[list[int]]]:
-    """Source and target piece ids of a parallel corpus, from the cache when it has them."""
-    path = Path(tokenizer_dir) / CACHE_DIR / f"{corpus_key(tokenizer_dir, src, tgt)}.pt"
+) -> tuple[list[list[int]], list[list[int]], str]:
+    """Source and target piece ids of a parallel corpus, from the cache when it has them,
+    and the corpus's key (see `corpus_key`)."""
+    key = corpus_key(tokenizer_dir, src, tgt)
+    path = Path(tokenizer_dir) / CACHE_DIR / f"{key}.pt"
     if path.is_file():
         try:
             cached = torch.load(path, map_location="cpu", weights_only=True)
@@ -66,7 +68,7 @@ def encode_corpus(
             if len(src_ids) == len(src) and len(tgt_ids) == len(tgt):
                 if log:
                     log.info("piece ids of %d pairs read from %s", len(src), path)
-                return src_ids, tgt_ids
+                return src_ids, tgt_ids, key
         except Exception:  # noqa: BLE001 - any damage means: tokenize again and rewrite
             pass
         if log:
@@ -74,4 +76,4 @@ def encode_corpus(
     src_ids, tgt_ids = tokenizer.encode_src(src), tokenizer.encode_tgt(tgt)
     payload = {"src": _pack(src_ids), "tgt": _pack(tgt_ids)}
     atomic_write(path, lambda handle: torch.save(payload, handle))
-    return src_ids, tgt_ids
+    return src_ids, tgt_ids, key

@@ -6,7 +6,10 @@ use the module constants without asking the tokenizer.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import io
+import json
 from pathlib import Path
 
 import sentencepiece as spm
@@ -24,6 +27,7 @@ _SPECIAL_IDS = frozenset({PAD_ID, BOS_ID, EOS_ID})
 JOINT_MODEL = "joint.model"
 SRC_MODEL = "src.model"
 TGT_MODEL = "tgt.model"
+SETTINGS = "tokenizer.json"  # the tokenizer config the models were trained with
 
 # SentencePiece loads at most this many sentences (a random sample when shuffled); more
 # only costs memory and time without changing the vocabulary much.
@@ -42,6 +46,15 @@ class Tokenizer:
     @property
     def joint(self) -> bool:
         return self._src is self._tgt
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """A short hash of the models: checkpoints record it, so that a checkpoint is never
+        used with a tokenizer other than the one it was trained with."""
+        digest = hashlib.sha256(self._src.serialized_model_proto())
+        if not self.joint:
+            digest.update(self._tgt.serialized_model_proto())
+        return digest.hexdigest()[:16]
 
     @property
     def src_vocab_size(self) -> int:
@@ -161,8 +174,19 @@ def train_tokenizer(
         tmp.mkdir()
         for name, proto in models.items():
             (tmp / name).write_bytes(proto)
+        (tmp / SETTINGS).write_text(json.dumps(cfg.model_dump(), indent=2) + "\n")
 
     # Made beside the destination and renamed, so a crash never leaves a half-written
     # tokenizer where a later run would load it.
     publish_directory(directory, write, replace=True)
     return Tokenizer.load(directory)
+
+
+def trained_settings(directory: Path) -> dict | None:
+    """The tokenizer config the models in `directory` were trained with (None: not
+    recorded, as in tokenizers made before it was)."""
+    path = Path(directory) / SETTINGS
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return None

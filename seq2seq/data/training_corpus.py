@@ -7,12 +7,13 @@ Runs, and the shared tokenizers of a sweep, prepare their corpus through these t
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from seq2seq.config import DataConfig, TokenizerConfig
 from seq2seq.data.corpus import ParallelCorpus, drop_empty, read_parallel
 from seq2seq.data.id_cache import encode_corpus
-from seq2seq.data.tokenizer import Tokenizer, train_tokenizer
+from seq2seq.data.tokenizer import Tokenizer, train_tokenizer, trained_settings
 from seq2seq.errors import UserError
 
 
@@ -24,22 +25,37 @@ def read_training_pairs(data: DataConfig) -> tuple[ParallelCorpus, int]:
     return corpus, empty
 
 
+@dataclass
+class TokenizedCorpus:
+    tokenizer: Tokenizer
+    src_ids: list[list[int]]
+    tgt_ids: list[list[int]]
+    key: str  # the id cache's hash of the tokenizer and both sides' text
+
+
 def tokenize_training_pairs(
     cfg: TokenizerConfig,
     corpus: ParallelCorpus,
     directory: Path,
     seed: int,
     log: logging.Logger | None = None,
-) -> tuple[Tokenizer, list[list[int]], list[list[int]]]:
-    """The tokenizer in `directory` (trained there on `corpus` first if there is none) and
-    the piece ids of the corpus's source and target sides."""
-    if directory.is_dir():
+) -> TokenizedCorpus:
+    """The tokenizer in `directory` and the piece ids of the corpus's two sides. The
+    tokenizer is trained there on `corpus` first if there is none, or if the one there was
+    trained with another tokenizer config (left by a start that failed)."""
+    recorded = trained_settings(directory) if directory.is_dir() else None
+    reusable = directory.is_dir() and recorded in (None, cfg.model_dump())
+    if reusable:
         tokenizer = Tokenizer.load(directory)
     else:
+        if log and directory.is_dir():
+            log.warning(
+                "%s was trained with other settings (%s); replacing it", directory, recorded
+            )
         if log:
             log.info(
                 "training a %s SentencePiece model (%d pieces)", cfg.model_type, cfg.vocab_size
             )
         tokenizer = train_tokenizer(cfg, corpus.src, corpus.tgt, directory, seed)
-    src_ids, tgt_ids = encode_corpus(tokenizer, directory, corpus.src, corpus.tgt, log)
-    return tokenizer, src_ids, tgt_ids
+    src_ids, tgt_ids, key = encode_corpus(tokenizer, directory, corpus.src, corpus.tgt, log)
+    return TokenizedCorpus(tokenizer, src_ids, tgt_ids, key)

@@ -40,6 +40,18 @@ def max_source_pieces(cfg: Config) -> int:
     return limit
 
 
+def check_tokenizer(state: dict, tokenizer: Tokenizer, path: Path, run: RunDir) -> None:
+    """Refuse a checkpoint trained with another tokenizer than the run's (checkpoints
+    written before they recorded one pass)."""
+    recorded = state.get("tokenizer")
+    if recorded is not None and recorded != tokenizer.fingerprint:
+        raise UserError(
+            f"checkpoint {path} was trained with another tokenizer than {run.tokenizer} "
+            f"(fingerprint {recorded}, not {tokenizer.fingerprint}); use it with the run "
+            "that wrote it (--run)"
+        )
+
+
 @dataclass
 class AttentionMap:
     src_pieces: list[str]  # source pieces and </s>
@@ -89,7 +101,9 @@ class Translator:
         path = run.resolve_checkpoint(checkpoint)
         tokenizer = Tokenizer.load(run.tokenizer)
         model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
-        load_model_weights(model, load_checkpoint(path), cfg.model, path)
+        state = load_checkpoint(path)
+        check_tokenizer(state, tokenizer, path, run)
+        load_model_weights(model, state, cfg.model, path)
         options = cfg.decode.model_dump() | {
             k: v for k, v in (decode or {}).items() if v is not None
         }
@@ -146,11 +160,15 @@ class Translator:
         )
         return pharaoh(pairs)
 
-    def attention_map(self, line: str) -> AttentionMap:
-        """Translate one line and return its attention with the pieces that label it."""
+    def attention_map(self, line: str) -> AttentionMap | None:
+        """Translate one line and return its attention with the pieces that label it; None
+        when the search finished no hypothesis (a model whose outputs are not finite)."""
         if not line.strip():
             raise UserError("nothing to translate: the source sentence is empty")
-        best = self.translate_nbest([line])[0][0]
+        found = self.translate_nbest([line])[0]
+        if not found:
+            return None
+        best = found[0]
         return AttentionMap(
             src_pieces=[*self.tokenizer.src_pieces(line)[: self.max_source], "</s>"],
             tgt_pieces=self.tokenizer.tgt_pieces_from_ids([*best.tokens, EOS_ID]),

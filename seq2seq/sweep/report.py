@@ -76,7 +76,9 @@ def _charts(results: SweepResults, out: Path) -> None:
     figures = {"bleu.png": bar_figure(labels, series, "test BLEU (error bars: std over seeds)")}
     curves = {c.cell.title: ([s for s, _ in c.curve], [b for _, b in c.curve]) for c in cells}
     figures["curves.png"] = curves_figure(curves, "step", "validation BLEU (mean over seeds)")
-    figures["attention.png"] = attention_grid_figure([_attention(results, c) for c in cells])
+    maps = [found for c in cells if (found := _attention(results, c)) is not None]
+    if maps:
+        figures["attention.png"] = attention_grid_figure(maps)
     for name, figure in figures.items():
         (out / name).write_bytes(figure_png(figure))
 
@@ -197,7 +199,7 @@ def results_csv(results: SweepResults) -> str:
     return buffer.getvalue()
 
 
-def _attention(results: SweepResults, result: CellResult) -> tuple:
+def _attention(results: SweepResults, result: CellResult) -> tuple | None:
     """The first finished seed's best checkpoint on the first non-empty validation
     sentence, decoded greedily: the same sentence for every cell."""
     seed = result.seeds[0]
@@ -205,6 +207,8 @@ def _attention(results: SweepResults, result: CellResult) -> tuple:
     sources = read_lines(corpus_path(cfg.data.valid, cfg.data.src))
     sentence = next(line for line in sources if line.strip())
     amap = Translator.from_run(result.runs[seed].root, "best", {"beam": 1}).attention_map(sentence)
+    if amap is None:  # the model finished no translation: no heatmap for this cell
+        return None
     return result.cell.title, amap.weights, amap.src_pieces, amap.tgt_pieces
 
 

@@ -22,6 +22,7 @@ class Datasets:
     valid_src: list[str]
     valid_ref: list[str]
     length_ratio: float  # source pieces per target piece over the kept training pairs
+    corpus_key: str  # the training corpus's identity (see data.id_cache.corpus_key)
 
 
 def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
@@ -31,9 +32,8 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
         corpus_path(prefix, data.src), corpus_path(prefix, data.tgt)
     valid = read_parallel(data.valid, data.src, data.tgt)
     train, empty = read_training_pairs(data)
-    tokenizer, src_ids, tgt_ids = tokenize_training_pairs(
-        cfg.tokenizer, train, run.tokenizer, cfg.seed, log
-    )
+    tokenized = tokenize_training_pairs(cfg.tokenizer, train, run.tokenizer, cfg.seed, log)
+    tokenizer, src_ids, tgt_ids = tokenized.tokenizer, tokenized.src_ids, tokenized.tgt_ids
     keep = [
         i
         for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
@@ -58,4 +58,4 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
     src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
     ratio = sum(map(len, src_ids)) / max(sum(map(len, tgt_ids)), 1)
     batches = TrainBatches(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.seed)
-    return Datasets(tokenizer, batches, valid.src, valid.tgt, ratio)
+    return Datasets(tokenizer, batches, valid.src, valid.tgt, ratio, tokenized.key)

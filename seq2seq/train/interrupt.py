@@ -1,7 +1,9 @@
 """SIGINT and SIGTERM stop training between two updates, so that it can save and exit.
 
 The first signal is recorded and the training loop stops after its current update; a
-second one interrupts at once (KeyboardInterrupt), for a user who does not want to wait.
+second one interrupts at once, for a user who does not want to wait. Where there is
+nothing to save (the test decode after training), the first signal interrupts at once.
+Either way the command ends with one line saying what was kept, and exit status 128 + N.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ class Interrupted(Exception):
 class StopSignals:
     """While active, SIGINT and SIGTERM set `received` instead of killing the process."""
 
-    def __init__(self) -> None:
+    def __init__(self, at_once: str | None = None) -> None:
+        """`at_once`: stop at the first signal, with this message."""
         self.received: int | None = None
+        self.at_once = at_once
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopSignals:
@@ -46,8 +50,14 @@ class StopSignals:
             signal.signal(number, handler)
 
     def _handle(self, number: int, frame: FrameType | None) -> None:
+        if self.at_once is not None:
+            raise Interrupted(number, f"stopped by {signal.Signals(number).name} {self.at_once}")
         if self.received is not None:
-            raise KeyboardInterrupt
+            raise Interrupted(
+                number,
+                f"stopped at once by a second {signal.Signals(number).name}; "
+                "resume from the last saved checkpoint with the same command",
+            )
         self.received = number
 
     @property

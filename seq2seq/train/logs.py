@@ -22,6 +22,14 @@ class _TqdmHandler(logging.StreamHandler):
             self.handleError(record)
 
 
+class _FileHandler(logging.FileHandler):
+    """The log file. A line that cannot be written (a full disk) is dropped without
+    logging's own traceback: the checkpoint write that follows fails with one clear line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        pass
+
+
 def setup_logging(log_file: Path | None = None, rank: int = 0) -> logging.Logger:
     """The `seq2seq` logger: INFO to stderr and, when given, to `log_file` (appended).
 
@@ -40,7 +48,7 @@ def setup_logging(log_file: Path | None = None, rank: int = 0) -> logging.Logger
     logger.addHandler(console)
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        file_handler = logging.FileHandler(log_file, encoding="utf-8")
+        file_handler = _FileHandler(log_file, encoding="utf-8")
         file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(file_handler)
     return logger

@@ -22,11 +22,11 @@ from seq2seq.config import Config, config_differences
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.decode.translate import Translator, max_source_pieces
-from seq2seq.device import pick_device
+from seq2seq.device import check_precision, pick_device
 from seq2seq.errors import UserError
 from seq2seq.evaluate import Scores, score_corpus
 from seq2seq.files import atomic_write_text
-from seq2seq.models import build_model, count_parameters
+from seq2seq.models import Seq2Seq, build_model, count_parameters
 from seq2seq.train.datasets import Datasets, load_datasets
 from seq2seq.train.distributed import World, start_world, stop_world
 from seq2seq.train.interrupt import Interrupted, StopSignals
@@ -105,11 +105,9 @@ def score_test_sets(cfg: Config, run: RunDir, translator: Translator, log: loggi
     return scores
 
 
-def resume_state(run: RunDir, log: logging.Logger) -> dict | None:
-    """The newest loadable resume checkpoint (`last`, else `previous`), or None for a new run.
-
-    A corrupt or truncated one is reported and skipped, never silently.
-    """
+def resume_state(run: RunDir, log: logging.Logger) -> tuple[dict, Path] | None:
+    """The newest loadable resume checkpoint (`last`, else `previous`) and its path, or None
+    for a new run. A corrupt or truncated one is reported and skipped, never silently."""
     problems = []
     for name in ("last", "previous"):
         path = run.checkpoint(name)
@@ -128,7 +126,7 @@ def resume_state(run: RunDir, log: logging.Logger) -> dict | None:
             )
         if problems:
             log.warning("resuming from %s (step %d)", path, state["progress"]["step"])
-        return state
+        return state, path
     if problems:
         raise UserError(
             f"no loadable checkpoint to resume {run.root} from: {'; '.join(problems)}; "
@@ -157,16 +155,27 @@ def train(cfg: Config, run_dir: Path) -> dict:
 def _set_up(cfg: Config, run: RunDir, world: World) -> Trainer:
     """The run directory, data, model and trainer, resumed if the run has a checkpoint.
 
-    A problem found here (bad data, an unusable checkpoint) removes the run directory if
-    this call created it: a failed start leaves nothing half-made behind.
+    A problem found here (bad data, an unusable checkpoint, a full disk) removes the
+    directories this call created (all of a new `a/b/run`, not only `run`): a failed start
+    leaves nothing half-made behind.
     """
-    created = not run.root.exists()
+    created = _outermost_missing(run.root)
     try:
         return build_trainer(cfg, run, world)
-    except UserError:
-        if created and world.is_main:
-            shutil.rmtree(run.root, ignore_errors=True)
+    except (UserError, OSError):
+        if created is not None and world.is_main:
+            shutil.rmtree(created, ignore_errors=True)
         raise
+
+
+def _outermost_missing(path: Path) -> Path | None:
+    """The outermost directory of `path` that does not exist yet (None: it exists)."""
+    missing = None
+    for directory in [path, *path.parents]:
+        if directory.exists():
+            break
+        missing = directory
+    return missing
 
 
 def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
@@ -179,14 +188,11 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     log = setup_logging(run.log if world.is_main else None, world.rank)
     device = set_up_process(cfg, world)
     data = _load_data_main_first(cfg, run, world, log)
-    model = build_model(
-        cfg.model, data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size, PAD_ID
-    ).to(device)
-    model.length_ratio.fill_(data.length_ratio)
+    model = _build_model(cfg, data, device)
     trainer = Trainer(cfg, run, model, data, device, log, world)
-    state = resume_state(run, log) if resuming else None
-    if state is not None:
-        trainer.restore(state)
+    found = resume_state(run, log) if resuming else None
+    if found is not None:
+        trainer.restore(*found)
         log.info("resumed %s from step %d", run.root, trainer.progress.step)
     log.info(
         "model: %s with %s attention, %d parameters; source/target length ratio %.3f; "
@@ -195,6 +201,28 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
         device, world.size, cfg.train.precision,
     )  # fmt: skip
     return trainer
+
+
+def _build_model(cfg: Config, data: Datasets, device: torch.device) -> Seq2Seq:
+    """The model for the run's vocabularies, on `device`; too large to allocate is a
+    one-line error naming the size fields."""
+    vocab = (data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size)
+    try:
+        model = build_model(cfg.model, *vocab, PAD_ID).to(device)
+    except (RuntimeError, MemoryError) as error:
+        if not isinstance(error, MemoryError) and "alloc" not in str(error).lower():
+            raise
+        m = cfg.model
+        sizes = (
+            f"model.embed_dim={m.embed_dim}, hidden_dim={m.hidden_dim}, ff_dim={m.ff_dim}, "
+            f"encoder_layers={m.encoder_layers}, decoder_layers={m.decoder_layers}"
+        )
+        raise UserError(
+            f"the model does not fit in memory ({sizes}; vocabularies {vocab[0]} and "
+            f"{vocab[1]}); lower these sizes"
+        ) from None
+    model.length_ratio.fill_(data.length_ratio)
+    return model
 
 
 def _write_run_files(cfg: Config, run: RunDir, world: World, resuming: bool) -> None:
@@ -224,6 +252,7 @@ def set_up_process(cfg: Config, world: World) -> torch.device:
     device = pick_device(cfg.train.device)
     if device.type == "cuda" and world.distributed:
         device = torch.device("cuda", world.local_rank)
+    check_precision(cfg.train.precision, device)
     return device
 
 
@@ -260,7 +289,13 @@ def _fit_and_test(trainer: Trainer) -> dict:
     translator = Translator(
         trainer.model, trainer.data.tokenizer, cfg.decode, trainer.device, max_source_pieces(cfg)
     )
-    return score_test_sets(cfg, run, translator, log)
+    # Training is over and saved: a signal now stops at once, saying how to finish.
+    during_test = (
+        "during the test decode; training is finished and saved: "
+        "run the same command again to score the test sets"
+    )
+    with StopSignals(at_once=during_test):
+        return score_test_sets(cfg, run, translator, log)
 
 
 def _cores_per_process(world: World) -> int:

@@ -7,6 +7,7 @@ import random
 import signal
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -87,6 +88,7 @@ class Trainer:
         self.progress = Progress()
         self.higher_is_better = HIGHER_IS_BETTER[cfg.train.metric]
         self.clock: tuple[float, float] = (time.time(), 0.0)  # (session start, elapsed before it)
+        self.last_is_loadable = True  # whether `last.pt` may become `previous.pt`
         self.signals: StopSignals | None = None
         self.stopped_by: int | None = None  # the signal that stopped training, on every rank
 
@@ -109,6 +111,8 @@ class Trainer:
             "schedule": self.schedule.state_dict(),
             "progress": asdict(self.progress),
             "rng": self.world.gather(rng),
+            "tokenizer": self.data.tokenizer.fingerprint,
+            "corpus": self.data.corpus_key,
         }
 
     def summary(self) -> dict[str, Any]:
@@ -133,8 +137,17 @@ class Trainer:
         """The model section, so that a checkpoint that does not fit says which field differs."""
         return self.cfg.model.model_dump(mode="json")
 
-    def restore(self, state: dict[str, Any]) -> None:
-        load_model_weights(self.model, state, self.cfg.model, self.run.checkpoint("last"))
+    def restore(self, state: dict[str, Any], path: Path) -> None:
+        """Continue from a resume checkpoint read from `path` (`last.pt`, or `previous.pt`
+        when `last.pt` was unreadable: it is then overwritten, never kept as `previous`)."""
+        load_model_weights(self.model, state, self.cfg.model, path)
+        self.last_is_loadable = path == self.run.checkpoint("last")
+        if state.get("corpus", self.data.corpus_key) != self.data.corpus_key:
+            self.log.warning(
+                "the training corpus (%s) changed since this run started: the rest of the run "
+                "trains on the new content, so it will not equal an uninterrupted run",
+                self.cfg.data.train,
+            )
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
         progress = dict(state["progress"])
@@ -167,7 +180,11 @@ class Trainer:
             return
         if any(s == step for _, s in best):
             path = self.run.checkpoint(f"step-{step}")
-            state = {"model": self.model.state_dict(), "model_config": self.model_config()}
+            state = {
+                "model": self.model.state_dict(),
+                "model_config": self.model_config(),
+                "tokenizer": self.data.tokenizer.fingerprint,
+            }
             save_checkpoint(path, {**state, "step": step, "score": score})
             if best[0][1] == step:
                 atomic_write_bytes(self.run.checkpoint("best"), path.read_bytes())
@@ -227,6 +244,7 @@ class Trainer:
             self.skip_update(loss.item(), norm.item())
             return loss.new_zeros(()), 0
         self.optimizer.step()
+        self.check_parameters()
         self.progress.skipped_in_a_row = 0
         return loss, n_tokens
 
@@ -243,8 +261,24 @@ class Trainer:
         if progress.skipped_in_a_row >= limit:
             raise UserError(
                 f"{limit} updates in a row had a non-finite loss or gradient (at step "
-                f"{progress.step + 1}); the last good checkpoint is kept in "
-                f"{self.run.checkpoints}; lower train.optimizer.lr or check the data"
+                f"{progress.step + 1}); {self.kept()}; lower train.optimizer.lr or check the data"
+            )
+
+    def kept(self) -> str:
+        """What a run that stops on an error leaves to resume from."""
+        last = self.run.checkpoint("last")
+        if last.is_file():
+            return f"the last good checkpoint is kept in {last}"
+        return "no checkpoint was written yet (none before the first validation)"
+
+    def check_parameters(self) -> None:
+        """Stop if the update just made made a parameter non-finite, or so large that its
+        norm overflows: every later forward pass would be NaN."""
+        norms = torch._foreach_norm([p.detach() for p in self.model.parameters()])
+        if not bool(torch.stack(norms).isfinite().all()):
+            raise UserError(
+                f"the update at step {self.progress.step + 1} made the model's parameters "
+                f"non-finite; {self.kept()}; lower train.optimizer.lr"
             )
 
     def save_last(self) -> None:
@@ -257,9 +291,12 @@ class Trainer:
         if not self.world.is_main:
             return
         last = self.run.checkpoint("last")
-        if last.is_file():
+        # A complete checkpoint exists at every instant: the old `last` becomes `previous`
+        # before the new one is written, unless it is the unreadable one resuming skipped.
+        if last.is_file() and self.last_is_loadable:
             last.replace(self.run.checkpoint("previous"))
         save_checkpoint(last, state)
+        self.last_is_loadable = True
 
     def fit(self, board: TensorBoardLog, signals: StopSignals | None = None) -> None:
         """Train until a budget runs out, or until a stop signal: then save and return."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -56,7 +57,8 @@ class Validator:
             logits = model(batch.src, batch.src_mask, batch.tgt_in)
             total += token_cross_entropy(logits, batch.tgt_out).item()
             tokens += batch.n_tgt_tokens
-        return total / max(tokens, 1)
+        loss = total / max(tokens, 1)
+        return loss if math.isfinite(loss) else math.inf  # NaN would not rank against others
 
     def __call__(self, model: Seq2Seq) -> ValidationResult:
         was_training = model.training
@@ -67,6 +69,7 @@ class Validator:
         translator = Translator(model, self.data.tokenizer, greedy, self.device)
         hypotheses = translator.translate(self.data.valid_src)
         scores = score_corpus(hypotheses, self.data.valid_ref)
-        maps = [translator.attention_map(line) for line in self.heatmap_sources]
+        found = [translator.attention_map(line) for line in self.heatmap_sources]
+        maps = [amap for amap in found if amap is not None]
         model.train(was_training)
         return ValidationResult(loss, scores.bleu, scores.chrf, hypotheses, maps)

@@ -1,16 +1,10 @@
-"""Typed, validated run configuration: the one home of defaults.
-
-A YAML file is read with `yaml.safe_load`, dotted `--set key=value` overrides are
-applied, and the result is validated by pydantic models that forbid unknown keys.
-Every validation problem becomes one `UserError` line naming the field, the bad
-value and what is allowed.
-"""
+"""The run configuration's schema: typed sections, their ranges and cross-field checks,
+and the one home of defaults. Unknown keys, inf and NaN are errors in every section."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 import yaml
 from pydantic import (
@@ -18,12 +12,9 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveInt,
-    ValidationError,
     field_validator,
     model_validator,
 )
-
-from seq2seq.errors import UserError
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -46,7 +37,8 @@ def parse_duration(value: Any) -> float:
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Unknown keys are errors; so are inf and NaN in every float field.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class DataConfig(Section):
@@ -202,11 +194,14 @@ class ModelConfig(Section):
         return self
 
 
+_Beta = Annotated[float, Field(ge=0, lt=1)]
+
+
 class OptimizerConfig(Section):
     name: Literal["adam", "adamw"] = "adam"
-    lr: float = Field(1e-3, gt=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = Field(0.0, ge=0)
+    lr: float = Field(1e-3, gt=0, le=10)
+    betas: tuple[_Beta, _Beta] = (0.9, 0.999)
+    weight_decay: float = Field(0.0, ge=0, le=10)
 
 
 class ScheduleConfig(Section):
@@ -214,17 +209,17 @@ class ScheduleConfig(Section):
     warmup_steps: int = Field(0, ge=0, description="linear warm-up from 0 to lr")
     factor: float = Field(0.5, gt=0, lt=1, description="plateau: lr multiplier on a plateau")
     patience: int = Field(2, ge=0, description="plateau: validations without improvement")
-    min_lr: float = Field(1e-6, ge=0)
+    min_lr: float = Field(1e-6, ge=0, le=10)
 
 
 class TrainConfig(Section):
     batch_tokens: PositiveInt = Field(4096, description="sentences x longer padded side")
     max_epochs: PositiveInt = 30
     max_steps: PositiveInt | None = None
-    max_time: float | None = Field(None, description="wall-clock budget, e.g. 25m")
+    max_time: float | None = Field(None, le=366 * 86400, description="wall-clock budget, e.g. 25m")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
-    clip_grad_norm: float = Field(1.0, ge=0, description="0 disables clipping")
+    clip_grad_norm: float = Field(1.0, ge=0, le=1e6, description="0 disables clipping")
     label_smoothing: float = Field(0.1, ge=0, lt=1)
     valid_every: PositiveInt = 500
     log_every: PositiveInt = 100
@@ -251,17 +246,19 @@ class DecodeConfig(Section):
 
     beam: PositiveInt = Field(5, description="beam size; 1 is greedy search")
     length_penalty: float = Field(
-        1.0, ge=0, description="GNMT alpha: score = log P / ((5 + length) / 6) ** alpha"
+        1.0, ge=0, le=10, description="GNMT alpha: score = log P / ((5 + length) / 6) ** alpha"
     )
     min_len: int = Field(1, ge=0, description="output tokens before EOS is allowed")
-    max_len_ratio: float = Field(2.0, gt=0, description="output limit: ratio x source + offset")
-    max_len_offset: int = Field(10, ge=0)
+    max_len_ratio: float = Field(
+        2.0, gt=0, le=100, description="output limit: ratio x source + offset"
+    )
+    max_len_offset: int = Field(10, ge=0, le=10_000)
     batch_tokens: PositiveInt = Field(4000, description="padded source tokens x beam per batch")
 
 
 class Config(Section):
     name: str = Field("run", pattern=r"^[A-Za-z0-9._-]+$")
-    seed: int = 1
+    seed: int = Field(1, ge=0, le=2**32 - 1, description="SentencePiece takes 32 bits")
     data: DataConfig
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -282,122 +279,6 @@ class Config(Section):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
-
-
-def apply_override(data: dict[str, Any], assignment: str) -> None:
-    """Apply one `dotted.key=value` override in place; the value is parsed as YAML."""
-    key, sep, raw = assignment.partition("=")
-    parts = key.strip().split(".")
-    if not sep or not all(parts):
-        raise UserError(
-            f"bad override {assignment!r}: expected KEY=VALUE, e.g. train.max_steps=100"
-        )
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else raw
-    except yaml.YAMLError:
-        value = raw
-    node = data
-    for i, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise UserError(
-                f"bad override {assignment!r}: {'.'.join(parts[: i + 1])} is not a section"
-            )
-        node = child
-    node[parts[-1]] = value
-
-
-def _allowed_keys(loc: tuple[Any, ...], model: type[BaseModel]) -> list[str]:
-    for part in loc:
-        field = model.model_fields.get(str(part))
-        annotation = field.annotation if field else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return []
-        model = annotation
-    return list(model.model_fields)
-
-
-def describe_validation_error(error: ValidationError, root: type[BaseModel] | None = None) -> str:
-    """All problems of a pydantic error as one line: field, bad value, what is allowed.
-
-    `root` is the model that was validated (default: `Config`), for the allowed keys.
-    """
-    problems = []
-    for item in error.errors():
-        loc = tuple(item["loc"])
-        field = ".".join(str(p) for p in loc) or "config"
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            allowed = ", ".join(_allowed_keys(loc[:-1], root or Config))
-            problems.append(f"unknown key {field!r}; allowed here: {allowed}")
-        elif item["type"] == "missing":
-            problems.append(f"{field}: required field is missing")
-        elif isinstance(item.get("input"), dict):  # a check across fields of a section
-            problems.append(f"{field}: {message}")
-        else:
-            problems.append(f"{field} = {item.get('input')!r}: {message}")
-    return "config error: " + "; ".join(problems)
-
-
-def config_from_dict(data: dict[str, Any], overrides: list[str] = ()) -> Config:
-    for assignment in overrides:
-        apply_override(data, assignment)
-    try:
-        return Config.model_validate(data)
-    except ValidationError as error:
-        raise UserError(describe_validation_error(error)) from None
-
-
-def read_yaml(path: str | Path) -> Any:
-    """The parsed content of a YAML file (None if empty); a missing file, bad YAML or
-    text that is not UTF-8 is a one-line `UserError`."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"config file {path} not found; pass an existing YAML file to --config")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or "cannot parse"
-        raise UserError(f"{path}: invalid YAML{where}: {problem}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 text; save the config as UTF-8") from None
-    return data
-
-
-def _read_mapping(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """A config file's mapping, with the file named by its `extends` key (relative to it)
-    underneath: sections merge key by key, and this file's values win."""
-    data = read_yaml(path)
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: the top level must be a mapping of sections (data, model, ...)")
-    parent = data.pop("extends", None)
-    if parent is None:
-        return data
-    base = path.parent / str(parent)
-    if base.resolve() in chain or base.resolve() == path.resolve():
-        raise UserError(f"{path}: extends {parent} leads back to itself; break the cycle")
-    if not base.is_file():
-        raise UserError(f"{path}: extends {parent}, which is not a file (looked for {base})")
-    return _merged(_read_mapping(base, (*chain, path.resolve())), data)
-
-
-def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in top.items():
-        below = merged.get(key)
-        both_sections = isinstance(value, dict) and isinstance(below, dict)
-        merged[key] = _merged(below, value) if both_sections else value
-    return merged
-
-
-def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
-    """Read (following `extends`), override and validate a YAML config; every problem is a
-    one-line `UserError`."""
-    return config_from_dict(_read_mapping(Path(path)), overrides)
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

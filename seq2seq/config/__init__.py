@@ -1,0 +1,51 @@
+"""The run configuration: its schema (`schema.py`) and how files become one (`loading.py`).
+
+A YAML file is read with `yaml.safe_load` (following `extends`), dotted `--set key=value`
+overrides are applied, and the result is validated by the schema's pydantic models.
+"""
+
+from seq2seq.config.loading import (
+    apply_override,
+    config_from_dict,
+    describe_validation_error,
+    load_config,
+    read_yaml,
+)
+from seq2seq.config.schema import (
+    ATTENTION_TYPES,
+    AttentionConfig,
+    AttentionType,
+    Config,
+    DataConfig,
+    DecodeConfig,
+    ModelConfig,
+    OptimizerConfig,
+    ScheduleConfig,
+    TokenizerConfig,
+    TrainConfig,
+    config_differences,
+    flatten,
+    parse_duration,
+)
+
+__all__ = [
+    "ATTENTION_TYPES",
+    "AttentionConfig",
+    "AttentionType",
+    "Config",
+    "DataConfig",
+    "DecodeConfig",
+    "ModelConfig",
+    "OptimizerConfig",
+    "ScheduleConfig",
+    "TokenizerConfig",
+    "TrainConfig",
+    "apply_override",
+    "config_differences",
+    "config_from_dict",
+    "describe_validation_error",
+    "flatten",
+    "load_config",
+    "parse_duration",
+    "read_yaml",
+]
