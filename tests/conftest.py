@@ -44,7 +44,14 @@ def toy(tmp_path_factory) -> Path:
         },
         "tokenizer": {"vocab_size": 120},
         "model": {"embed_dim": 16, "hidden_dim": 16, "dropout": 0.2},
-        "train": {"batch_tokens": 200, "valid_every": 2, "log_every": 1, "keep_best": 2},
+        # One thread: a 16-dim model gains nothing from two, and the suite runs faster.
+        "train": {
+            "batch_tokens": 200,
+            "valid_every": 2,
+            "log_every": 1,
+            "keep_best": 2,
+            "threads": 1,
+        },
     }
     (root / "run.yaml").write_text(yaml.safe_dump(config))
     return root
