@@ -1,7 +1,9 @@
-"""Corpus-level BLEU and chrF with their sacrebleu signatures; paired significance tests."""
+"""Corpus-level BLEU and chrF with their sacrebleu signatures; paired significance tests;
+BLEU by source length."""
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import asdict, dataclass
 
 from sacrebleu.metrics import BLEU, CHRF
@@ -44,6 +46,34 @@ def score_corpus(hypotheses: list[str], references: list[str]) -> Scores:
         signature=str(bleu.get_signature()),
         chrf_signature=str(chrf.get_signature()),
     )
+
+
+def length_buckets(edges: tuple[int, ...]) -> list[str]:
+    """Names of the buckets that `bleu_by_source_length` scores, e.g. (10, 20) ->
+    ["1-9", "10-19", "20+"]."""
+    starts = (1, *edges)
+    return [f"{a}-{b - 1}" for a, b in zip(starts, edges, strict=False)] + [f"{starts[-1]}+"]
+
+
+def bleu_by_source_length(
+    sources: list[str], systems: list[list[str]], references: list[str], edges: tuple[int, ...]
+) -> list[tuple[int, float | None]]:
+    """(sentences, BLEU) per source-length bucket (see `length_buckets`; length in
+    whitespace words): BLEU of the hypotheses of all `systems` in the bucket pooled, each
+    system's line i paired with reference i (e.g. a cell's seeds); None for an empty bucket."""
+    _check_aligned(sources, references)
+    for hypotheses in systems:
+        _check_aligned(hypotheses, references)
+    buckets: list[list[int]] = [[] for _ in range(len(edges) + 1)]
+    for i, source in enumerate(sources):
+        buckets[bisect.bisect_right(edges, len(source.split()))].append(i)
+    scores = []
+    for lines in buckets:
+        hypotheses = [system[i] for system in systems for i in lines]
+        pooled = [references[i] for _ in systems for i in lines]
+        bleu = round(BLEU().corpus_score(hypotheses, [pooled]).score, 2) if lines else None
+        scores.append((len(lines), bleu))
+    return scores
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,12 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from seq2seq.errors import UserError
-from seq2seq.evaluate import paired_bootstrap, score_corpus
+from seq2seq.evaluate import (
+    bleu_by_source_length,
+    length_buckets,
+    paired_bootstrap,
+    score_corpus,
+)
 
 REFERENCES = [f"the {i} cats sat on {i + 1} mats today" for i in range(40)]
 POOR = [" ".join(r.split()[:2]) for r in REFERENCES]
@@ -36,3 +41,16 @@ def test_equal_systems_are_not_significantly_different():
 def test_paired_bootstrap_needs_aligned_lines():
     with pytest.raises(UserError, match="39 hypotheses but 40 references"):
         paired_bootstrap(POOR, REFERENCES[:-1], REFERENCES)
+
+
+def test_bleu_by_source_length_buckets_and_pools():
+    assert length_buckets((10, 15)) == ["1-9", "10-14", "15+"]
+    sources = ["w " * n for n in (9, 10, 14, 15, 30)]  # bucket edges fall at 10 and 15
+    references = [f"the reference sentence number {i} is here" for i in range(5)]
+    wrong = [f"a completely different line {i} of output" for i in range(5)]
+    scored = bleu_by_source_length(sources, [references, wrong], references, (10, 15, 40))
+    assert [count for count, _ in scored] == [1, 2, 2, 0]
+    assert scored[-1][1] is None  # an empty bucket has no BLEU
+    pooled = BLEU().corpus_score(references[1:3] + wrong[1:3], [references[1:3] * 2]).score
+    assert scored[1][1] == pytest.approx(pooled, abs=0.005) and 0 < pooled < 100
+    assert bleu_by_source_length(sources, [references], references, (10,))[0][1] == 100.0

@@ -206,6 +206,9 @@ def test_report_aggregates_hand_made_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "d").mkdir()
     (tmp_path / "d/test.tgt").write_text("".join(r + "\n" for r in REFERENCES))
+    # 20 sources of 5 words, then 10 of 12: the first two length buckets.
+    sources = ["w " * (5 if i < 20 else 12) for i in range(len(REFERENCES))]
+    (tmp_path / "d/test.src").write_text("".join(s + "\n" for s in sources))
     grid = {"model.attention.type": ["bahdanau", "dot", "general"]}
     sweep = load_sweep(
         write_sweep(tmp_path, grid=grid, baseline={"model.attention.type": "bahdanau"})
@@ -254,12 +257,17 @@ def test_report_aggregates_hand_made_runs(tmp_path, monkeypatch):
     assert best.significance["test"].bleu_p == pytest.approx(expected) and expected < 0.05
     assert single.compared_seeds == [1]  # general's seed 2 is not finished
     assert base.significance == {}
+    assert best.by_length["test"] == [(20, 100.0), (10, 100.0), (0, None), (0, None)]
+    short = BLEU().corpus_score(poor[1][:20] + poor[2][:20], [REFERENCES[:20] * 2]).score
+    assert base.by_length["test"][0] == (20, pytest.approx(short, abs=0.005))
 
     table = results_markdown(results)
     assert "| bahdanau (baseline) | 2 | 22.00 ± 2.83 | baseline |" in table
     assert f"| dot | 2 | 99.50 ± 0.71 | {expected:.3f} * |" in table
     assert "| general | 1 | 50.00 ± - |" in table
     assert "`attention.type=general,seed=2`: interrupted" in table
+    assert "| cell | 1-9 (20) | 10-14 (10) | 15-19 (0) | 20+ (0) |" in table
+    assert "| dot | 100.00 | 100.00 | - | - |" in table
     rows = results_csv(results).splitlines()
     assert rows[0].startswith("model.attention.type,baseline,seeds,test_bleu_mean,test_bleu_std")
     assert rows[1].startswith("bahdanau,True,1 2,22.0,2.8284,,31.5,")
@@ -312,13 +320,25 @@ def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):
             in (root / "runs" / run.name / "train.log").read_text()
         )
     report = root / "report"
-    for name in ("bleu.png", "curves.png", "attention.png"):
+    for name in ("bleu.png", "curves.png", "length-test.png", "attention.png"):
         assert (report / name).read_bytes().startswith(b"\x89PNG"), name
     assert "Not finished" not in (report / "results.md").read_text()
     assert len((report / "results.csv").read_text().splitlines()) == 3
     assert len(list((report / "tensorboard").glob("*/events.out.tfevents.*"))) == 2
     assert run_cli("sweep", "report", root) == 0
     assert not list(root.glob(".report*"))  # the replaced report is cleaned up
+    # What a study commits (docs/results/.gitignore) rebuilds the same tables.
+    dropped = ("checkpoints", "tokenizer", "tensorboard", "attention", "valid")
+    kept = tmp_path / "kept"
+    shutil.copytree(root, kept, ignore=shutil.ignore_patterns(*dropped))
+    assert run_cli("sweep", "report", kept) == 0
+    assert (kept / "report/results.csv").read_text() == (report / "results.csv").read_text()
+    rebuilt = (kept / "report/results.md").read_text().splitlines()
+    original = (report / "results.md").read_text().splitlines()
+    assert not (kept / "report/attention.png").exists()
+    assert [line for line in rebuilt if line and not line.startswith("No attention heatmaps")] == [
+        line for line in original if line and line != "![attention](attention.png)"
+    ]
     # A run of a sweep is an ordinary run directory: same as `seq2seq train` of its config.
     alone = tmp_path / "alone"
     shutil.copytree(root / "tokenizer", alone / "tokenizer")

@@ -79,3 +79,16 @@ def test_sources_longer_than_the_position_table_still_encode():
     with torch.no_grad():
         memory = model.encode(src, padding_mask(torch.tensor([length]), length))
     assert memory.keys.shape[:3] == (1, 2, length) and torch.isfinite(memory.keys).all()
+
+
+@pytest.mark.parametrize("a, b", [("bahdanau", "concat"), ("scaled-dot", "multihead")])
+def test_some_cross_attention_types_are_one_model_here(a, b):
+    """Bahdanau differs from concat only in attending before the RNN cell, which the
+    Transformer has not, and every type is multi-head here: the attention study runs one of
+    each pair (configs/sweeps/attention_transformer.yaml)."""
+    first, second = tiny(attention={"type": a}), tiny(attention={"type": b})
+    src, mask = torch.randint(4, 30, (2, 5)), padding_mask(torch.tensor([5, 3]), 5)
+    tgt = torch.randint(4, 30, (2, 6))
+    assert first.state_dict().keys() == second.state_dict().keys()
+    with torch.no_grad():
+        assert torch.equal(first(src, mask, tgt), second(src, mask, tgt))

@@ -15,6 +15,7 @@ from typing import Any
 
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.decode.translate import Translator
+from seq2seq.evaluate import length_buckets
 from seq2seq.files import publish_directory
 from seq2seq.plots import (
     attention_grid_figure,
@@ -25,6 +26,7 @@ from seq2seq.plots import (
 from seq2seq.sweep.directory import SweepDir
 from seq2seq.sweep.results import (
     ALPHA,
+    LENGTH_EDGES,
     SAMPLES,
     STATISTICS,
     CellResult,
@@ -58,29 +60,39 @@ def write_report(directory: SweepDir) -> Path:
 
 def _write(results: SweepResults, out: Path) -> None:
     out.mkdir(parents=True)
+    charts = _charts(results) if results.cells else {}
     (out / "results.csv").write_text(results_csv(results), encoding="utf-8")
-    (out / "results.md").write_text(results_markdown(results), encoding="utf-8")
+    (out / "results.md").write_text(results_markdown(results, list(charts)), encoding="utf-8")
+    for name, png in charts.items():
+        (out / name).write_bytes(png)
     if results.cells:
-        _charts(results, out)
         _tensorboard(results, out / "tensorboard")
 
 
-def _charts(results: SweepResults, out: Path) -> None:
+def _charts(results: SweepResults) -> dict[str, bytes]:
+    """File name -> PNG of each chart there is something to draw for."""
     cells = results.cells
+    labels = [c.cell.title for c in cells]
     unscored = Spread(0.0, None)  # a test set that a cell's runs did not score: no bar
     series = {}
     for name in results.test_sets:
         spreads = [c.scores.get(name, {}).get("bleu", unscored) for c in cells]
         series[name] = ([s.mean for s in spreads], [s.std or 0.0 for s in spreads])
-    labels = [c.cell.title for c in cells]
     figures = {"bleu.png": bar_figure(labels, series, "test BLEU (error bars: std over seeds)")}
     curves = {c.cell.title: ([s for s, _ in c.curve], [b for _, b in c.curve]) for c in cells}
     figures["curves.png"] = curves_figure(curves, "step", "validation BLEU (mean over seeds)")
+    for name in results.test_sets:
+        by_bucket = {
+            bucket: ([_bucket_bleu(c, name, i) or 0.0 for c in cells], [0.0] * len(cells))
+            for i, bucket in enumerate(length_buckets(LENGTH_EDGES))
+        }
+        figures[f"length-{name}.png"] = bar_figure(
+            labels, by_bucket, f"{name} BLEU by source length (words)"
+        )
     maps = [found for c in cells if (found := _attention(results, c)) is not None]
     if maps:
         figures["attention.png"] = attention_grid_figure(maps)
-    for name, figure in figures.items():
-        (out / name).write_bytes(figure_png(figure))
+    return {name: figure_png(figure) for name, figure in figures.items()}
 
 
 def _spread(spread: Spread | None) -> str:
@@ -99,7 +111,8 @@ def _p(result: CellResult, baseline: bool, name: str, metric: str) -> str:
     return f"{p:.3f}{' *' if p < ALPHA else ''}"
 
 
-def results_markdown(results: SweepResults) -> str:
+def results_markdown(results: SweepResults, charts: list[str] | None = None) -> str:
+    """The report's text; `charts` names the PNG files beside it to show (see `_charts`)."""
     sweep = results.sweep
     definition = sweep.definition
     fixed = ", ".join(f"{k}={format_value(v)}" for k, v in definition.set.items())
@@ -118,18 +131,52 @@ def results_markdown(results: SweepResults) -> str:
     if results.cells and results.baseline is None:
         lines += ["", f"The baseline `{sweep.baseline.key}` has no finished run yet: no p-values."]
     lines += ["", _how_to_read(results), ""]
-    if results.cells:
-        lines += [
-            "![test BLEU](bleu.png)",
-            "![validation BLEU](curves.png)",
-            "![attention](attention.png)",
-            "",
-        ]
+    for name in results.test_sets:
+        lines += _length_table(results, name)
+    if charts:
+        lines += [f"![{_chart_caption(chart)}]({chart})" for chart in charts] + [""]
+        if "attention.png" not in charts:
+            lines += ["No attention heatmaps: no cell has a best checkpoint here.", ""]
     if results.unfinished:
         lines += ["## Not finished", ""]
         lines += [f"- `{run.name}`: {state.value}" for run, state in results.unfinished]
         lines += ["", "Run the sweep command again to finish them (interrupted runs resume).", ""]
     return "\n".join(lines)
+
+
+_CAPTIONS = {"bleu.png": "test BLEU", "curves.png": "validation BLEU", "attention.png": "attention"}
+
+
+def _chart_caption(chart: str) -> str:
+    """Alt text of a chart of `_charts`: length-NAME.png is test set NAME by length."""
+    return _CAPTIONS.get(chart, f"{Path(chart).stem.removeprefix('length-')} BLEU by length")
+
+
+def _length_table(results: SweepResults, name: str) -> list[str]:
+    """A row per cell: BLEU of each source-length bucket of test set `name`."""
+    cells = [c for c in results.cells if name in c.by_length]
+    if not cells:
+        return []
+    counts = [count for count, _ in cells[0].by_length[name]]
+    buckets = [f"{b} ({n})" for b, n in zip(length_buckets(LENGTH_EDGES), counts, strict=True)]
+    lines = [
+        f"### {name}: BLEU by source length",
+        "",
+        "Source length in words (sentences per bucket); BLEU of the seeds' hypotheses pooled.",
+        "",
+        "| cell | " + " | ".join(buckets) + " |",
+        "|---|" + "---:|" * len(buckets),
+    ]
+    for result in cells:
+        scores = [_bucket_bleu(result, name, i) for i in range(len(buckets))]
+        row = ["-" if b is None else f"{b:.2f}" for b in scores]
+        lines.append(f"| {result.cell.title} | " + " | ".join(row) + " |")
+    return [*lines, ""]
+
+
+def _bucket_bleu(result: CellResult, name: str, bucket: int) -> float | None:
+    scored = result.by_length.get(name)
+    return scored[bucket][1] if scored else None
 
 
 def _markdown_table(results: SweepResults) -> list[str]:
@@ -200,13 +247,17 @@ def results_csv(results: SweepResults) -> str:
 
 
 def _attention(results: SweepResults, result: CellResult) -> tuple | None:
-    """The first finished seed's best checkpoint on the first non-empty validation
-    sentence, decoded greedily: the same sentence for every cell."""
-    seed = result.seeds[0]
-    cfg = results.sweep.run(result.cell, seed).config
+    """The best checkpoint of the first seed that still has one, on the first non-empty
+    validation sentence, decoded greedily: the same sentence for every cell. None where
+    every seed's checkpoints are gone (a sweep kept without them can still be reported)."""
+    kept = [s for s in result.seeds if result.runs[s].checkpoint("best").is_file()]
+    if not kept:
+        return None
+    cfg = results.sweep.run(result.cell, kept[0]).config
     sources = read_lines(corpus_path(cfg.data.valid, cfg.data.src))
     sentence = next(line for line in sources if line.strip())
-    amap = Translator.from_run(result.runs[seed].root, "best", {"beam": 1}).attention_map(sentence)
+    translator = Translator.from_run(result.runs[kept[0]].root, "best", {"beam": 1})
+    amap = translator.attention_map(sentence)
     if amap is None:  # the model finished no translation: no heatmap for this cell
         return None
     return result.cell.title, amap.weights, amap.src_pieces, amap.tgt_pieces

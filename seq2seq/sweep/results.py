@@ -1,5 +1,5 @@
 """What a sweep's finished runs say, cell by cell: test scores over seeds, significance
-against the baseline, training statistics and validation curves.
+against the baseline, BLEU by source length, training statistics and validation curves.
 
 Significance is sacrebleu's paired bootstrap resampling of a cell against the baseline
 on the concatenation of the seeds finished in both: the cell's seed-k hypotheses are
@@ -18,7 +18,7 @@ from pathlib import Path
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config
 from seq2seq.data.corpus import corpus_path, read_lines
-from seq2seq.evaluate import Significance, paired_bootstrap
+from seq2seq.evaluate import Significance, bleu_by_source_length, paired_bootstrap
 from seq2seq.sweep.directory import RunState, SweepDir
 from seq2seq.sweep.spec import Cell, Run, Sweep
 
@@ -26,6 +26,7 @@ SAMPLES = 1000  # bootstrap resamples, sacrebleu's default
 ALPHA = 0.05  # p below this is marked significant
 # summary.json fields averaged over seeds, in table order.
 STATISTICS = ("best_step", "train_seconds", "target_tokens_per_s", "parameters")
+LENGTH_EDGES = (10, 15, 20)  # source-length buckets in words: 1-9, 10-14, 15-19, 20+
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class CellResult:
     # Test set -> the paired test against the baseline; none for the baseline itself.
     significance: dict[str, Significance] = field(default_factory=dict)
     compared_seeds: list[int] = field(default_factory=list)
+    # Test set -> (sentences, BLEU of the seeds' hypotheses pooled) per LENGTH_EDGES bucket.
+    by_length: dict[str, list[tuple[int, float | None]]] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
@@ -83,6 +86,8 @@ def collect(directory: SweepDir) -> SweepResults:
     cells = [_cell_result(cell, finished[cell.key]) for cell in sweep.cells if finished[cell.key]]
     test_sets = list(dict.fromkeys(name for c in cells for name in c.scores))
     results = SweepResults(sweep, cells, unfinished, test_sets)
+    for result in cells:
+        _score_by_length(sweep, result)
     baseline = results.baseline
     if baseline is not None:
         for result in cells:
@@ -137,6 +142,20 @@ def _compare(sweep: Sweep, baseline: CellResult, result: CellResult) -> None:
             _hypotheses(result, seeds, f"{name}.{cfg.data.tgt}"),
             references * len(seeds),
             SAMPLES,
+        )
+
+
+def _score_by_length(sweep: Sweep, result: CellResult) -> None:
+    cfg = sweep.run(result.cell, result.seeds[0]).config
+    for name in result.scores:
+        prefix = _test_prefix(cfg, name)
+        if prefix is None:
+            continue
+        result.by_length[name] = bleu_by_source_length(
+            read_lines(corpus_path(prefix, cfg.data.src)),
+            [read_lines(run.test / f"{name}.{cfg.data.tgt}") for run in result.runs.values()],
+            read_lines(corpus_path(prefix, cfg.data.tgt)),
+            LENGTH_EDGES,
         )
 
 
