@@ -51,15 +51,15 @@ def measure_decode(args: argparse.Namespace, beam: int) -> dict:
 
     torch.set_num_threads(args.threads)
     lines = read_lines(args.input)[: args.limit]
-    translator = Translator.from_run(
-        args.run, args.checkpoint, {"beam": beam, "batch_tokens": args.batch_tokens}
+    translator = Translator.load(
+        args.run, args.checkpoint, beam=beam, batch_tokens=args.batch_tokens
     )
     translator.translate(lines[:50])
     if translator.device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    found = translator.translate_nbest(lines)
+    found = translator.hypotheses(lines)
     if translator.device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started

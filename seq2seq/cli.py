@@ -80,7 +80,7 @@ def translate(
     from seq2seq.decode.translate import Translator
 
     options = {"beam": beam, "length_penalty": length_penalty, "batch_tokens": batch_tokens}
-    translator = Translator.from_run(run, checkpoint, options)
+    translator = Translator.load(run, checkpoint, **options)
     if nbest > translator.decode.beam:
         raise UserError(f"--nbest {nbest} needs a beam at least as wide; pass --beam {nbest}")
     if input is None and sys.stdin is None:
@@ -114,7 +114,7 @@ def evaluate(
             f"{src} has {len(sources)} lines but {ref} has {len(references)}; "
             "give one reference per source line"
         )
-    translator = Translator.from_run(run, checkpoint, {"beam": beam})
+    translator = Translator.load(run, checkpoint, beam=beam)
     scores = score_corpus(translator.translate(sources), references)
     print(json.dumps(scores.to_dict()) if as_json else str(scores))
 
@@ -172,7 +172,7 @@ def plot_attention(
     from seq2seq.files import atomic_write_bytes
     from seq2seq.plots import attention_figure, figure_png
 
-    amap = Translator.from_run(run, checkpoint).attention_map(src)
+    amap = Translator.load(run, checkpoint).attention_map(src)
     if amap is None:
         raise UserError(
             f"the model of {run} finished no translation of this sentence (its outputs are "

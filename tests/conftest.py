@@ -8,6 +8,7 @@ from types import ModuleType
 
 import pytest
 import yaml
+from cli_helpers import train
 
 import seq2seq.attention  # noqa: F401  (registers the attention types with the config schema)
 from seq2seq.data.toy import make_toy_corpus
@@ -55,3 +56,11 @@ def toy(tmp_path_factory) -> Path:
     }
     (root / "run.yaml").write_text(yaml.safe_dump(config))
     return root
+
+
+@pytest.fixture(scope="session")
+def trained(toy, tmp_path_factory) -> Path:
+    """A run of the toy config trained for 30 steps: for tests that translate with one."""
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    assert train(toy, run_dir, "train.max_steps=30", "train.valid_every=10") == 0
+    return run_dir

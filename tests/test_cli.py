@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 from cli_helpers import run_cli, train
 
@@ -102,13 +101,6 @@ def test_transformer_resumes_exactly_and_translates(toy, tmp_path, capsys):
     picture = tmp_path / "map.png"
     assert run_cli("plot-attention", "--run", straight, "--src", "toto tape", "-o", picture) == 0
     assert picture.read_bytes().startswith(b"\x89PNG")
-
-
-@pytest.fixture(scope="module")
-def trained(toy, tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("trained") / "run"
-    assert train(toy, run_dir, "train.max_steps=30", "train.valid_every=10") == 0
-    return run_dir
 
 
 SOURCES = ["boka mimi toto tape podo", "", "toto", "   ", "mimi tape podo boka", "tape"]

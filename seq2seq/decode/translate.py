@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 from pydantic import ValidationError
@@ -72,9 +72,15 @@ class Translation:
 
 
 class Translator:
-    """Translates lists of lines with a model; empty or blank lines give empty lines.
+    """A trained model and its tokenizer: lines of text in, translations out (the Python
+    API; `seq2seq translate`, `evaluate` and the test sets use it too).
 
-    Sources longer than `max_source` pieces (None: no limit) are cut to that many.
+        from seq2seq import Translator
+        translator = Translator.load("runs/demo")        # the run's best checkpoint
+        translator.translate(["ein kleiner Test"], beam=5)
+
+    Empty or blank lines give empty translations; sources longer than `max_source` pieces
+    (None: no limit) are cut to that many.
     """
 
     def __init__(
@@ -92,10 +98,20 @@ class Translator:
         self.max_source = max_source
 
     @classmethod
-    def from_run(
-        cls, run_dir: Path, checkpoint: str = "best", decode: dict[str, Any] | None = None
+    def load(
+        cls,
+        run_dir: str | Path,
+        checkpoint: str = "best",
+        device: str | None = None,
+        **decode: Any,
     ) -> Translator:
-        """The run's model and tokenizer; `decode` overrides fields of its decode config."""
+        """The model of a trained run directory and its tokenizer.
+
+        `checkpoint`: best, last, step-N or a .pt file. `device`: cpu, cuda or auto
+        (default: the run's train.device). `decode` sets fields of the run's decode section
+        for every call (beam, length_penalty, min_len, max_len_ratio, max_len_offset,
+        batch_tokens); a field given None keeps the run's value.
+        """
         run = RunDir(Path(run_dir))
         cfg = run.load_config()
         path = run.resolve_checkpoint(checkpoint)
@@ -104,27 +120,40 @@ class Translator:
         state = load_checkpoint(path)
         check_tokenizer(state, tokenizer, path, run)
         load_model_weights(model, state, cfg.model, path)
-        options = cfg.decode.model_dump() | {
-            k: v for k, v in (decode or {}).items() if v is not None
-        }
-        try:
-            decode_cfg = DecodeConfig.model_validate(options)
-        except ValidationError as error:
-            problem = describe_validation_error(error).removeprefix("config error: ")
-            raise UserError(f"bad decoding option: {problem}") from None
-        device = pick_device(cfg.train.device)
-        return cls(model, tokenizer, decode_cfg, device, max_source_pieces(cfg))
+        decode_cfg = decode_options(cfg.decode, decode)
+        target = pick_device(device or cfg.train.device)
+        return cls(model, tokenizer, decode_cfg, target, max_source_pieces(cfg))
 
-    def translate(self, lines: list[str]) -> list[str]:
-        """The best translation of each line."""
-        return [hyps[0].text if hyps else "" for hyps in self.translate_nbest(lines, 1)]
+    @overload
+    def translate(self, lines: list[str], *, nbest: Literal[1] = 1, **decode: Any) -> list[str]: ...
 
-    def translate_nbest(self, lines: list[str], nbest: int = 1) -> list[list[Translation]]:
-        """The `nbest` best translations of each line, best first; [] for a blank line.
+    @overload
+    def translate(self, lines: list[str], *, nbest: int, **decode: Any) -> list[list[str]]: ...
+
+    def translate(
+        self, lines: list[str], *, nbest: int = 1, **decode: Any
+    ) -> list[str] | list[list[str]]:
+        """The best translation of each line; with `nbest` N > 1, the N best of each, best
+        first (fewer where the search finished fewer). `decode` as in `load`, for this call."""
+        found = self.hypotheses(lines, nbest=nbest, **decode)
+        if nbest == 1:
+            return [hyps[0].text if hyps else "" for hyps in found]
+        return [[h.text for h in hyps] for hyps in found]
+
+    def hypotheses(
+        self, lines: list[str], *, nbest: int = 1, **decode: Any
+    ) -> list[list[Translation]]:
+        """The `nbest` best hypotheses of each line with their scores, tokens and attention,
+        best first; [] for a blank line. `decode` as in `load`, for this call.
 
         Lines are batched in length order (`decode.batch_tokens` padded source tokens,
         counted once per beam, and at least one line per batch) and returned in input order.
         """
+        if isinstance(lines, str):
+            raise TypeError("pass a list of lines; for one sentence: [sentence]")
+        options = decode_options(self.decode, decode)
+        if nbest > options.beam:
+            raise UserError(f"nbest {nbest} needs a beam at least as wide; set beam={nbest}")
         outputs: list[list[Translation]] = [[] for _ in lines]
         keep = [i for i, line in enumerate(lines) if line.strip()]
         if not keep:
@@ -133,11 +162,11 @@ class Translator:
         limit = self.max_source
         cut = [limit is not None and len(ids) > limit for ids in src_ids]
         src_ids = [ids[:limit] for ids in src_ids]
-        budget = max(self.decode.batch_tokens // self.decode.beam, 1)
+        budget = max(options.batch_tokens // options.beam, 1)
         was_training = self.model.training
         self.model.eval()
         for group in token_batches([len(s) for s in src_ids], None, budget):
-            found = self.search([src_ids[i] for i in group], nbest)
+            found = self.search([src_ids[i] for i in group], nbest, options)
             for position, hyps in zip(group, found, strict=True):
                 texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
                 outputs[keep[position]] = [
@@ -165,7 +194,7 @@ class Translator:
         when the search finished no hypothesis (a model whose outputs are not finite)."""
         if not line.strip():
             raise UserError("nothing to translate: the source sentence is empty")
-        found = self.translate_nbest([line])[0]
+        found = self.hypotheses([line])[0]
         if not found:
             return None
         best = found[0]
@@ -176,9 +205,12 @@ class Translator:
             translation=best.text,
         )
 
-    def search(self, src_ids: list[list[int]], nbest: int = 1) -> list[list[Hypothesis]]:
+    def search(
+        self, src_ids: list[list[int]], nbest: int = 1, decode: DecodeConfig | None = None
+    ) -> list[list[Hypothesis]]:
+        """Beam search over a batch of piece ids (`decode`: default, the translator's)."""
         batch = make_batch(src_ids, None, list(range(len(src_ids)))).to(self.device)
-        decode = self.decode
+        decode = decode or self.decode
         return beam_search(
             self.model,
             batch.src,
@@ -191,3 +223,13 @@ class Translator:
             alpha=decode.length_penalty,
             min_length=decode.min_len,
         )
+
+
+def decode_options(base: DecodeConfig, changes: dict[str, Any]) -> DecodeConfig:
+    """`base` with the fields in `changes` that are not None; one line for a bad one."""
+    options = base.model_dump() | {k: v for k, v in changes.items() if v is not None}
+    try:
+        return DecodeConfig.model_validate(options)
+    except ValidationError as error:
+        problem = describe_validation_error(error, DecodeConfig).removeprefix("config error: ")
+        raise UserError(f"bad decoding option: {problem}") from None

@@ -256,7 +256,7 @@ def _attention(results: SweepResults, result: CellResult) -> tuple | None:
     cfg = results.sweep.run(result.cell, kept[0]).config
     sources = read_lines(corpus_path(cfg.data.valid, cfg.data.src))
     sentence = next(line for line in sources if line.strip())
-    translator = Translator.from_run(result.runs[kept[0]].root, "best", {"beam": 1})
+    translator = Translator.load(result.runs[kept[0]].root, "best", beam=1)
     amap = translator.attention_map(sentence)
     if amap is None:  # the model finished no translation: no heatmap for this cell
         return None

@@ -12,11 +12,11 @@ import signal
 import subprocess
 import sys
 from datetime import datetime, timezone
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
 
-from seq2seq import __version__
 from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
 from seq2seq.config import Config, config_differences
 from seq2seq.data.corpus import read_parallel
@@ -54,7 +54,7 @@ def _git_revision() -> str | None:
 
 def _write_meta(run: RunDir, resumed: bool, world: World) -> None:
     meta = {
-        "seq2seq": __version__,
+        "seq2seq": version("seq2seq"),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "git_revision": _git_revision(),
@@ -84,7 +84,7 @@ def score_test_sets(cfg: Config, run: RunDir, translator: Translator, log: loggi
     for prefix in cfg.data.test:
         corpus = read_parallel(prefix, cfg.data.src, cfg.data.tgt)
         name = Path(prefix).name
-        found = translator.translate_nbest(corpus.src)
+        found = translator.hypotheses(corpus.src)
         hypotheses = [hyps[0].text if hyps else "" for hyps in found]
         cut = sum(1 for hyps in found if hyps and hyps[0].truncated)
         if cut:

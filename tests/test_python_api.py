@@ -1,0 +1,80 @@
+"""The Python API (docs/python-api.md): `from seq2seq import Translator`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from cli_helpers import run_cli
+
+from seq2seq import Translation, Translator
+from seq2seq.errors import UserError
+
+DOC = Path(__file__).resolve().parent.parent / "docs/python-api.md"
+LINES = ["boka mimi toto tape podo", "", "toto", "mimi tape podo boka"]
+
+
+def test_translate_gives_the_command_lines_translations(trained, tmp_path):
+    translator = Translator.load(trained)
+    best = translator.translate(LINES, beam=3)
+    source, output = tmp_path / "src.txt", tmp_path / "out.txt"
+    source.write_text("".join(line + "\n" for line in LINES))
+    assert run_cli("translate", "--run", trained, "-i", source, "-o", output, "--beam", "3") == 0
+    assert best == output.read_text().splitlines() and best[1] == ""
+    assert translator.decode.beam == 5  # a call's options are that call's only
+
+
+def test_nbest_and_hypotheses_carry_scores_and_attention(trained):
+    translator = Translator.load(trained, beam=4)
+    nbest = translator.translate(LINES, nbest=3)
+    assert [len(texts) for texts in nbest] == [3, 0, 3, 3]
+    assert [texts[0] for texts in nbest if texts] == [t for t in translator.translate(LINES) if t]
+    found = translator.hypotheses(LINES, nbest=2)
+    assert found[1] == []
+    first, second = found[0]
+    assert isinstance(first, Translation) and first.score >= second.score
+    source_pieces = len(translator.tokenizer.src_pieces(LINES[0])) + 1  # and EOS
+    assert first.attention.shape == (len(first.tokens) + 1, source_pieces)
+    torch.testing.assert_close(first.attention.sum(-1), torch.ones(len(first.tokens) + 1))
+
+
+def test_greedy_is_beam_one(trained):
+    greedy = Translator.load(trained, beam=1).translate(LINES)
+    assert Translator.load(trained).translate(LINES, beam=1) == greedy
+
+
+@pytest.mark.parametrize(
+    "call, error, fragment",
+    [
+        (lambda t: t.translate(LINES, beem=2), UserError, "unknown key 'beem'; allowed here: beam,"),
+        (lambda t: t.translate(LINES, beam=0), UserError, "bad decoding option: beam"),
+        (lambda t: t.translate(LINES, beam=2, nbest=3), UserError, "set beam=3"),
+        (lambda t: t.translate("boka mimi"), TypeError, "[sentence]"),
+    ],
+)
+def test_bad_calls_name_the_problem(trained, call, error, fragment):
+    with pytest.raises(error, match=re.escape(fragment)):
+        call(Translator.load(trained))
+
+
+def test_bad_loads_name_the_problem(trained, tmp_path):
+    with pytest.raises(UserError, match="nowhere"):
+        Translator.load(tmp_path / "nowhere")
+    with pytest.raises(UserError, match="step-999"):
+        Translator.load(trained, "step-999")
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="no CUDA device"):
+            Translator.load(trained, device="cuda")
+
+
+def test_the_documented_example_runs(trained, tmp_path, monkeypatch, capsys):
+    """docs/python-api.md's example, on the trained toy run in place of runs/demo."""
+    code = re.search(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL).group(1)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs/demo").symlink_to(trained)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, str(DOC), "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 4 and printed[0].startswith("[") and "''" in printed[0]
