@@ -15,7 +15,7 @@ from cli_helpers import run_cli
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
-from seq2seq.config import load_config
+from seq2seq.config import ATTENTION_TYPES, load_config
 from seq2seq.errors import UserError
 from seq2seq.sweep import SweepDir, load_sweep, parse_shard
 from seq2seq.sweep.report import results_csv, results_markdown
@@ -156,9 +156,15 @@ def test_shipped_sweep_files_expand(monkeypatch):
     for path in sorted((ROOT / "configs/sweeps").glob("*.yaml")):
         sweep = load_sweep(path)
         assert sweep.baseline in sweep.cells and sweep.runs, path
-    for name in ("attention_rnn", "attention_transformer"):
-        sweep = load_sweep(ROOT / f"configs/sweeps/{name}.yaml")
-        assert len(sweep.cells) == 9 and sweep.definition.seeds == [1, 2, 3]
+    # The attention study: every registered type in the RNN, 3 seeds; in the Transformer
+    # every type but the two that are another type's model there, at least 2 seeds.
+    rnn = load_sweep(ROOT / "configs/sweeps/attention_rnn.yaml")
+    assert {dict(c.values)["model.attention.type"] for c in rnn.cells} == set(ATTENTION_TYPES)
+    assert rnn.definition.seeds == [1, 2, 3]
+    transformer = load_sweep(ROOT / "configs/sweeps/attention_transformer.yaml")
+    types = {dict(c.values)["model.attention.type"] for c in transformer.cells}
+    assert types == set(ATTENTION_TYPES) - {"bahdanau", "scaled-dot"}
+    assert len(transformer.definition.seeds) >= 2
 
 
 def test_a_changed_sweep_file_is_refused_an_extended_one_adopted(tmp_path, monkeypatch):
