@@ -38,12 +38,18 @@ def train(
     run_dir: Annotated[
         Path | None, typer.Option("--run-dir", file_okay=False, help="default: runs/<name>")
     ] = None,
+    init_from: Annotated[
+        str | None,
+        typer.Option(help="fine-tune from a run directory or checkpoint (train.init_from)"),
+    ] = None,
 ) -> None:
     """Train a model (or resume the run in --run-dir), then score the test sets."""
     from seq2seq.config import load_config
     from seq2seq.train.run import train as run_training
 
     cfg = load_config(config, overrides or [])
+    if init_from is not None:  # a string as given: as YAML, a run named 2024 would be a number
+        cfg.train.init_from = init_from
     run_training(cfg, run_dir or Path("runs") / cfg.name)
 
 

@@ -1,20 +1,24 @@
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
+import sentencepiece as spm
 
 from seq2seq.config import TokenizerConfig
-from seq2seq.data.corpus import read_lines
+from seq2seq.data.corpus import ParallelCorpus, read_lines
 from seq2seq.data.tokenizer import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
     UNK_ID,
     Tokenizer,
+    copy_tokenizer,
     train_tokenizer,
 )
 from seq2seq.data.toy import make_toy_corpus
+from seq2seq.data.training_corpus import tokenize_training_pairs
 from seq2seq.errors import UserError
 
 SPECIALS = {PAD_ID, BOS_ID, EOS_ID}
@@ -149,3 +153,49 @@ def test_load_of_a_corrupt_model_is_a_user_error(tmp_path: Path) -> None:
     (tmp_path / "joint.model").write_bytes(b"garbage")
     with pytest.raises(UserError, match="not a SentencePiece model"):
         Tokenizer.load(tmp_path)
+
+
+def _corpus(toy) -> ParallelCorpus:
+    return ParallelCorpus(toy["train.src"], toy["train.tgt"], Path("train.src"), Path("train.tgt"))
+
+
+def test_an_existing_model_file_is_used_instead_of_training(joint, toy, tmp_path) -> None:
+    trained, directory = joint
+    cfg = TokenizerConfig(vocab_size=9999, model=str(directory / "joint.model"))
+    first = tokenize_training_pairs(cfg, _corpus(toy), tmp_path / "tokenizer", seed=1)
+    assert first.tokenizer.fingerprint == trained.fingerprint  # copied, not trained
+    assert first.src_ids == trained.encode_src(toy["train.src"])
+    messages = []
+    log = logging.getLogger("copied")
+    log.addHandler(logging.Handler())
+    log.handlers[-1].emit = lambda record: messages.append(record.getMessage())
+    log.setLevel(logging.INFO)
+    again = tokenize_training_pairs(cfg, _corpus(toy), tmp_path / "tokenizer", seed=1, log=log)
+    assert again.tgt_ids == first.tgt_ids and again.key == first.key
+    assert any("read from" in m for m in messages)  # the id cache works as before
+    assert not any("copied" in m or "training" in m for m in messages)
+
+
+def test_an_existing_directory_of_separate_models(separate, toy, tmp_path) -> None:
+    trained, directory = separate
+    cfg = TokenizerConfig(joint=False, model=str(directory))
+    made = tokenize_training_pairs(cfg, _corpus(toy), tmp_path / "tokenizer", seed=1).tokenizer
+    assert made.fingerprint == trained.fingerprint and not made.joint
+    with pytest.raises(UserError, match="target models; set tokenizer.joint: false"):
+        copy_tokenizer(TokenizerConfig(model=str(directory)), tmp_path / "other")
+    assert not (tmp_path / "other").exists()
+
+
+def test_unusable_existing_models_are_refused(toy, tmp_path) -> None:
+    with pytest.raises(UserError, match="nowhere: no such file or directory"):
+        copy_tokenizer(TokenizerConfig(model=str(tmp_path / "nowhere")), tmp_path / "t")
+    # SentencePiece's own defaults: unk 0, bos 1, eos 2 and no pad.
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(toy["train.src"]),
+        model_prefix=str(tmp_path / "theirs"),
+        vocab_size=40,
+        minloglevel=2,
+    )
+    with pytest.raises(UserError, match="train it with --pad_id=0 --unk_id=1 --bos_id=2"):
+        copy_tokenizer(TokenizerConfig(model=str(tmp_path / "theirs.model")), tmp_path / "t")
+    assert not (tmp_path / "t").exists()

@@ -56,6 +56,12 @@ class TokenizerConfig(Section):
     vocab_size: int = Field(8000, ge=8)
     joint: bool = True
     character_coverage: float = Field(1.0, gt=0, le=1)
+    model: str | None = Field(
+        None,
+        description="use this SentencePiece model instead of training one: a .model file (both "
+        "sides), or a directory with joint.model or src.model and tgt.model; model_type, "
+        "vocab_size and character_coverage are then not read",
+    )
 
 
 class AttentionType(Protocol):
@@ -233,6 +239,11 @@ class TrainConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["fp32", "bf16"] = Field(
         "fp32", description="bf16: autocast the training forward pass (CPU or GPU)"
+    )
+    init_from: str | None = Field(
+        None,
+        description="fine-tune: start from this run directory's best checkpoint (or this "
+        ".pt file in a run) and its tokenizer, with a fresh optimizer, schedule and step count",
     )
 
     @field_validator("max_time", mode="before")

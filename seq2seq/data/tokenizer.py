@@ -100,6 +100,8 @@ class Tokenizer:
 
 def _load_model(path: Path) -> spm.SentencePieceProcessor:
     processor = spm.SentencePieceProcessor()
+    if not path.is_file():
+        raise UserError(f"{path}: no such SentencePiece model; give the path of one")
     try:
         processor.load(str(path))
     except (OSError, RuntimeError):
@@ -108,7 +110,8 @@ def _load_model(path: Path) -> spm.SentencePieceProcessor:
     if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
         raise UserError(
             f"{path}: special ids (pad, unk, bos, eos) are {found}, expected "
-            f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; retrain the tokenizer with this tool"
+            f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; train it with --pad_id={PAD_ID} "
+            f"--unk_id={UNK_ID} --bos_id={BOS_ID} --eos_id={EOS_ID}, or let seq2seq train one"
         )
     return processor
 
@@ -178,6 +181,40 @@ def train_tokenizer(
 
     # Made beside the destination and renamed, so a crash never leaves a half-written
     # tokenizer where a later run would load it.
+    publish_directory(directory, write, replace=True)
+    return Tokenizer.load(directory)
+
+
+def copy_tokenizer(cfg: TokenizerConfig, directory: Path) -> Tokenizer:
+    """Install the existing model(s) of `cfg.model` in `directory` (replaced if it exists):
+    a model file serves both sides; a directory gives its joint.model, or src.model and
+    tgt.model. Checked (special ids, `cfg.joint`) before anything is written."""
+    source = Path(cfg.model or "")
+    if source.is_file():
+        models = {JOINT_MODEL: source}
+    elif (source / JOINT_MODEL).is_file():
+        models = {JOINT_MODEL: source / JOINT_MODEL}
+    elif source.is_dir():
+        models = {SRC_MODEL: source / SRC_MODEL, TGT_MODEL: source / TGT_MODEL}
+    else:
+        raise UserError(
+            f"tokenizer.model {source}: no such file or directory; give a SentencePiece "
+            f".model file, or a directory with {JOINT_MODEL} or {SRC_MODEL} and {TGT_MODEL}"
+        )
+    loaded = {name: _load_model(path) for name, path in models.items()}
+    if cfg.joint != (JOINT_MODEL in models):
+        kind = "one joint model" if JOINT_MODEL in models else "separate source and target models"
+        raise UserError(
+            f"tokenizer.model {source} is {kind}; "
+            f"set tokenizer.joint: {str(JOINT_MODEL in models).lower()}"
+        )
+
+    def write(tmp: Path) -> None:
+        tmp.mkdir()
+        for name, processor in loaded.items():
+            (tmp / name).write_bytes(processor.serialized_model_proto())
+        (tmp / SETTINGS).write_text(json.dumps(cfg.model_dump(), indent=2) + "\n")
+
     publish_directory(directory, write, replace=True)
     return Tokenizer.load(directory)
 

@@ -29,6 +29,7 @@ from seq2seq.files import atomic_write_text
 from seq2seq.models import Seq2Seq, build_model, count_parameters
 from seq2seq.train.datasets import Datasets, load_datasets
 from seq2seq.train.distributed import World, start_world, stop_world
+from seq2seq.train.init_from import Parent
 from seq2seq.train.interrupt import Interrupted, StopSignals
 from seq2seq.train.logs import TensorBoardLog, setup_logging
 from seq2seq.train.trainer import Trainer
@@ -52,7 +53,8 @@ def _git_revision() -> str | None:
     return out.stdout.strip() or None
 
 
-def _write_meta(run: RunDir, resumed: bool, world: World) -> None:
+def _write_meta(run: RunDir, resumed: bool, world: World, parent: Parent | None) -> None:
+    """meta.json: versions, command and start; a fine-tuning run's parent (kept on resume)."""
     meta = {
         "seq2seq": version("seq2seq"),
         "torch": torch.__version__,
@@ -63,7 +65,17 @@ def _write_meta(run: RunDir, resumed: bool, world: World) -> None:
         "resumed": resumed,
         "processes": world.size,
     }
+    init_from = parent.record() if parent is not None else _read_meta(run).get("init_from")
+    if init_from is not None:
+        meta["init_from"] = init_from
     atomic_write_text(run.meta, json.dumps(meta, indent=2) + "\n")
+
+
+def _read_meta(run: RunDir) -> dict:
+    try:
+        return json.loads(run.meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # none yet, or unreadable: it is rewritten
 
 
 def _check_same_run(run: RunDir, cfg: Config) -> None:
@@ -183,12 +195,18 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     resuming = run.checkpoint("last").is_file() or run.checkpoint("previous").is_file()
     if resuming:
         _check_same_run(run, cfg)
+    parent = None if resuming or cfg.train.init_from is None else Parent.find(cfg.train.init_from)
+    if parent is not None:
+        parent.check_fits(cfg)
     if world.is_main:
-        _write_run_files(cfg, run, world, resuming)
+        _write_run_files(cfg, run, world, resuming, parent)
     log = setup_logging(run.log if world.is_main else None, world.rank)
     device = set_up_process(cfg, world)
     data = _load_data_main_first(cfg, run, world, log)
     model = _build_model(cfg, data, device)
+    if parent is not None:  # before the trainer: DDP copies rank 0's weights to the others
+        parent.load_weights(model, cfg, data.tokenizer)
+        log.info("fine-tuning from %s", parent.checkpoint)
     trainer = Trainer(cfg, run, model, data, device, log, world)
     found = resume_state(run, log) if resuming else None
     if found is not None:
@@ -225,8 +243,11 @@ def _build_model(cfg: Config, data: Datasets, device: torch.device) -> Seq2Seq:
     return model
 
 
-def _write_run_files(cfg: Config, run: RunDir, world: World, resuming: bool) -> None:
-    """Create the run directory with its config.yaml and meta.json."""
+def _write_run_files(
+    cfg: Config, run: RunDir, world: World, resuming: bool, parent: Parent | None
+) -> None:
+    """Create the run directory with its config.yaml and meta.json (and a fine-tuning
+    run's tokenizer, copied from its parent)."""
     try:
         run.root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -234,7 +255,9 @@ def _write_run_files(cfg: Config, run: RunDir, world: World, resuming: bool) -> 
             f"cannot create run directory {run.root} ({error.strerror}); pass another --run-dir"
         ) from None
     atomic_write_text(run.config, cfg.to_yaml())
-    _write_meta(run, resuming, world)
+    _write_meta(run, resuming, world, parent)
+    if parent is not None:
+        parent.copy_tokenizer(run)
 
 
 def set_up_process(cfg: Config, world: World) -> torch.device:
