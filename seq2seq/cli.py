@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import enum
 import errno
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from seq2seq.errors import UserError
 from seq2seq.train.interrupt import Interrupted
+
+if TYPE_CHECKING:
+    from seq2seq.decode.translate import LineTranslator
 
 app = typer.Typer(
     add_completion=False,
@@ -53,9 +57,25 @@ def train(
     run_training(cfg, run_dir or Path("runs") / cfg.name)
 
 
+class Engine(str, enum.Enum):
+    torch = "torch"
+    ctranslate2 = "ctranslate2"
+
+
+class Quantization(str, enum.Enum):
+    float32 = "float32"
+    int16 = "int16"
+    int8 = "int8"
+
+
 @app.command()
 def translate(
-    run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
+    run: Annotated[
+        Path,
+        typer.Option(
+            "--run", help="a trained run directory (--engine ctranslate2: an exported model)"
+        ),
+    ],
     checkpoint: Annotated[str, typer.Option(help="best, last, step-N or a .pt file")] = "best",
     input: Annotated[Path | None, typer.Option("--input", "-i", help="default: stdin")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="default: stdout")] = None,
@@ -74,6 +94,9 @@ def translate(
     alignments: Annotated[
         Path | None, typer.Option(help="write Pharaoh word alignments (i-j), a line per input")
     ] = None,
+    engine: Annotated[
+        Engine, typer.Option(help="ctranslate2: a model that `seq2seq export` wrote")
+    ] = Engine.torch,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
 
@@ -83,10 +106,9 @@ def translate(
     interactively: one line in, one translation out.
     """
     from seq2seq.decode.line_io import translate_file, translate_interactively
-    from seq2seq.decode.translate import Translator
 
     options = {"beam": beam, "length_penalty": length_penalty, "batch_tokens": batch_tokens}
-    translator = Translator.load(run, checkpoint, **options)
+    translator = _translator(engine, run, checkpoint, alignments, options)
     if nbest > translator.decode.beam:
         raise UserError(f"--nbest {nbest} needs a beam at least as wide; pass --beam {nbest}")
     if input is None and sys.stdin is None:
@@ -97,6 +119,54 @@ def translate(
         translate_interactively(translator, nbest)
     else:
         translate_file(translator, input or Path("/dev/stdin"), output, nbest, alignments)
+
+
+def _translator(
+    engine: Engine, run: Path, checkpoint: str, alignments: Path | None, options: dict
+) -> LineTranslator:
+    from seq2seq.decode.translate import Translator
+
+    if engine is Engine.torch:
+        return Translator.load(run, checkpoint, **options)
+    from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
+
+    if alignments is not None:
+        raise UserError(
+            "--alignments needs attention weights, which CTranslate2 does not "
+            "return here; use --engine torch with the run directory"
+        )
+    if checkpoint != "best":
+        raise UserError(
+            "an exported model holds one checkpoint; pick it when exporting "
+            "(seq2seq export --checkpoint) and leave out --checkpoint here"
+        )
+    return CTranslate2Translator.load(run, threads=_threads(), **options)
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()  # the PyTorch engine's default: compare like with like
+
+
+@app.command()
+def export(
+    run: Annotated[Path, typer.Option("--run", help="a trained Transformer run directory")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="a new directory")],
+    quantization: Annotated[
+        Quantization, typer.Option(help="weight type; int8 is the fastest on CPU")
+    ] = Quantization.float32,
+    checkpoint: Annotated[str, typer.Option(help="best, last, step-N or a .pt file")] = "best",
+) -> None:
+    """Write a CTranslate2 model directory of a Transformer run whose attention is
+    multi-head scaled dot-product (translate with it: --engine ctranslate2)."""
+    from seq2seq.decode.export import export_ctranslate2
+
+    try:
+        export_ctranslate2(run, output, quantization.value, checkpoint)
+    except ImportError:
+        raise UserError("export needs the export extra: pip install -e '.[export]'") from None
+    print(f"exported {run} to {output} ({quantization.value})", file=sys.stderr)
 
 
 @app.command()

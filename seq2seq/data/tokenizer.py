@@ -84,6 +84,19 @@ class Tokenizer:
         """The target piece of each id, specials included (e.g. `</s>`), for heatmap rows."""
         return [self._tgt.id_to_piece(i) for i in ids]
 
+    def src_vocabulary(self) -> list[str]:
+        """Every source piece, by id (e.g. for an inference engine's vocabulary file)."""
+        return [self._src.id_to_piece(i) for i in range(self.src_vocab_size)]
+
+    def tgt_vocabulary(self) -> list[str]:
+        return [self._tgt.id_to_piece(i) for i in range(self.tgt_vocab_size)]
+
+    def src_pieces_from_ids(self, ids: list[int]) -> list[str]:
+        return [self._src.id_to_piece(i) for i in ids]
+
+    def tgt_ids_from_pieces(self, pieces: list[str]) -> list[int]:
+        return [self._tgt.piece_to_id(piece) for piece in pieces]
+
     @classmethod
     def load(cls, directory: Path) -> Tokenizer:
         """Load `joint.model`, or `src.model` and `tgt.model`, from a directory."""

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from seq2seq.data.corpus import raw_lines
-from seq2seq.decode.translate import Translation, Translator
+from seq2seq.decode.translate import LineTranslator, Translation
 from seq2seq.files import atomic_write_text
 
 INVALID_UTF8 = ("not valid UTF-8", "translated as empty; re-encode the input as UTF-8")
@@ -60,12 +60,12 @@ def note_lines(numbers: list[int], problem: str, outcome: str) -> None:
     print(f"seq2seq: {count} {problem} ({lines} {shown}); {outcome}", file=sys.stderr)
 
 
-def _cut(translator: Translator) -> tuple[str, str]:
+def _cut(translator: LineTranslator) -> tuple[str, str]:
     limit = translator.max_source
     return f"longer than {limit} pieces", f"cut to {limit} pieces; split long lines"
 
 
-def translate_interactively(translator: Translator, nbest: int) -> None:
+def translate_interactively(translator: LineTranslator, nbest: int) -> None:
     """A terminal session: one line in from stdin, its translation out at once."""
     print("seq2seq: type a sentence and press Enter; Ctrl-D ends", file=sys.stderr)
     # Bytes, not text: one invalid byte must cost its line only, not the session.
@@ -78,7 +78,7 @@ def translate_interactively(translator: Translator, nbest: int) -> None:
 
 
 def translate_file(
-    translator: Translator,
+    translator: LineTranslator,
     source: Path,
     output: Path | None,
     nbest: int = 1,

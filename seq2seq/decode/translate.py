@@ -71,16 +71,82 @@ class Translation:
     truncated: bool = False  # the source was cut to the translator's max_source pieces
 
 
-class Translator:
+class LineTranslator:
+    """Lines of text in, translations out, whatever computes them: blank lines give no
+    hypotheses, sources are cut to `max_source` pieces (None: no limit), lines go in
+    batches of `decode.batch_tokens` padded source tokens (counted once per beam, and at
+    least one line per batch) in length order and come back in input order. An engine
+    implements `search`."""
+
+    def __init__(
+        self, tokenizer: Tokenizer, decode: DecodeConfig, max_source: int | None = None
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.decode = decode
+        self.max_source = max_source
+
+    def search(
+        self, src_ids: list[list[int]], nbest: int, decode: DecodeConfig
+    ) -> list[list[Hypothesis]]:
+        """The `nbest` best hypotheses of each source (piece ids, no EOS), best first."""
+        raise NotImplementedError
+
+    def alignment(self, line: str, translation: Translation) -> str:
+        """Pharaoh word alignment (i-j) of a line and its translation, from attention."""
+        raise UserError("word alignments need attention weights, which this engine does not give")
+
+    @overload
+    def translate(self, lines: list[str], *, nbest: Literal[1] = 1, **decode: Any) -> list[str]: ...
+
+    @overload
+    def translate(self, lines: list[str], *, nbest: int, **decode: Any) -> list[list[str]]: ...
+
+    def translate(
+        self, lines: list[str], *, nbest: int = 1, **decode: Any
+    ) -> list[str] | list[list[str]]:
+        """The best translation of each line; with `nbest` N > 1, the N best of each, best
+        first (fewer where the search finished fewer). `decode` sets fields of the decode
+        section (beam, length_penalty, ...) for this call."""
+        found = self.hypotheses(lines, nbest=nbest, **decode)
+        if nbest == 1:
+            return [hyps[0].text if hyps else "" for hyps in found]
+        return [[h.text for h in hyps] for hyps in found]
+
+    def hypotheses(
+        self, lines: list[str], *, nbest: int = 1, **decode: Any
+    ) -> list[list[Translation]]:
+        """The `nbest` best hypotheses of each line with their scores, tokens and attention,
+        best first; [] for a blank line. `decode` as in `translate`."""
+        if isinstance(lines, str):
+            raise TypeError("pass a list of lines; for one sentence: [sentence]")
+        options = decode_options(self.decode, decode)
+        if nbest > options.beam:
+            raise UserError(f"nbest {nbest} needs a beam at least as wide; set beam={nbest}")
+        outputs: list[list[Translation]] = [[] for _ in lines]
+        keep = [i for i, line in enumerate(lines) if line.strip()]
+        src_ids = self.tokenizer.encode_src([lines[i] for i in keep])
+        limit = self.max_source
+        cut = [limit is not None and len(ids) > limit for ids in src_ids]
+        src_ids = [ids[:limit] for ids in src_ids]
+        budget = max(options.batch_tokens // options.beam, 1)
+        for group in token_batches([len(s) for s in src_ids], None, budget):
+            found = self.search([src_ids[i] for i in group], nbest, options)
+            for position, hyps in zip(group, found, strict=True):
+                texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
+                outputs[keep[position]] = [
+                    Translation(text, h.score, h.tokens, h.attention, cut[position])
+                    for text, h in zip(texts, hyps, strict=True)
+                ]
+        return outputs
+
+
+class Translator(LineTranslator):
     """A trained model and its tokenizer: lines of text in, translations out (the Python
     API; `seq2seq translate`, `evaluate` and the test sets use it too).
 
         from seq2seq import Translator
         translator = Translator.load("runs/demo")        # the run's best checkpoint
         translator.translate(["ein kleiner Test"], beam=5)
-
-    Empty or blank lines give empty translations; sources longer than `max_source` pieces
-    (None: no limit) are cut to that many.
     """
 
     def __init__(
@@ -91,11 +157,9 @@ class Translator:
         device: torch.device,
         max_source: int | None = None,
     ) -> None:
+        super().__init__(tokenizer, decode, max_source)
         self.model = model.to(device).eval()
-        self.tokenizer = tokenizer
-        self.decode = decode
         self.device = device
-        self.max_source = max_source
 
     @classmethod
     def load(
@@ -124,57 +188,15 @@ class Translator:
         target = pick_device(device or cfg.train.device)
         return cls(model, tokenizer, decode_cfg, target, max_source_pieces(cfg))
 
-    @overload
-    def translate(self, lines: list[str], *, nbest: Literal[1] = 1, **decode: Any) -> list[str]: ...
-
-    @overload
-    def translate(self, lines: list[str], *, nbest: int, **decode: Any) -> list[list[str]]: ...
-
-    def translate(
-        self, lines: list[str], *, nbest: int = 1, **decode: Any
-    ) -> list[str] | list[list[str]]:
-        """The best translation of each line; with `nbest` N > 1, the N best of each, best
-        first (fewer where the search finished fewer). `decode` as in `load`, for this call."""
-        found = self.hypotheses(lines, nbest=nbest, **decode)
-        if nbest == 1:
-            return [hyps[0].text if hyps else "" for hyps in found]
-        return [[h.text for h in hyps] for hyps in found]
-
     def hypotheses(
         self, lines: list[str], *, nbest: int = 1, **decode: Any
     ) -> list[list[Translation]]:
-        """The `nbest` best hypotheses of each line with their scores, tokens and attention,
-        best first; [] for a blank line. `decode` as in `load`, for this call.
-
-        Lines are batched in length order (`decode.batch_tokens` padded source tokens,
-        counted once per beam, and at least one line per batch) and returned in input order.
-        """
-        if isinstance(lines, str):
-            raise TypeError("pass a list of lines; for one sentence: [sentence]")
-        options = decode_options(self.decode, decode)
-        if nbest > options.beam:
-            raise UserError(f"nbest {nbest} needs a beam at least as wide; set beam={nbest}")
-        outputs: list[list[Translation]] = [[] for _ in lines]
-        keep = [i for i, line in enumerate(lines) if line.strip()]
-        if not keep:
-            return outputs
-        src_ids = self.tokenizer.encode_src([lines[i] for i in keep])
-        limit = self.max_source
-        cut = [limit is not None and len(ids) > limit for ids in src_ids]
-        src_ids = [ids[:limit] for ids in src_ids]
-        budget = max(options.batch_tokens // options.beam, 1)
         was_training = self.model.training
         self.model.eval()
-        for group in token_batches([len(s) for s in src_ids], None, budget):
-            found = self.search([src_ids[i] for i in group], nbest, options)
-            for position, hyps in zip(group, found, strict=True):
-                texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
-                outputs[keep[position]] = [
-                    Translation(text, h.score, h.tokens, h.attention, cut[position])
-                    for text, h in zip(texts, hyps, strict=True)
-                ]
-        self.model.train(was_training)
-        return outputs
+        try:
+            return super().hypotheses(lines, nbest=nbest, **decode)
+        finally:
+            self.model.train(was_training)
 
     def alignment(self, line: str, translation: Translation) -> str:
         """Pharaoh word alignment (i-j) of a line and its translation."""

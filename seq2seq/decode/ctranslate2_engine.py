@@ -1,0 +1,93 @@
+"""Translating with CTranslate2: a model directory that `seq2seq export` wrote, behind the
+same line handling as `Translator` (`LineTranslator`), so `seq2seq translate --engine
+ctranslate2` reads and writes exactly what the PyTorch engine does.
+
+Two differences in the search itself: CTranslate2 normalises a hypothesis's score by
+length ** length_penalty, where this project's beam search divides by the GNMT penalty
+((5 + length) / 6) ** length_penalty (they rank alike with length_penalty 0), and it
+returns no attention (`Translation.attention` is empty; word alignments need the PyTorch
+engine).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seq2seq.config import DecodeConfig
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decode.export import SETTINGS, TOKENIZER
+from seq2seq.decode.search import Hypothesis, output_limits
+from seq2seq.decode.translate import LineTranslator, decode_options
+from seq2seq.errors import UserError
+
+_NO_ATTENTION = torch.empty(0)
+
+
+class CTranslate2Translator(LineTranslator):
+    def __init__(
+        self, engine: Any, tokenizer: Tokenizer, decode: DecodeConfig, max_source: int | None
+    ) -> None:
+        super().__init__(tokenizer, decode, max_source)
+        self.engine = engine
+
+    @classmethod
+    def load(
+        cls, directory: str | Path, device: str = "cpu", threads: int = 0, **decode: Any
+    ) -> CTranslate2Translator:
+        """The exported model in `directory` on `device` (cpu, cuda or auto) with `threads`
+        threads per translation (0: CTranslate2's default); `decode` as `Translator.load`."""
+        try:
+            import ctranslate2
+        except ImportError:
+            raise UserError(
+                "the ctranslate2 engine needs the export extra: pip install -e '.[export]'"
+            ) from None
+        directory = Path(directory)
+        try:
+            settings = json.loads((directory / SETTINGS).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise UserError(
+                f"{directory} is not a model that `seq2seq export` wrote (no readable "
+                f"{SETTINGS}); export the run first, or use the PyTorch engine with --run RUN"
+            ) from None
+        try:
+            engine = ctranslate2.Translator(str(directory), device=device, intra_threads=threads)
+        except (RuntimeError, ValueError) as error:
+            raise UserError(f"CTranslate2 cannot load {directory}: {error}") from None
+        base = DecodeConfig.model_validate(settings["decode"])
+        tokenizer = Tokenizer.load(directory / TOKENIZER)
+        return cls(engine, tokenizer, decode_options(base, decode), settings["max_source"])
+
+    def search(
+        self, src_ids: list[list[int]], nbest: int, decode: DecodeConfig
+    ) -> list[list[Hypothesis]]:
+        """CTranslate2's search, one call per output limit in the batch: its limit is per
+        call, and this project's search gives each sentence its own."""
+        limits = output_limits(
+            torch.tensor([len(ids) + 1 for ids in src_ids]),  # + EOS, as the model reads it
+            decode.max_len_ratio,
+            decode.max_len_offset,
+        ).tolist()
+        found: list[list[Hypothesis]] = [[] for _ in src_ids]
+        for limit in sorted(set(limits)):
+            group = [i for i, own in enumerate(limits) if own == limit]
+            results = self.engine.translate_batch(
+                [self.tokenizer.src_pieces_from_ids(src_ids[i]) for i in group],
+                beam_size=decode.beam,
+                num_hypotheses=nbest,
+                length_penalty=decode.length_penalty,
+                min_decoding_length=decode.min_len,
+                max_decoding_length=limit - 1,  # tokens before EOS; ours counts EOS
+                max_input_length=0,  # sources are cut to max_source already
+                return_scores=True,
+            )
+            for i, result in zip(group, results, strict=True):
+                found[i] = [
+                    Hypothesis(self.tokenizer.tgt_ids_from_pieces(tokens), score, _NO_ATTENTION)
+                    for tokens, score in zip(result.hypotheses, result.scores, strict=True)
+                ]
+        return found

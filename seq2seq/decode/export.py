@@ -1,0 +1,201 @@
+"""Export a trained Transformer run to a CTranslate2 model directory.
+
+CTranslate2 implements the Transformer with multi-head scaled dot-product attention; a
+run is exportable when its architecture and both attention sections are that. The
+directory holds what CTranslate2 reads (model.bin, vocabularies, config.json), the run's
+SentencePiece models and decoding settings (`seq2seq.json`) for `seq2seq translate
+--engine ctranslate2`, and a README.
+
+Weights map one to one, with two details: CTranslate2 fuses the self-attention query,
+key and value projections (and the cross-attention key and value projections) into one
+matrix, and it is given this model's own position table (sin and cos interleaved), not
+its built-in one (sin and cos in halves).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import torch
+
+from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
+from seq2seq.config import Config
+from seq2seq.data.tokenizer import PAD_ID, Tokenizer
+from seq2seq.decode.translate import check_tokenizer, max_source_pieces
+from seq2seq.errors import UserError
+from seq2seq.files import publish_directory
+from seq2seq.models import build_model
+from seq2seq.models.transformer import TransformerSeq2Seq, sinusoids
+
+QUANTIZATIONS = ("float32", "int16", "int8")
+SETTINGS = "seq2seq.json"  # decoding settings and the source limit, for translate
+TOKENIZER = "tokenizer"
+_MULTI_HEAD_DOT = ("multihead", "scaled-dot")
+
+
+def unexportable(cfg: Config) -> str | None:
+    """Why CTranslate2 cannot run this model (the field and its value), or None."""
+    model = cfg.model
+    if model.arch != "transformer":
+        return f"model.arch is {model.arch}; CTranslate2 runs Transformer models only"
+    for name, section in (("attention", model.attention), ("self_attention", model.self_attention)):
+        if section.type not in _MULTI_HEAD_DOT:
+            return (
+                f"model.{name}.type is {section.type}; CTranslate2 implements multi-head "
+                "scaled dot-product attention only (multihead or scaled-dot)"
+            )
+    if model.heads(model.attention) != model.heads(model.self_attention):
+        return (
+            f"model.attention has {model.heads(model.attention)} heads and "
+            f"model.self_attention {model.heads(model.self_attention)}; CTranslate2 uses one "
+            "number of heads for both"
+        )
+    return None
+
+
+def export_ctranslate2(
+    run_dir: Path, output: Path, quantization: str = "float32", checkpoint: str = "best"
+) -> None:
+    """Write the CTranslate2 model of a run's checkpoint to `output` (a new directory)."""
+    import ctranslate2  # noqa: F401  (the optional extra: fail here, before any work)
+
+    run = RunDir(Path(run_dir))
+    cfg = run.load_config()
+    problem = unexportable(cfg)
+    if problem is not None:
+        raise UserError(f"{run.root} cannot be exported: {problem}")
+    if quantization not in QUANTIZATIONS:
+        raise UserError(
+            f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}"
+        )
+    if Path(output).exists():
+        raise UserError(f"{output} exists; pass a new --output directory")
+    tokenizer = Tokenizer.load(run.tokenizer)
+    model = _load_model(cfg, run, checkpoint, tokenizer)
+    spec = _spec(model, cfg, tokenizer)
+    settings = {"decode": cfg.decode.model_dump(), "max_source": max_source_pieces(cfg)}
+
+    def write(tmp: Path) -> None:
+        tmp.mkdir()
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        spec.save(str(tmp))
+        shutil.copytree(run.tokenizer, tmp / TOKENIZER, ignore=shutil.ignore_patterns("ids"))
+        (tmp / SETTINGS).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+        (tmp / "README.md").write_text(_readme(run, quantization), encoding="utf-8")
+
+    publish_directory(Path(output), write)
+
+
+def _load_model(
+    cfg: Config, run: RunDir, checkpoint: str, tokenizer: Tokenizer
+) -> TransformerSeq2Seq:
+    path = run.resolve_checkpoint(checkpoint)
+    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
+    state = load_checkpoint(path)
+    check_tokenizer(state, tokenizer, path, run)
+    load_model_weights(model, state, cfg.model, path)
+    return model.eval()
+
+
+def _spec(model: TransformerSeq2Seq, cfg: Config, tokenizer: Tokenizer):
+    """The CTranslate2 TransformerSpec of `model`, weights and vocabularies set."""
+    from ctranslate2.specs import TransformerSpec
+
+    heads, pre_norm = cfg.model.heads(cfg.model.attention), cfg.model.norm == "pre"
+    spec = TransformerSpec.from_config(
+        (cfg.model.encoder_layers, cfg.model.decoder_layers), heads, pre_norm=pre_norm
+    )
+    # Positions for the longest source and the longest output its limit allows.
+    source = max_source_pieces(cfg) + 1
+    output = math.ceil(cfg.decode.max_len_ratio * source) + cfg.decode.max_len_offset + 1
+    positions = max(1024, source, output)
+    table = _array(sinusoids(positions, cfg.model.hidden_dim))
+    _set_stack(spec.encoder, model.src_embed.tokens, model.encoder_norm, table, pre_norm)
+    _set_stack(spec.decoder, model.tgt_embed.tokens, model.decoder_norm, table, pre_norm)
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder_layers, strict=True):
+        _set_self_attention(layer_spec.self_attention, layer.self_attention)
+        _set_norm(layer_spec.self_attention.layer_norm, layer.attention_block.norm)
+        _set_feed_forward(layer_spec.ffn, layer.feed_forward, layer.feed_forward_block.norm)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder_layers, strict=True):
+        _set_self_attention(layer_spec.self_attention, layer.self_attention)
+        _set_norm(layer_spec.self_attention.layer_norm, layer.self_attention_block.norm)
+        cross, attention = layer_spec.attention, layer.cross_attention
+        _set_linear(cross.linear[0], attention.query_proj)
+        _set_fused(cross.linear[1], [attention.key_proj, attention.value_proj])
+        _set_linear(cross.linear[2], attention.out_proj)
+        _set_norm(cross.layer_norm, layer.cross_attention_block.norm)
+        _set_feed_forward(layer_spec.ffn, layer.feed_forward, layer.feed_forward_block.norm)
+    _set_linear(spec.decoder.projection, model.output)
+    spec.register_source_vocabulary(tokenizer.src_vocabulary())
+    spec.register_target_vocabulary(tokenizer.tgt_vocabulary())
+    # The encoder reads pieces + </s>; the decoder starts from <s>; torch's layer norm eps.
+    spec.config.add_source_eos = True
+    spec.config.decoder_start_token = "<s>"
+    spec.config.layer_norm_epsilon = 1e-5
+    return spec
+
+
+def _array(tensor: torch.Tensor):
+    return tensor.detach().float().contiguous().numpy()
+
+
+def _set_stack(spec, embedding: torch.nn.Embedding, final_norm, table, pre_norm: bool) -> None:
+    """Embeddings, positions and final norm of an encoder or decoder spec (the encoder's
+    embeddings are a list, one per source feature)."""
+    embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    embeddings.weight = _array(embedding.weight)
+    spec.position_encodings.encodings = table
+    if pre_norm:
+        _set_norm(spec.layer_norm, final_norm)
+
+
+def _set_linear(spec, linear: torch.nn.Linear) -> None:
+    spec.weight = _array(linear.weight)
+    if linear.bias is not None:
+        spec.bias = _array(linear.bias)
+
+
+def _set_fused(spec, linears: list[torch.nn.Linear]) -> None:
+    """One matrix for several bias-free projections of the same input, stacked in order."""
+    spec.weight = _array(torch.cat([linear.weight for linear in linears]))
+
+
+def _set_self_attention(spec, attention) -> None:
+    _set_fused(spec.linear[0], [attention.query_proj, attention.key_proj, attention.value_proj])
+    _set_linear(spec.linear[1], attention.out_proj)
+
+
+def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+
+
+def _set_feed_forward(spec, layers: torch.nn.Sequential, norm: torch.nn.LayerNorm) -> None:
+    _set_linear(spec.linear_0, layers[0])
+    _set_linear(spec.linear_1, layers[3])
+    _set_norm(spec.layer_norm, norm)
+
+
+def _readme(run: RunDir, quantization: str) -> str:
+    return f"""# A CTranslate2 model exported by seq2seq
+
+From `{run.root}` ({quantization} weights). With seq2seq:
+
+    seq2seq translate --engine ctranslate2 --run THIS_DIRECTORY < input.txt
+
+With CTranslate2 alone (Python), the SentencePiece models are in `{TOKENIZER}/`:
+
+    import ctranslate2, sentencepiece
+    sp = sentencepiece.SentencePieceProcessor(model_file="{TOKENIZER}/joint.model")
+    translator = ctranslate2.Translator("THIS_DIRECTORY")
+    pieces = sp.encode(["Ein Hund rennt."], out_type=str)
+    result = translator.translate_batch(pieces, beam_size=5)
+    print(sp.decode(result[0].hypotheses[0]))
+
+(A run with separate vocabularies has `src.model` and `tgt.model` instead of
+`joint.model`: encode with the first, decode with the second.) `{SETTINGS}` holds the
+run's decoding settings.
+"""

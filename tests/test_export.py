@@ -1,0 +1,88 @@
+"""Export to CTranslate2 (`seq2seq export`, `translate --engine ctranslate2`): the exported
+model decodes what this project's model decodes, token for token."""
+
+from __future__ import annotations
+
+import pytest
+from cli_helpers import run_cli, train
+
+from seq2seq.data.corpus import read_lines
+from seq2seq.decode.translate import Translator
+
+ctranslate2 = pytest.importorskip(
+    "ctranslate2", reason="the export extra is not installed: pip install -e '.[export]'"
+)
+from seq2seq.decode.ctranslate2_engine import CTranslate2Translator  # noqa: E402
+
+TRANSFORMER = (
+    "model.arch=transformer", "model.embed_dim=16", "model.hidden_dim=16", "model.ff_dim=32",
+    "model.encoder_layers=2", "model.decoder_layers=2", "model.attention.type=multihead",
+    "train.max_steps=40", "train.valid_every=40",
+)  # fmt: skip
+VARIANTS = {  # both layer-norm placements; separate and tied-and-shared embeddings
+    "pre": (),
+    "post-tied": ("model.norm=post", "model.tied_embeddings=true", "model.shared_embeddings=true"),
+}
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def transformer(request, toy, tmp_path_factory):
+    run = tmp_path_factory.mktemp("export") / request.param
+    assert train(toy, run, *TRANSFORMER, *VARIANTS[request.param]) == 0
+    return run
+
+
+def test_greedy_output_equals_ours_token_for_token(transformer, toy, tmp_path):
+    assert run_cli("export", "--run", transformer, "--output", tmp_path / "ct2") == 0
+    sources = read_lines(toy / "data/test.src")
+    ours = Translator.load(transformer, beam=1).hypotheses(sources)
+    theirs = CTranslate2Translator.load(tmp_path / "ct2", beam=1).hypotheses(sources)
+    assert [h[0].tokens for h in ours] == [h[0].tokens for h in theirs]
+    assert any(h[0].tokens for h in ours)  # the model says something
+
+
+def test_beam_search_without_length_penalty_agrees(transformer, toy, tmp_path):
+    """Both searches maximise the same log-probability when length_penalty is 0."""
+    assert run_cli("export", "--run", transformer, "--output", tmp_path / "ct2") == 0
+    sources = read_lines(toy / "data/test.src")
+    options = {"beam": 4, "length_penalty": 0.0}
+    ours = Translator.load(transformer, **options).translate(sources)
+    assert CTranslate2Translator.load(tmp_path / "ct2", **options).translate(sources) == ours
+
+
+def test_translate_with_the_engine_through_the_command_line(transformer, toy, tmp_path):
+    exported = tmp_path / "int8"
+    assert run_cli("export", "--run", transformer, "-o", exported, "--quantization", "int8") == 0
+    for name in ("model.bin", "config.json", "seq2seq.json", "README.md", "tokenizer/joint.model"):
+        assert (exported / name).is_file(), name
+    source = tmp_path / "src.txt"
+    source.write_text("".join(line + "\n" for line in ["", *read_lines(toy / "data/test.src")]))
+    out = tmp_path / "out.txt"
+    assert run_cli("translate", "--engine", "ctranslate2", "--run", exported, "-i", source,
+                   "-o", out, "--beam", "2") == 0  # fmt: skip
+    lines = out.read_text().splitlines()
+    assert len(lines) == 11 and lines[0] == "" and any(lines[1:])
+
+
+def test_unexportable_runs_and_bad_uses_are_one_line(trained, transformer, tmp_path, capsys):
+    cases = [
+        (("export", "--run", trained, "-o", tmp_path / "a"), "model.arch is rnn"),
+        (("export", "--run", transformer, "-o", transformer), "exists; pass a new --output"),
+        (("translate", "--engine", "ctranslate2", "--run", transformer, "-i", "x"),
+         "is not a model that `seq2seq export` wrote"),
+    ]  # fmt: skip
+    for args, fragment in cases:
+        assert run_cli(*args) == 2
+        err = capsys.readouterr().err.strip()
+        assert fragment in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "a").exists()
+
+
+def test_attention_types_that_ctranslate2_lacks_are_named(transformer, tmp_path, capsys):
+    from seq2seq.config import load_config
+    from seq2seq.decode.export import unexportable
+
+    cfg = load_config(transformer / "config.yaml", ["model.attention.type=general"])
+    assert "model.attention.type is general" in unexportable(cfg)
+    cfg = load_config(transformer / "config.yaml", ["model.self_attention.heads=2"])
+    assert "one number of heads" in unexportable(cfg)
