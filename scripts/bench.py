@@ -15,12 +15,15 @@ trained into a temporary run directory first (or reused with --tokenizer DIR).
 
     python scripts/bench.py decode --run runs/multi30k-transformer \\
         --input data/multi30k/test_2016_flickr.de.gz [--ref data/multi30k/test_2016_flickr.en.gz] \\
-        [--beam 1 5] [--threads 2] [--limit N]
+        [--beam 1 5] [--threads 2] [--limit N] [--length-penalty A] \\
+        [--engine torch ct2-float32 ct2-int8]
 
-`decode` translates the input with each beam size after a warm-up (the first 50 lines),
-each in a fresh process so that its peak memory is its own, and reports sentences/s,
-target tokens/s (output pieces + EOS), the peak resident memory, and with --ref the
-BLEU and chrF of the output.
+`decode` translates the input with each engine and beam size after a warm-up (the first
+50 lines), each in a fresh process so that its peak memory is its own, and reports
+sentences/s, target tokens/s (output pieces + EOS), the peak resident memory, and with
+--ref the BLEU and chrF of the output. `torch` is this project's decoder; `ct2-TYPE`
+exports the run to CTranslate2 with TYPE weights (float32, int16, int8) into a temporary
+directory first and decodes with it, on as many threads.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import json
 import multiprocessing
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,32 +45,48 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def measure_decode(args: argparse.Namespace, beam: int) -> dict:
-    """Runs in its own process: load the run, warm up, time one pass over the input."""
+ENGINES = ("torch", "ct2-float32", "ct2-int16", "ct2-int8")
+
+
+def load_translator(args: argparse.Namespace, engine: str, beam: int, exported: Path | None):
+    """This project's Translator on the run, or CTranslate2 on its export."""
+    options = {
+        "beam": beam, "batch_tokens": args.batch_tokens, "length_penalty": args.length_penalty
+    }  # fmt: skip
+    if engine == "torch":
+        from seq2seq.decode.translate import Translator
+
+        return Translator.load(args.run, args.checkpoint, **options)
+    from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
+
+    return CTranslate2Translator.load(exported, threads=args.threads, **options)
+
+
+def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: Path | None) -> dict:
+    """Runs in its own process: load the model, warm up, time one pass over the input."""
     import torch
 
     from seq2seq.data.corpus import read_lines
-    from seq2seq.decode.translate import Translator
     from seq2seq.evaluate import score_corpus
 
     torch.set_num_threads(args.threads)
     lines = read_lines(args.input)[: args.limit]
-    translator = Translator.load(
-        args.run, args.checkpoint, beam=beam, batch_tokens=args.batch_tokens
-    )
+    translator = load_translator(args, engine, beam, exported)
+    cuda = getattr(translator, "device", None) is not None and translator.device.type == "cuda"
     translator.translate(lines[:50])
-    if translator.device.type == "cuda":
+    if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     found = translator.hypotheses(lines)
-    if translator.device.type == "cuda":
+    if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started
     outputs = [hyps[0] if hyps else None for hyps in found]
     tokens = sum(len(h.tokens) + 1 for h in outputs if h is not None)
     result = {
         "mode": "decode",
+        "engine": engine,
         "run": str(args.run),
         "beam": beam,
         "sentences": len(lines),
@@ -74,18 +94,29 @@ def measure_decode(args: argparse.Namespace, beam: int) -> dict:
         "sentences_per_s": round(len(lines) / seconds, 2),
         "target_tokens_per_s": round(tokens / seconds, 1),
         "peak_rss_mb": round(peak_rss_mb(), 1),
-        "device": translator.device.type,
+        "device": "cuda" if cuda else "cpu",
         "threads": args.threads,
         "batch_tokens": translator.decode.batch_tokens,
         "length_penalty": translator.decode.length_penalty,
     }
-    if translator.device.type == "cuda":
+    if cuda:
         result["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     if args.ref:
         references = read_lines(args.ref)[: args.limit]
         scores = score_corpus([h.text if h else "" for h in outputs], references)
         result.update(bleu=round(scores.bleu, 2), chrf=round(scores.chrf, 2))
     return result
+
+
+def export_for(args: argparse.Namespace, engine: str, directory: Path) -> Path | None:
+    """The run exported with the engine's quantization into `directory` (None: torch)."""
+    if engine == "torch":
+        return None
+    from seq2seq.decode.export import export_ctranslate2
+
+    exported = directory / engine
+    export_ctranslate2(args.run, exported, engine.removeprefix("ct2-"), args.checkpoint)
+    return exported
 
 
 def matmul_peak_gflops(dtype_name: str, seconds: float = 3.0, size: int = 2048) -> float:
@@ -145,7 +176,6 @@ def profile_updates(trainer, batches: list[list[int]], rows: int) -> None:
 def measure_train(args: argparse.Namespace) -> dict:
     """Runs in its own process: build the run, warm up, time --steps updates."""
     import shutil
-    import tempfile
 
     from seq2seq.checkpoint import RunDir
     from seq2seq.config import load_config
@@ -216,6 +246,11 @@ def main() -> None:
     decode.add_argument("--batch-tokens", type=int, help="default: the run's decode.batch_tokens")
     decode.add_argument("--threads", type=int, default=2)
     decode.add_argument("--limit", type=int, help="only the first N lines")
+    decode.add_argument("--length-penalty", type=float, help="default: the run's decode one")
+    decode.add_argument(
+        "--engine", nargs="+", choices=ENGINES, default=["torch"],
+        help="ct2-*: the run exported to CTranslate2 with that weight type (the export extra)",
+    )  # fmt: skip
     train = modes.add_parser("train", help="training throughput and model FLOP utilisation")
     train.add_argument("--config", type=Path, required=True, help="a run config")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -234,9 +269,13 @@ def main() -> None:
         with context.Pool(1) as pool:
             print(json.dumps(pool.apply(measure_train, (args,))), flush=True)
         return
-    for beam in args.beam:
-        with context.Pool(1) as pool:
-            print(json.dumps(pool.apply(measure_decode, (args, beam))), flush=True)
+    with tempfile.TemporaryDirectory() as directory:
+        for engine in args.engine:
+            exported = export_for(args, engine, Path(directory))
+            for beam in args.beam:
+                with context.Pool(1) as pool:
+                    measured = pool.apply(measure_decode, (args, engine, beam, exported))
+                print(json.dumps(measured), flush=True)
 
 
 if __name__ == "__main__":

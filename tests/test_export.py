@@ -3,6 +3,11 @@ model decodes what this project's model decodes, token for token."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from cli_helpers import run_cli, train
 
@@ -86,3 +91,17 @@ def test_attention_types_that_ctranslate2_lacks_are_named(transformer, tmp_path,
     assert "model.attention.type is general" in unexportable(cfg)
     cfg = load_config(transformer / "config.yaml", ["model.self_attention.heads=2"])
     assert "one number of heads" in unexportable(cfg)
+
+
+def test_bench_decodes_with_both_engines_side_by_side(transformer, toy):
+    bench = Path(__file__).resolve().parent.parent / "scripts/bench.py"
+    command = [
+        sys.executable, str(bench), "decode", "--run", str(transformer), "--beam", "1",
+        "--input", str(toy / "data/test.src"), "--ref", str(toy / "data/test.tgt"),
+        "--threads", "1", "--engine", "torch", "ct2-float32",
+    ]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    torch_line, ct2_line = (json.loads(line) for line in out.splitlines())
+    assert (torch_line["engine"], ct2_line["engine"]) == ("torch", "ct2-float32")
+    assert ct2_line["bleu"] == torch_line["bleu"] and ct2_line["sentences"] == 10
+    assert ct2_line["sentences_per_s"] > 0 and ct2_line["peak_rss_mb"] > 0
