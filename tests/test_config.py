@@ -54,6 +54,10 @@ def test_defaults_and_overrides(tmp_path):
             ["attention.heads = 4 must divide hidden_dim = 30"],
         ),
         (
+            "data.test=[a/flickr, b/flickr]",
+            ["two test sets are named flickr (a/flickr, b/flickr)", "rename one"],
+        ),
+        (
             "model.self_attention.type=magic",
             ["model.self_attention.type", "'magic'", "known: bahdanau"],
         ),

@@ -11,6 +11,8 @@ import pytest
 import torch
 from cli_helpers import run_cli, train
 
+from seq2seq.errors import UserError
+
 
 def weights(run, name="last"):
     return torch.load(run / f"checkpoints/{name}.pt", weights_only=True)["model"]
@@ -90,3 +92,16 @@ def test_a_missing_or_bare_parent_is_refused(toy, tmp_path, capsys):
         assert train(toy, tmp_path / "child", f"train.init_from={where}") == 2
         assert fragment in capsys.readouterr().err
     assert not (tmp_path / "child").exists()
+
+
+def test_select_pairs_writes_the_matching_pairs(load_script, tmp_path):
+    select = load_script("select_pairs").select_pairs
+    (tmp_path / "c.de").write_text("ein Hund\neine Katze\nzwei Hunde\n")
+    (tmp_path / "c.en").write_text("a dog\na cat\ntwo dogs\n")
+    assert select(str(tmp_path / "c"), "de", "en", "[Hh]und", tmp_path / "out") == 2
+    assert (tmp_path / "out.de").read_text() == "ein Hund\nzwei Hunde\n"
+    assert (tmp_path / "out.en").read_text() == "a dog\ntwo dogs\n"
+    for pattern, fragment in [("(", "not a regular expression"), ("Maus", "no source line")]:
+        with pytest.raises(UserError, match=fragment):
+            select(str(tmp_path / "c"), "de", "en", pattern, tmp_path / "none")
+    assert not list(tmp_path.glob("none*"))

@@ -4,6 +4,7 @@ and the one home of defaults. Unknown keys, inf and NaN are errors in every sect
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 import yaml
@@ -48,6 +49,20 @@ class DataConfig(Section):
     valid: str = Field(description="prefix of the validation corpus")
     test: list[str] = Field(default_factory=list, description="prefixes scored after training")
     max_len: PositiveInt = Field(100, description="training pairs longer (in pieces) are dropped")
+
+    @field_validator("test")
+    @classmethod
+    def _test_names_differ(cls, prefixes: list[str]) -> list[str]:
+        # Each set's output is test/NAME.TGT and its scores are keyed by NAME.
+        names = [Path(prefix).name for prefix in prefixes]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            clash = [prefix for prefix in prefixes if Path(prefix).name == twice[0]]
+            raise ValueError(
+                f"two test sets are named {twice[0]} ({', '.join(clash)}); their outputs would "
+                "overwrite each other in test/: rename one"
+            )
+        return prefixes
 
 
 class TokenizerConfig(Section):
