@@ -3,10 +3,7 @@ model decodes what this project's model decodes, token for token."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
+import argparse
 
 import pytest
 from cli_helpers import run_cli, train
@@ -93,15 +90,16 @@ def test_attention_types_that_ctranslate2_lacks_are_named(transformer, tmp_path,
     assert "one number of heads" in unexportable(cfg)
 
 
-def test_bench_decodes_with_both_engines_side_by_side(transformer, toy):
-    bench = Path(__file__).resolve().parent.parent / "scripts/bench.py"
-    command = [
-        sys.executable, str(bench), "decode", "--run", str(transformer), "--beam", "1",
-        "--input", str(toy / "data/test.src"), "--ref", str(toy / "data/test.tgt"),
-        "--threads", "1", "--engine", "torch", "ct2-float32",
-    ]  # fmt: skip
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    torch_line, ct2_line = (json.loads(line) for line in out.splitlines())
-    assert (torch_line["engine"], ct2_line["engine"]) == ("torch", "ct2-float32")
-    assert ct2_line["bleu"] == torch_line["bleu"] and ct2_line["sentences"] == 10
-    assert ct2_line["sentences_per_s"] > 0 and ct2_line["peak_rss_mb"] > 0
+def test_bench_decodes_with_both_engines_side_by_side(load_script, transformer, toy, tmp_path):
+    bench = load_script("bench")
+    args = argparse.Namespace(
+        run=transformer, checkpoint="best", input=toy / "data/test.src",
+        ref=toy / "data/test.tgt", limit=None, threads=1, batch_tokens=None, length_penalty=None,
+    )  # fmt: skip
+    measured = [
+        bench.measure_decode(args, engine, 1, bench.export_for(args, engine, tmp_path))
+        for engine in ("torch", "ct2-int8")
+    ]
+    assert [m["engine"] for m in measured] == ["torch", "ct2-int8"]
+    assert all(m["sentences"] == 10 and m["sentences_per_s"] > 0 for m in measured)
+    assert (tmp_path / "ct2-int8/model.bin").is_file() and measured[1]["bleu"] >= 0
