@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from seq2seq.data.tokenizer import (
     Tokenizer,
     copy_tokenizer,
     train_tokenizer,
+    trained_settings,
 )
 from seq2seq.data.toy import make_toy_corpus
 from seq2seq.data.training_corpus import tokenize_training_pairs
@@ -199,3 +202,17 @@ def test_unusable_existing_models_are_refused(toy, tmp_path) -> None:
     with pytest.raises(UserError, match="train it with --pad_id=0 --unk_id=1 --bos_id=2"):
         copy_tokenizer(TokenizerConfig(model=str(tmp_path / "theirs.model")), tmp_path / "t")
     assert not (tmp_path / "t").exists()
+
+
+def test_settings_recorded_before_a_field_existed_still_match(joint, tmp_path) -> None:
+    """A tokenizer.json from before `tokenizer.model` existed lacks it: still the same."""
+    _, directory = joint
+    old = tmp_path / "old"
+    shutil.copytree(directory, old)
+    settings = json.loads((old / "tokenizer.json").read_text())
+    del settings["model"]
+    (old / "tokenizer.json").write_text(json.dumps(settings))
+    cfg = TokenizerConfig(model_type="bpe", vocab_size=120, joint=True)
+    assert trained_settings(old) == cfg.model_dump()
+    (old / "tokenizer.json").write_text(json.dumps({**settings, "vocab_size": 7}))
+    assert trained_settings(old) != cfg.model_dump()

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import sentencepiece as spm
+from pydantic import ValidationError
 
 from seq2seq.config import TokenizerConfig
 from seq2seq.errors import UserError
@@ -233,10 +234,15 @@ def copy_tokenizer(cfg: TokenizerConfig, directory: Path) -> Tokenizer:
 
 
 def trained_settings(directory: Path) -> dict | None:
-    """The tokenizer config the models in `directory` were trained with (None: not
-    recorded, as in tokenizers made before it was)."""
+    """The tokenizer config the models in `directory` were made with, fields added to the
+    config since then at their defaults (None: not recorded, as in tokenizers made before
+    it was; a record that no longer validates is returned as it is, and differs)."""
     path = Path(directory) / SETTINGS
     try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        recorded = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     except (OSError, ValueError):
         return None
+    try:
+        return TokenizerConfig.model_validate(recorded).model_dump()
+    except ValidationError:
+        return recorded
