@@ -104,6 +104,8 @@ def test_select_pairs_writes_the_matching_pairs(load_script, tmp_path):
     assert select(str(tmp_path / "c"), "de", "en", "[Hh]und", tmp_path / "out") == 2
     assert (tmp_path / "out.de").read_text() == "ein Hund\nzwei Hunde\n"
     assert (tmp_path / "out.en").read_text() == "a dog\ntwo dogs\n"
+    assert select(str(tmp_path / "c"), "de", "en", "[Hh]und", tmp_path / "rest", invert=True) == 1
+    assert (tmp_path / "rest.en").read_text() == "a cat\n"
     for pattern, fragment in [("(", "not a regular expression"), ("Maus", "no source line")]:
         with pytest.raises(UserError, match=fragment):
             select(str(tmp_path / "c"), "de", "en", pattern, tmp_path / "none")
