@@ -191,8 +191,12 @@ def measure_train(args: argparse.Namespace) -> dict:
         trainer = build_trainer(cfg, run, World())
         trainer.model.train()
         data = trainer.data.train
-        batches = [b for epoch in range(cfg.train.max_epochs) for b in data.epoch(epoch)]
         needed = args.warmup + args.steps + (args.profile and PROFILED_STEPS)
+        batches: list[list[int]] = []
+        for epoch in range(cfg.train.max_epochs):  # only as many epochs as it takes
+            if len(batches) >= needed:
+                break
+            batches += data.epoch(epoch)
         if len(batches) < needed:
             raise SystemExit(f"the corpus gives {len(batches)} batches; {needed} needed")
         for indices in batches[: args.warmup]:
