@@ -267,7 +267,7 @@ def test_a_leftover_tokenizer_of_other_settings_is_replaced(toy, tmp_path):
     shutil.copytree(first / "tokenizer", second / "tokenizer")  # as a crashed start leaves it
     assert train(toy, second, "train.max_steps=1", "tokenizer.vocab_size=100") == 0
     log = (second / "train.log").read_text()
-    assert "was trained with other settings" in log
+    assert "was made with other settings" in log
     settings = json.loads((second / "tokenizer/tokenizer.json").read_text())
     assert settings["vocab_size"] == 100
 
