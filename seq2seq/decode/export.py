@@ -21,13 +21,13 @@ from pathlib import Path
 
 import torch
 
-from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
+from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config
-from seq2seq.data.tokenizer import PAD_ID, Tokenizer
-from seq2seq.decode.translate import check_tokenizer, max_source_pieces
+from seq2seq.data.id_cache import CACHE_DIR
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decode.translate import load_trained_model, max_source_pieces
 from seq2seq.errors import UserError
 from seq2seq.files import publish_directory
-from seq2seq.models import build_model
 from seq2seq.models.transformer import TransformerSeq2Seq, sinusoids
 
 QUANTIZATIONS = ("float32", "int16", "int8")
@@ -63,8 +63,7 @@ def export_ctranslate2(
     import ctranslate2  # noqa: F401  (the optional extra: fail here, before any work)
 
     run = RunDir(Path(run_dir))
-    cfg = run.load_config()
-    problem = unexportable(cfg)
+    problem = unexportable(run.load_config())
     if problem is not None:
         raise UserError(f"{run.root} cannot be exported: {problem}")
     if quantization not in QUANTIZATIONS:
@@ -73,8 +72,7 @@ def export_ctranslate2(
         )
     if Path(output).exists():
         raise UserError(f"{output} exists; pass a new --output directory")
-    tokenizer = Tokenizer.load(run.tokenizer)
-    model = _load_model(cfg, run, checkpoint, tokenizer)
+    cfg, tokenizer, model = load_trained_model(run, checkpoint)
     spec = _spec(model, cfg, tokenizer)
     settings = {"decode": cfg.decode.model_dump(), "max_source": max_source_pieces(cfg)}
 
@@ -83,22 +81,11 @@ def export_ctranslate2(
         spec.validate()
         spec.optimize(quantization=quantization)
         spec.save(str(tmp))
-        shutil.copytree(run.tokenizer, tmp / TOKENIZER, ignore=shutil.ignore_patterns("ids"))
+        shutil.copytree(run.tokenizer, tmp / TOKENIZER, ignore=shutil.ignore_patterns(CACHE_DIR))
         (tmp / SETTINGS).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(_readme(run, quantization), encoding="utf-8")
 
     publish_directory(Path(output), write)
-
-
-def _load_model(
-    cfg: Config, run: RunDir, checkpoint: str, tokenizer: Tokenizer
-) -> TransformerSeq2Seq:
-    path = run.resolve_checkpoint(checkpoint)
-    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
-    state = load_checkpoint(path)
-    check_tokenizer(state, tokenizer, path, run)
-    load_model_weights(model, state, cfg.model, path)
-    return model.eval()
 
 
 def _spec(model: TransformerSeq2Seq, cfg: Config, tokenizer: Tokenizer):

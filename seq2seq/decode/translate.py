@@ -52,6 +52,20 @@ def check_tokenizer(state: dict, tokenizer: Tokenizer, path: Path, run: RunDir) 
         )
 
 
+def load_trained_model(run: RunDir, checkpoint: str = "best") -> tuple[Config, Tokenizer, Seq2Seq]:
+    """A run's config, its tokenizer and the model of one of its checkpoints (best, last,
+    step-N or a .pt file), on the CPU in eval mode; a checkpoint that does not fit the
+    config or the tokenizer is a `UserError`."""
+    cfg = run.load_config()
+    path = run.resolve_checkpoint(checkpoint)
+    tokenizer = Tokenizer.load(run.tokenizer)
+    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
+    state = load_checkpoint(path)
+    check_tokenizer(state, tokenizer, path, run)
+    load_model_weights(model, state, cfg.model, path)
+    return cfg, tokenizer, model.eval()
+
+
 @dataclass
 class AttentionMap:
     src_pieces: list[str]  # source pieces and </s>
@@ -176,14 +190,7 @@ class Translator(LineTranslator):
         for every call (beam, length_penalty, min_len, max_len_ratio, max_len_offset,
         batch_tokens); a field given None keeps the run's value.
         """
-        run = RunDir(Path(run_dir))
-        cfg = run.load_config()
-        path = run.resolve_checkpoint(checkpoint)
-        tokenizer = Tokenizer.load(run.tokenizer)
-        model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
-        state = load_checkpoint(path)
-        check_tokenizer(state, tokenizer, path, run)
-        load_model_weights(model, state, cfg.model, path)
+        cfg, tokenizer, model = load_trained_model(RunDir(Path(run_dir)), checkpoint)
         decode_cfg = decode_options(cfg.decode, decode)
         target = pick_device(device or cfg.train.device)
         return cls(model, tokenizer, decode_cfg, target, max_source_pieces(cfg))
