@@ -80,7 +80,8 @@ def bar_figure(
     figure, axes = plt.subplots(figsize=(max(4.0, 1.0 + 0.9 * len(labels)), 4.0))
     for i, (name, (means, errors)) in enumerate(series.items()):
         offsets = [x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))]
-        axes.bar(offsets, means, width, yerr=errors, capsize=4, label=name)
+        bars = {"yerr": errors, "capsize": 4} if any(errors) else {}  # no caps on 0 bars
+        axes.bar(offsets, means, width, label=name, **bars)
     axes.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
     axes.set_ylabel(ylabel)
     if len(series) > 1:
