@@ -163,10 +163,7 @@ def export(
     multi-head scaled dot-product (translate with it: --engine ctranslate2)."""
     from seq2seq.decode.export import export_ctranslate2
 
-    try:
-        export_ctranslate2(run, output, quantization.value, checkpoint)
-    except ImportError:
-        raise UserError("export needs the export extra: pip install -e '.[export]'") from None
+    export_ctranslate2(run, output, quantization.value, checkpoint)
     print(f"exported {run} to {output} ({quantization.value})", file=sys.stderr)
 
 

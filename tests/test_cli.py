@@ -219,3 +219,17 @@ def test_a_terminal_gets_each_translation_as_soon_as_its_line_is_typed(trained, 
     finally:
         process.kill()
         os.close(leader)
+
+
+def test_export_and_its_engine_without_the_extra_are_one_line(
+    trained, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import ctranslate2 fails
+    for args in (
+        ("export", "--run", trained, "--output", tmp_path / "out"),
+        ("translate", "--engine", "ctranslate2", "--run", tmp_path, "-i", tmp_path / "x"),
+    ):
+        assert run_cli(*args) == 2
+        err = capsys.readouterr().err.strip()
+        assert "pip install -e '.[export]'" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()

@@ -19,7 +19,7 @@ import torch
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decode.export import SETTINGS, TOKENIZER
+from seq2seq.decode.export import SETTINGS, TOKENIZER, require_ctranslate2
 from seq2seq.decode.search import Hypothesis, output_limits
 from seq2seq.decode.translate import LineTranslator, decode_options
 from seq2seq.errors import UserError
@@ -40,12 +40,9 @@ class CTranslate2Translator(LineTranslator):
     ) -> CTranslate2Translator:
         """The exported model in `directory` on `device` (cpu, cuda or auto) with `threads`
         threads per translation (0: CTranslate2's default); `decode` as `Translator.load`."""
-        try:
-            import ctranslate2
-        except ImportError:
-            raise UserError(
-                "the ctranslate2 engine needs the export extra: pip install -e '.[export]'"
-            ) from None
+        require_ctranslate2()
+        import ctranslate2
+
         directory = Path(directory)
         try:
             settings = json.loads((directory / SETTINGS).read_text(encoding="utf-8"))

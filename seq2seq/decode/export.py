@@ -36,6 +36,16 @@ TOKENIZER = "tokenizer"
 _MULTI_HEAD_DOT = ("multihead", "scaled-dot")
 
 
+def require_ctranslate2() -> None:
+    """Fail with the fix before any work when the optional extra is not installed."""
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        raise UserError(
+            "CTranslate2 is not installed: pip install -e '.[export]' (make install does)"
+        ) from None
+
+
 def unexportable(cfg: Config) -> str | None:
     """Why CTranslate2 cannot run this model (the field and its value), or None."""
     model = cfg.model
@@ -60,8 +70,7 @@ def export_ctranslate2(
     run_dir: Path, output: Path, quantization: str = "float32", checkpoint: str = "best"
 ) -> None:
     """Write the CTranslate2 model of a run's checkpoint to `output` (a new directory)."""
-    import ctranslate2  # noqa: F401  (the optional extra: fail here, before any work)
-
+    require_ctranslate2()
     run = RunDir(Path(run_dir))
     problem = unexportable(run.load_config())
     if problem is not None:
