@@ -73,9 +73,10 @@ def _write_meta(run: RunDir, resumed: bool, world: World, parent: Parent | None)
 
 def _read_meta(run: RunDir) -> dict:
     try:
-        return json.loads(run.meta.read_text(encoding="utf-8"))
+        meta = json.loads(run.meta.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}  # none yet, or unreadable: it is rewritten
+    return meta if isinstance(meta, dict) else {}
 
 
 def _check_same_run(run: RunDir, cfg: Config) -> None:
