@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test test-browser lint clean
 
 install: $(STAMP)
 
@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,export]'
+	$(BIN)/pip install --quiet -e '.[dev,export,serve,browser]'
 	touch $(STAMP)
 
 demo: install
@@ -22,9 +22,15 @@ demo: install
 test: install
 	$(BIN)/pytest
 
+# The page of `seq2seq serve` in headless Chromium (Debian's package; root or sudo installs it).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+test-browser: install
+	command -v chromium >/dev/null || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
+	$(BIN)/pytest -rs tests/test_serve_browser.py
+
 lint: install
 	$(BIN)/ruff check seq2seq tests scripts
 	$(BIN)/ruff format --check seq2seq tests scripts
 
 clean:
-	rm -rf $(VENV) runs data/toy
+	rm -rf $(VENV) runs data/toy test-artifacts

@@ -258,6 +258,51 @@ def plot_attention(
     print(f"attention heatmap written to {output}", file=sys.stderr)
 
 
+class Device(str, enum.Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+@app.command()
+def serve(
+    run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
+    checkpoint: Annotated[str, typer.Option(help="best, last, step-N or a .pt file")] = "best",
+    host: Annotated[
+        str, typer.Option(help="the address to listen on; 0.0.0.0 opens it to the network")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="0: any free port")] = 8000,
+    device: Annotated[Device | None, typer.Option(help="default: the run's train.device")] = None,
+    max_lines: Annotated[int, typer.Option(min=1, help="lines per request")] = 64,
+    max_chars: Annotated[int, typer.Option(min=1, help="characters per line")] = 2000,
+    timeout: Annotated[
+        float, typer.Option(min=0.1, help="seconds a request may take, queueing included")
+    ] = 60.0,
+    max_queue: Annotated[
+        int, typer.Option(min=1, help="requests that may wait; more get 503")
+    ] = 256,
+    batch_lines: Annotated[int, typer.Option(min=1, help="lines decoded together at most")] = 64,
+    batch_wait_ms: Annotated[
+        float, typer.Option(min=0.0, help="how long a batch waits for more requests")
+    ] = 10.0,
+) -> None:
+    """Serve the model over HTTP: POST /translate, GET /health, GET /info, and a page at /
+    that translates what you type and draws its attention. Stop with Ctrl-C or SIGTERM:
+    requests in flight finish first."""
+    from seq2seq.serve.schema import ServeLimits
+    from seq2seq.serve.server import serve as run_server
+
+    limits = ServeLimits(
+        max_lines=max_lines,
+        max_chars=max_chars,
+        timeout=timeout,
+        max_queue=max_queue,
+        batch_lines=batch_lines,
+        batch_wait=batch_wait_ms / 1000,
+    )
+    run_server(run, checkpoint, host, port, device.value if device else None, limits)
+
+
 sweep_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 app.add_typer(sweep_app, name="sweep")
 

@@ -81,7 +81,8 @@ def export_ctranslate2(
         )
     if Path(output).exists():
         raise UserError(f"{output} exists; pass a new --output directory")
-    cfg, tokenizer, model = load_trained_model(run, checkpoint)
+    origin, tokenizer, model = load_trained_model(run, checkpoint)
+    cfg = origin.config
     spec = _spec(model, cfg, tokenizer)
     settings = {"decode": cfg.decode.model_dump(), "max_source": max_source_pieces(cfg)}
 

@@ -52,10 +52,20 @@ def check_tokenizer(state: dict, tokenizer: Tokenizer, path: Path, run: RunDir) 
         )
 
 
-def load_trained_model(run: RunDir, checkpoint: str = "best") -> tuple[Config, Tokenizer, Seq2Seq]:
-    """A run's config, its tokenizer and the model of one of its checkpoints (best, last,
-    step-N or a .pt file), on the CPU in eval mode; a checkpoint that does not fit the
-    config or the tokenizer is a `UserError`."""
+@dataclass(frozen=True)
+class Origin:
+    """Where a loaded model comes from."""
+
+    run: Path
+    config: Config
+    checkpoint: Path
+    step: int | None  # the training step the checkpoint saved (None: not recorded)
+
+
+def load_trained_model(run: RunDir, checkpoint: str = "best") -> tuple[Origin, Tokenizer, Seq2Seq]:
+    """A run's config and checkpoint, its tokenizer and the model of one of its checkpoints
+    (best, last, step-N or a .pt file), on the CPU in eval mode; a checkpoint that does not
+    fit the config or the tokenizer is a `UserError`."""
     cfg = run.load_config()
     path = run.resolve_checkpoint(checkpoint)
     tokenizer = Tokenizer.load(run.tokenizer)
@@ -63,7 +73,9 @@ def load_trained_model(run: RunDir, checkpoint: str = "best") -> tuple[Config, T
     state = load_checkpoint(path)
     check_tokenizer(state, tokenizer, path, run)
     load_model_weights(model, state, cfg.model, path)
-    return cfg, tokenizer, model.eval()
+    step = state.get("step") if isinstance(state, dict) else None
+    origin = Origin(run.root, cfg, path, step if isinstance(step, int) else None)
+    return origin, tokenizer, model.eval()
 
 
 @dataclass
@@ -170,10 +182,12 @@ class Translator(LineTranslator):
         decode: DecodeConfig,
         device: torch.device,
         max_source: int | None = None,
+        origin: Origin | None = None,
     ) -> None:
         super().__init__(tokenizer, decode, max_source)
         self.model = model.to(device).eval()
         self.device = device
+        self.origin = origin  # set by `load`: the run and checkpoint the model comes from
 
     @classmethod
     def load(
@@ -190,10 +204,11 @@ class Translator(LineTranslator):
         for every call (beam, length_penalty, min_len, max_len_ratio, max_len_offset,
         batch_tokens); a field given None keeps the run's value.
         """
-        cfg, tokenizer, model = load_trained_model(RunDir(Path(run_dir)), checkpoint)
+        origin, tokenizer, model = load_trained_model(RunDir(Path(run_dir)), checkpoint)
+        cfg = origin.config
         decode_cfg = decode_options(cfg.decode, decode)
         target = pick_device(device or cfg.train.device)
-        return cls(model, tokenizer, decode_cfg, target, max_source_pieces(cfg))
+        return cls(model, tokenizer, decode_cfg, target, max_source_pieces(cfg), origin)
 
     def hypotheses(
         self, lines: list[str], *, nbest: int = 1, **decode: Any

@@ -1,0 +1,1 @@
+"""`seq2seq serve`: the HTTP API and the page that shows attention."""

@@ -1,0 +1,128 @@
+"""Micro-batching: requests that arrive together are decoded together.
+
+Beam search over 16 sentences costs far less than 16 searches over one (the matrix
+products get wider, the per-step overhead is paid once), so the server does not decode a
+request as soon as it arrives. A request waits in a bounded queue; one worker takes the
+oldest, keeps taking whatever else arrives within `max_wait` seconds up to `max_lines`
+lines, and decodes the lines of requests with equal search options in one call, in a
+thread of its own so that the event loop keeps answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# lines, beam, nbest -> for each line, its hypotheses; called in the worker thread
+Search = Callable[[list[str], int, int], list[list[Any]]]
+
+
+class QueueFull(Exception):
+    """More requests wait than the queue holds."""
+
+
+class ShuttingDown(Exception):
+    """The server is stopping and takes no new requests."""
+
+
+@dataclass
+class _Job:
+    lines: list[str]
+    beam: int
+    nbest: int
+    done: asyncio.Future = field(repr=False)
+
+    @property
+    def options(self) -> tuple[int, int]:
+        return self.beam, self.nbest
+
+
+class MicroBatcher:
+    """Collects requests into batches and decodes them with `search` in one thread."""
+
+    def __init__(self, search: Search, max_lines: int, max_wait: float, max_queue: int) -> None:
+        self.search = search
+        self.max_lines = max_lines
+        self.max_wait = max_wait
+        self.queue: asyncio.Queue[_Job] = asyncio.Queue(max_queue)
+        self.batches = 0  # decoded so far: for /health and tests
+        self.closing = False
+        self._worker: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._worker = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Refuse new requests, finish those queued, then stop the worker."""
+        self.closing = True
+        if self._worker is not None:
+            await self.queue.join()
+            self._worker.cancel()
+
+    async def translate(self, lines: list[str], beam: int, nbest: int) -> list[list[Any]]:
+        """The hypotheses of each line, once a batch that holds them is decoded."""
+        if self.closing:
+            raise ShuttingDown
+        job = _Job(lines, beam, nbest, asyncio.get_running_loop().create_future())
+        try:
+            self.queue.put_nowait(job)
+        except asyncio.QueueFull:
+            raise QueueFull from None
+        return await job.done
+
+    async def _run(self) -> None:
+        while True:
+            jobs = await self._collect()
+            try:
+                for options in dict.fromkeys(job.options for job in jobs):
+                    await self._decode([job for job in jobs if job.options == options])
+            finally:
+                for _ in jobs:
+                    self.queue.task_done()
+
+    async def _collect(self) -> list[_Job]:
+        """The oldest job and those that come within `max_wait` of it, up to `max_lines`
+        lines (one job larger than that goes alone)."""
+        jobs = [await self.queue.get()]
+        lines = len(jobs[0].lines)
+        deadline = time.monotonic() + self.max_wait
+        while lines < self.max_lines:
+            try:
+                job = self.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    job = await asyncio.wait_for(self.queue.get(), left)
+                except asyncio.TimeoutError:
+                    break
+            jobs.append(job)
+            lines += len(job.lines)
+        return jobs
+
+    async def _decode(self, jobs: list[_Job]) -> None:
+        """One search over the lines of jobs with equal options; each job gets its share,
+        or the search's exception."""
+        jobs = [job for job in jobs if not job.done.done()]  # timed out while queued
+        if not jobs:
+            return
+        lines = [line for job in jobs for line in job.lines]
+        beam, nbest = jobs[0].options
+        try:
+            found = await asyncio.to_thread(self.search, lines, beam, nbest)
+        except Exception as error:  # every request of the batch gets the search's error
+            for job in jobs:
+                if not job.done.done():
+                    job.done.set_exception(error)
+            return
+        self.batches += 1
+        start = 0
+        for job in jobs:
+            share = found[start : start + len(job.lines)]
+            start += len(job.lines)
+            if not job.done.done():
+                job.done.set_result(share)

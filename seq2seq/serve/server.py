@@ -1,0 +1,108 @@
+"""Loading a run and serving it with uvicorn until SIGTERM or SIGINT.
+
+uvicorn stops gracefully on either signal: it closes the listening socket (new connections
+are refused), lets requests in flight finish (up to the request timeout), then runs the
+app's shutdown, which drains the batch queue.
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+import sys
+from dataclasses import asdict
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from seq2seq.decode.translate import Translator
+from seq2seq.errors import UserError
+from seq2seq.serve.schema import ServeLimits
+
+
+def require_server() -> None:
+    """Refuse in one line where the `serve` extra is not installed."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise UserError(
+            "seq2seq serve needs FastAPI and uvicorn: pip install -e '.[serve]' (make install does)"
+        ) from None
+
+
+def model_info(translator: Translator, limits: ServeLimits) -> dict[str, Any]:
+    """What `GET /info` says: the model, its languages and checkpoint, the decoding
+    defaults, the limits and the versions of what computes it."""
+    origin = translator.origin
+    cfg = origin.config
+    model = cfg.model
+    attention = {"type": model.attention.type, "heads": model.heads(model.attention)}
+    architecture = {
+        "arch": model.arch,
+        "attention": attention,
+        "embed_dim": model.embed_dim,
+        "hidden_dim": model.hidden_dim,
+        "encoder_layers": model.encoder_layers,
+        "decoder_layers": model.decoder_layers,
+        "parameters": sum(p.numel() for p in translator.model.parameters()),
+    }
+    if model.arch == "transformer":
+        section = model.self_attention
+        architecture["self_attention"] = {"type": section.type, "heads": model.heads(section)}
+    return {
+        "run": cfg.name,
+        "languages": {"source": cfg.data.src, "target": cfg.data.tgt},
+        "model": architecture,
+        "checkpoint": {"name": origin.checkpoint.stem, "step": origin.step},
+        "decode": translator.decode.model_dump(),
+        "max_source_pieces": translator.max_source,
+        "limits": asdict(limits) | {"max_body": limits.max_body},
+        "device": str(translator.device),
+        "versions": {name: version(name) for name in ("seq2seq", "torch", "fastapi", "uvicorn")}
+        | {"python": platform.python_version()},
+    }
+
+
+def serve(
+    run: Path,
+    checkpoint: str,
+    host: str,
+    port: int,
+    device: str | None,
+    limits: ServeLimits,
+) -> None:
+    """Serve a run's model at http://HOST:PORT/ until SIGTERM or SIGINT."""
+    require_server()
+    import uvicorn
+
+    from seq2seq.serve.app import create_app
+
+    listener = listen(host, port)  # before loading: a port in use is found at once
+    translator = Translator.load(run, checkpoint, device)
+    app = create_app(translator, model_info(translator, limits), limits)
+    config = uvicorn.Config(app, timeout_graceful_shutdown=int(limits.timeout) + 5)
+    address = listener.getsockname()
+    where = f"[{address[0]}]" if listener.family == socket.AF_INET6 else address[0]
+    print(f"serving {run} at http://{where}:{address[1]}/ (Ctrl-C stops)", file=sys.stderr)
+    uvicorn.Server(config).run(sockets=[listener])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to HOST:PORT (port 0: a free one), or one line saying why not."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as error:
+        raise UserError(
+            f"--host {host}: {error.strerror or error}; pass an address of this machine"
+        ) from None
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        listener.close()
+        raise UserError(
+            f"cannot listen on {host}:{port} ({error.strerror}); pass another --port or --host"
+        ) from None
+    return listener

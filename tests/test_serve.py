@@ -1,0 +1,263 @@
+"""`seq2seq serve`: the HTTP API in process (every endpoint, limit and malformed input), and
+the real server on 127.0.0.1 (concurrent clients, graceful stop on SIGTERM)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from cli_helpers import run_cli
+from serve_helpers import start_server
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
+pytest.importorskip("httpx2", reason="the serve extra is not installed: pip install -e '.[serve]'")
+import httpx2  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+
+from seq2seq.config import ModelConfig  # noqa: E402
+from seq2seq.data.tokenizer import PAD_ID  # noqa: E402
+from seq2seq.decode.translate import Translator  # noqa: E402
+from seq2seq.models import build_model  # noqa: E402
+from seq2seq.serve.app import create_app  # noqa: E402
+from seq2seq.serve.schema import ServeLimits  # noqa: E402
+from seq2seq.serve.server import model_info  # noqa: E402
+
+LINES = ["boka mimi toto tape podo", "", "toto", "mimi tape podo boka"]
+
+
+def client_of(translator: Translator, **limits) -> TestClient:
+    settings = ServeLimits(**limits)
+    return TestClient(create_app(translator, model_info(translator, settings), settings))
+
+
+@pytest.fixture(scope="module")
+def translator(trained) -> Translator:
+    return Translator.load(trained)
+
+
+@pytest.fixture(scope="module")
+def client(translator):
+    with client_of(translator, max_lines=8, max_chars=100, max_beam=6) as client:
+        yield client
+
+
+def test_translations_come_back_in_input_order_as_the_translator_gives_them(client, translator):
+    answer = client.post("/translate", json={"text": LINES, "beam": 3})
+    assert answer.status_code == 200
+    body = answer.json()
+    assert [line["text"] for line in body["translations"]] == translator.translate(LINES, beam=3)
+    assert body["beam"] == 3 and body["translations"][1] == {
+        "text": "", "truncated": False, "hypotheses": [],
+    }  # fmt: skip
+    assert body["translations"][0]["hypotheses"][0]["attention"] is None  # not asked for
+
+
+def test_nbest_gives_sorted_scored_hypotheses_and_the_run_beam_by_default(client, translator):
+    body = client.post("/translate", json={"text": LINES, "nbest": 3}).json()
+    expected = translator.hypotheses(LINES, nbest=3)
+    assert body["beam"] == translator.decode.beam
+    for line, found in zip(body["translations"], expected, strict=True):
+        assert [h["text"] for h in line["hypotheses"]] == [t.text for t in found]
+        scores = [h["score"] for h in line["hypotheses"]]
+        assert scores == sorted(scores, reverse=True)
+        assert scores == pytest.approx([t.score for t in found], abs=1e-4)
+
+
+def test_attention_comes_with_the_pieces_that_label_it(client, translator):
+    body = client.post("/translate", json={"text": LINES[:1], "attention": True}).json()
+    attention = body["translations"][0]["hypotheses"][0]["attention"]
+    best = translator.hypotheses(LINES[:1])[0][0]
+    pieces = translator.tokenizer.src_pieces(LINES[0])
+    assert attention["source"] == [*pieces, "</s>"] and attention["heads"] is None
+    assert len(attention["target"]) == len(best.tokens) + 1 and attention["target"][-1] == "</s>"
+    weights = torch.tensor(attention["weights"])
+    assert weights.shape == (len(attention["target"]), len(attention["source"]))
+    torch.testing.assert_close(weights, best.attention, atol=1e-4, rtol=0)
+
+
+def test_multi_head_attention_comes_per_head(trained, translator):
+    cfg = ModelConfig(arch="transformer", embed_dim=16, hidden_dim=16, ff_dim=32,
+                      attention={"type": "multihead", "heads": 2})  # fmt: skip
+    tokenizer = translator.tokenizer
+    model = build_model(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
+    transformer = Translator(model, tokenizer, translator.decode, torch.device("cpu"), 30,
+                             translator.origin)  # fmt: skip
+    with client_of(transformer) as client:
+        body = client.post("/translate", json={"text": LINES[:1], "attention": True}).json()
+    attention = body["translations"][0]["hypotheses"][0]["attention"]
+    weights = torch.tensor(attention["weights"])
+    assert attention["heads"] == 2
+    assert weights.shape == (len(attention["target"]), 2, len(attention["source"]))
+    torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:2]), atol=1e-3, rtol=0)
+
+
+def test_health_info_and_the_page(client, translator):
+    assert client.get("/health").json()["status"] == "ok"
+    info = client.get("/info").json()
+    assert info["languages"] == {"source": "src", "target": "tgt"}
+    assert info["model"]["attention"] == {"type": "bahdanau", "heads": 1}
+    assert info["model"]["parameters"] == sum(p.numel() for p in translator.model.parameters())
+    assert info["checkpoint"]["name"] == "best" and info["checkpoint"]["step"] > 0
+    assert set(info["versions"]) >= {"seq2seq", "torch", "fastapi", "uvicorn", "python"}
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    # Self-contained: nothing is fetched from elsewhere (the SVG namespace is a name only).
+    assert not re.search(r"(src|href)\s*=|<link|@import|url\(", page.text)
+    assert set(re.findall(r"https?://[^\s\"'`]+", page.text)) == {"http://www.w3.org/2000/svg"}
+
+
+@pytest.mark.parametrize(
+    "body, status, fragment",
+    [
+        ({"text": ["toto"] * 9}, 413, "9 lines in one request; send at most 8"),
+        ({"text": ["toto", "a" * 101]}, 413, "text.1 has 101 characters"),
+        ({"text": ["toto"], "beam": 7}, 422, "beam: 7 is wider than this server allows (6)"),
+        ({"text": ["toto"], "beam": 2, "nbest": 3}, 422, "nbest: 3 needs a beam at least"),
+        ({"text": ["toto"], "beam": 0}, 422, "beam: Input should be greater than or equal to 1"),
+        ({"text": ["toto"], "beam": "5"}, 422, "beam: Input should be a valid integer"),
+        ({"text": ["toto"], "attention": "yes"}, 422, "attention: Input should be a valid bool"),
+        ({"text": "toto"}, 422, "text: Input should be a valid list"),
+        ({"text": ["toto", 5]}, 422, "text.1: Input should be a valid string"),
+        ({"text": []}, 422, "text: List should have at least 1 item"),
+        ({}, 422, "text: Field required"),
+        ({"text": ["toto"], "run": "/etc"}, 422, "unknown field 'run'; allowed: text, beam"),
+        (["toto"], 422, "Input should be a valid dictionary"),
+    ],
+)
+def test_bad_requests_get_one_line_naming_the_field(client, body, status, fragment):
+    answer = client.post("/translate", json=body)
+    assert answer.status_code == status
+    assert fragment in answer.json()["error"] and "\n" not in answer.json()["error"]
+
+
+def test_malformed_json_and_wrong_routes_are_json_errors(client):
+    answer = client.post("/translate", content=b'{"text": [', headers=JSON)
+    assert answer.status_code == 422 and "not valid JSON" in answer.json()["error"]
+    assert client.get("/translate").status_code == 405
+    assert client.get("/nothing").json() == {"error": "Not Found"}
+
+
+JSON = {"content-type": "application/json"}
+
+
+def test_a_body_over_the_limit_is_refused_whether_declared_or_streamed(client):
+    limit = ServeLimits(max_lines=8, max_chars=100).max_body
+    padded = b'{"text": ["toto"]' + b" " * limit + b"}"
+    declared = client.post("/translate", content=padded, headers=JSON)
+    streamed = client.post("/translate", content=iter([padded[:limit], padded[limit:]]),
+                           headers=JSON)  # fmt: skip
+    for answer in (declared, streamed):
+        assert answer.status_code == 413
+        assert answer.json()["error"] == (
+            f"the request body is over {limit} bytes; send fewer or shorter lines"
+        )
+
+
+class Held:
+    """Makes a translator's searches wait until `release`; `started` once one is waiting."""
+
+    def __init__(self, translator: Translator) -> None:
+        self.gate, self.started = threading.Event(), threading.Event()
+        self.translate = translator.hypotheses
+
+    def __call__(self, lines, **options):
+        self.started.set()
+        self.gate.wait(10)
+        return self.translate(lines, **options)
+
+
+def test_a_full_queue_is_503_and_a_slow_answer_504(trained):
+    translator = Translator.load(trained)
+    held = translator.hypotheses = Held(translator)
+    with client_of(translator, max_queue=1, batch_lines=1, timeout=3) as client:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(client.post, "/translate", json={"text": ["toto"]})
+            assert held.started.wait(5)  # the worker holds the first request
+            second = pool.submit(client.post, "/translate", json={"text": ["boka"]})
+            while client.get("/health").json()["queued"] < 1:
+                time.sleep(0.01)
+            full = client.post("/translate", json={"text": ["mimi"]})
+            assert full.status_code == 503 and "queue is full" in full.json()["error"]
+            held.gate.set()
+            assert first.result().status_code == second.result().status_code == 200
+    held.gate.clear()
+    with client_of(translator, timeout=0.2) as client:
+        late = client.post("/translate", json={"text": ["toto"]})
+        held.gate.set()
+    assert late.status_code == 504 and "no answer within 0.2 s" in late.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def server(trained):
+    process, url = start_server(trained, "--batch-wait-ms", "300")
+    yield url
+    process.terminate()
+    process.wait(30)
+
+
+def test_eight_concurrent_clients_are_answered_correctly_in_shared_batches(server, translator):
+    sentences = [f"{a} {b}" for a in ("boka", "mimi", "toto", "tape") for b in ("podo", "toto")]
+    barrier = threading.Barrier(8)
+
+    def ask(sentence: str) -> str:
+        barrier.wait()
+        answer = httpx2.post(server + "translate", json={"text": [sentence]}, timeout=60)
+        assert answer.status_code == 200
+        return answer.json()["translations"][0]["text"]
+
+    before = httpx2.get(server + "health").json()["batches"]
+    started = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(ask, sentences))
+    assert time.monotonic() - started < 30
+    assert answers == [translator.translate([s])[0] for s in sentences]
+    assert httpx2.get(server + "health").json()["batches"] - before < 8  # some were shared
+
+
+def test_sigterm_lets_the_request_in_flight_finish_and_refuses_new_ones(trained, translator):
+    process, url = start_server(trained, "--batch-wait-ms", "1500")
+    port = int(url.rsplit(":", 1)[1].strip("/"))
+    with ThreadPoolExecutor(1) as pool:
+        in_flight = pool.submit(httpx2.post, url + "translate", json={"text": LINES}, timeout=30)
+        time.sleep(0.5)  # the request waits in its batch for 1.5 s
+        process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except ConnectionRefusedError:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the server still accepts connections after SIGTERM")
+        answer = in_flight.result()
+    assert answer.status_code == 200
+    assert [line["text"] for line in answer.json()["translations"]] == translator.translate(LINES)
+    # uvicorn re-raises the signal once it has stopped, so that a supervisor sees why.
+    assert process.wait(30) == -signal.SIGTERM
+
+
+def test_serve_without_the_extra_a_taken_port_or_a_bad_run_is_one_line(
+    trained, tmp_path, monkeypatch, capsys
+):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert run_cli("serve", "--run", trained, "--port", port) == 2
+        assert f"cannot listen on 127.0.0.1:{port} (Address already in use)" in (
+            capsys.readouterr().err
+        )
+    assert run_cli("serve", "--run", tmp_path / "none", "--port", 0) == 2
+    assert "is not a run directory (no config.yaml)" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn fails
+    assert run_cli("serve", "--run", trained) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pip install -e '.[serve]'" in err and len(err.splitlines()) == 1, err
