@@ -45,22 +45,10 @@ def create_app(translator: LineTranslator, info: dict[str, Any], limits: ServeLi
         yield
         await batcher.stop()
 
-    app = FastAPI(
-        title="seq2seq",
-        version=info["versions"]["seq2seq"],
-        lifespan=lifespan,
-    )
+    app = FastAPI(title="seq2seq", version=info["versions"]["seq2seq"], lifespan=lifespan)
     app.add_middleware(BodyLimit, limit=limits.max_body)
-    app.state.batcher = batcher
+    _answer_errors_as_json(app)
     page = files("seq2seq.serve").joinpath("page.html").read_text(encoding="utf-8")
-
-    @app.exception_handler(RequestValidationError)
-    async def malformed(request: Request, error: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": describe_request_error(error)}, status_code=422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def refused(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": error.detail}, status_code=error.status_code)
 
     @app.get("/", response_class=HTMLResponse)
     async def index() -> str:
@@ -86,6 +74,16 @@ def create_app(translator: LineTranslator, info: dict[str, Any], limits: ServeLi
         return TranslateResponse(translations=lines, beam=beam)
 
     return app
+
+
+def _answer_errors_as_json(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, error: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error": describe_request_error(error)}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def refused(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": error.detail}, status_code=error.status_code)
 
 
 def check_request(request: TranslateRequest, limits: ServeLimits, default_beam: int) -> int:
