@@ -50,6 +50,10 @@ class Load:
         self.sentences = itertools.cycle(sentences)
         self.lock = threading.Lock()
 
+    def batches(self) -> int:
+        """How many batches the server has decoded so far."""
+        return httpx2.get(self.url.removesuffix("translate") + "health").json()["batches"]
+
     def run(self, clients: int, requests: int) -> dict[str, float]:
         latencies: list[float] = []
         left = iter(range(requests))
@@ -66,6 +70,7 @@ class Load:
                     answer.raise_for_status()
                     latencies.append(time.perf_counter() - started)
 
+        batches = self.batches()
         started = time.perf_counter()
         with ThreadPoolExecutor(clients) as pool:
             for done in [pool.submit(client) for _ in range(clients)]:
@@ -75,6 +80,7 @@ class Load:
         return {
             "clients": clients, "requests": requests,
             "sentences_per_s": round(requests / elapsed, 2),
+            "sentences_per_batch": round(requests / (self.batches() - batches), 2),
             "p50_ms": round(cuts[49] * 1000, 1), "p95_ms": round(cuts[94] * 1000, 1),
             "max_ms": round(max(latencies) * 1000, 1),
         }  # fmt: skip

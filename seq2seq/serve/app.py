@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from typing import Any
@@ -31,13 +32,19 @@ from seq2seq.serve.schema import (
 )
 
 
-def create_app(translator: LineTranslator, info: dict[str, Any], limits: ServeLimits) -> FastAPI:
-    """The server of one translator; `info` is what `GET /info` answers."""
+def create_app(
+    translator: LineTranslator,
+    info: dict[str, Any],
+    limits: ServeLimits,
+    decoder: Executor | None = None,
+) -> FastAPI:
+    """The server of one translator; `info` is what `GET /info` answers. `decoder`: the
+    one-thread executor that loaded the translator, to decode in (see `MicroBatcher`)."""
 
     def search(lines: list[str], beam: int, nbest: int) -> list[list[Translation]]:
         return translator.hypotheses(lines, nbest=nbest, beam=beam)
 
-    batcher = MicroBatcher(search, limits.batch_lines, limits.batch_wait, limits.max_queue)
+    batcher = MicroBatcher(search, limits.batch_lines, limits.batch_wait, limits.max_queue, decoder)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import platform
 import socket
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from importlib.metadata import version
 from pathlib import Path
@@ -79,8 +80,9 @@ def serve(
     from seq2seq.serve.app import create_app
 
     listener = listen(host, port)  # before loading: a port in use is found at once
-    translator = Translator.load(run, checkpoint, device)
-    app = create_app(translator, model_info(translator, limits), limits)
+    decoder = ThreadPoolExecutor(1, thread_name_prefix="decode")  # loads and decodes
+    translator = decoder.submit(Translator.load, run, checkpoint, device).result()
+    app = create_app(translator, model_info(translator, limits), limits, decoder)
     config = uvicorn.Config(app, timeout_graceful_shutdown=int(limits.timeout) + 5)
     address = listener.getsockname()
     where = f"[{address[0]}]" if listener.family == socket.AF_INET6 else address[0]
