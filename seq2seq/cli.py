@@ -57,6 +57,37 @@ def train(
     run_training(cfg, run_dir or Path("runs") / cfg.name)
 
 
+@app.command("config")
+def show_config(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML run config; default: none")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="override a field (repeatable), e.g. --set train.max_steps=100"),
+    ] = None,
+    as_markdown: Annotated[
+        bool, typer.Option("--markdown", help="print the reference docs/configuration.md instead")
+    ] = False,
+) -> None:
+    """Print a run config as training would read it: every field, defaults filled in, each
+    commented with its description and allowed values. Without --config: the defaults."""
+    import seq2seq.attention  # noqa: F401  (registers the attention types the schema lists)
+    from seq2seq.config import load_config
+    from seq2seq.config.reference import commented_yaml, markdown
+
+    if as_markdown:
+        if config or overrides:
+            raise UserError("--markdown prints the reference of every field; drop --config/--set")
+        print(markdown(), end="")
+    elif config is None:
+        if overrides:
+            raise UserError("--set changes a config: pass the config too (--config FILE)")
+        print(commented_yaml(), end="")
+    else:
+        print(commented_yaml(load_config(config, overrides or []).to_dict()), end="")
+
+
 class Engine(str, enum.Enum):
     torch = "torch"
     ctranslate2 = "ctranslate2"

@@ -66,11 +66,13 @@ class DataConfig(Section):
 
 
 class TokenizerConfig(Section):
-    type: Literal["sentencepiece"] = "sentencepiece"
-    model_type: Literal["bpe", "unigram"] = "bpe"
-    vocab_size: int = Field(8000, ge=8)
-    joint: bool = True
-    character_coverage: float = Field(1.0, gt=0, le=1)
+    type: Literal["sentencepiece"] = Field("sentencepiece", description="the tokenizer library")
+    model_type: Literal["bpe", "unigram"] = Field("bpe", description="SentencePiece's algorithm")
+    vocab_size: int = Field(8000, ge=8, description="pieces per vocabulary")
+    joint: bool = Field(True, description="one vocabulary for both languages; false: one each")
+    character_coverage: float = Field(
+        1.0, gt=0, le=1, description="share of characters covered; rarer ones become <unk>"
+    )
     model: str | None = Field(
         None,
         description="use this SentencePiece model instead of training one: a .model file (both "
@@ -98,15 +100,30 @@ def _registered_types() -> dict[str, type[AttentionType]]:
     return ATTENTION_TYPES
 
 
+def _content_scores() -> list[str]:
+    """The types local attention may wrap: those that score by content alone."""
+    return sorted(n for n, t in _registered_types().items() if t.content_based)
+
+
 class AttentionConfig(Section):
     """The attention type and its options; a type's unused options must keep their defaults."""
 
-    type: str = Field("bahdanau", description="a registered attention type")
+    type: str = Field(
+        "bahdanau",
+        description="a registered attention type",
+        json_schema_extra=lambda schema: schema.update(enum=sorted(_registered_types())),
+    )
     heads: PositiveInt | None = Field(
-        None, description="H > 1: multi-head over `type`; default 1 (multihead: 4 if it divides)"
+        None,
+        description="heads; H > 1 runs `type` once per head; null: 4 in the transformer, "
+        "else the type's own (multihead: 4 where it divides hidden_dim, the others 1)",
     )
     window: PositiveInt = Field(10, description="local-m/local-p: window half-width D")
-    score: str = Field("general", description="local-m/local-p: the content score they wrap")
+    score: str = Field(
+        "general",
+        description="local-m/local-p: the content score they wrap",
+        json_schema_extra=lambda schema: schema.update(enum=_content_scores()),
+    )
     renormalize: bool = Field(False, description="local-p: rescale Gaussian weights to sum to 1")
     max_source_len: PositiveInt = Field(256, description="location: longest source it scores")
 
@@ -121,7 +138,7 @@ class AttentionConfig(Section):
     @field_validator("score")
     @classmethod
     def _content_score(cls, value: str) -> str:
-        names = sorted(n for n, t in _registered_types().items() if t.content_based)
+        names = _content_scores()
         if value not in names:
             raise ValueError(
                 f"local attention wraps a content score; {value!r} is not one; "
@@ -155,25 +172,26 @@ class ModelConfig(Section):
     """The architecture. `rnn` reads cell/bidirectional; `transformer` reads ff_dim, norm,
     self_attention, and uses hidden_dim as d_model (embed_dim must equal it)."""
 
-    arch: Literal["rnn", "transformer"] = "rnn"
-    cell: Literal["lstm", "gru"] = "lstm"
-    embed_dim: PositiveInt = 256
+    arch: Literal["rnn", "transformer"] = Field("rnn", description="the architecture")
+    cell: Literal["lstm", "gru"] = Field("lstm", description="rnn: the recurrent cell")
+    embed_dim: PositiveInt = Field(256, description="embedding size")
     hidden_dim: PositiveInt = Field(512, description="RNN state size; transformer: d_model")
-    encoder_layers: PositiveInt = 1
-    decoder_layers: PositiveInt = 1
-    bidirectional: bool = True
+    encoder_layers: PositiveInt = Field(1, description="encoder layers")
+    decoder_layers: PositiveInt = Field(1, description="decoder layers")
+    bidirectional: bool = Field(True, description="rnn: a bidirectional encoder")
     ff_dim: PositiveInt = Field(1024, description="transformer: feed-forward inner size")
     norm: Literal["pre", "post"] = Field("pre", description="transformer: layer-norm placement")
-    dropout: float = Field(0.3, ge=0, lt=1)
+    dropout: float = Field(0.3, ge=0, lt=1, description="dropout probability")
     tied_embeddings: bool = Field(False, description="share target embedding and output layer")
     shared_embeddings: bool = Field(
         False, description="one embedding for source and target (needs tokenizer.joint)"
     )
     attention: AttentionConfig = Field(
-        default_factory=AttentionConfig, description="type and options; see README, Attention"
+        default_factory=AttentionConfig, description="the decoder's attention over the source"
     )
     self_attention: AttentionConfig = Field(
-        default_factory=_scaled_dot, description="transformer: encoder/decoder self-attention"
+        default_factory=_scaled_dot,
+        description="transformer: the encoder's and decoder's self-attention",
     )
 
     def heads(self, section: AttentionConfig) -> int:
@@ -219,39 +237,48 @@ _Beta = Annotated[float, Field(ge=0, lt=1)]
 
 
 class OptimizerConfig(Section):
-    name: Literal["adam", "adamw"] = "adam"
-    lr: float = Field(1e-3, gt=0, le=10)
-    betas: tuple[_Beta, _Beta] = (0.9, 0.999)
-    weight_decay: float = Field(0.0, ge=0, le=10)
+    name: Literal["adam", "adamw"] = Field("adam", description="adamw: decoupled weight decay")
+    lr: float = Field(1e-3, gt=0, le=10, description="learning rate (the peak, with warm-up)")
+    betas: tuple[_Beta, _Beta] = Field((0.9, 0.999), description="Adam's moment decay rates")
+    weight_decay: float = Field(0.0, ge=0, le=10, description="L2 penalty (adamw: decoupled)")
 
 
 class ScheduleConfig(Section):
-    type: Literal["constant", "plateau", "inverse_sqrt"] = "constant"
+    type: Literal["constant", "plateau", "inverse_sqrt"] = Field(
+        "constant",
+        description="plateau: cut on a validation plateau; inverse_sqrt: lr / sqrt(step)",
+    )
     warmup_steps: int = Field(0, ge=0, description="linear warm-up from 0 to lr")
     factor: float = Field(0.5, gt=0, lt=1, description="plateau: lr multiplier on a plateau")
     patience: int = Field(2, ge=0, description="plateau: validations without improvement")
-    min_lr: float = Field(1e-6, ge=0, le=10)
+    min_lr: float = Field(1e-6, ge=0, le=10, description="plateau: the lr is not cut below this")
 
 
 class TrainConfig(Section):
     batch_tokens: PositiveInt = Field(4096, description="sentences x longer padded side")
-    max_epochs: PositiveInt = 30
-    max_steps: PositiveInt | None = None
-    max_time: float | None = Field(None, le=366 * 86400, description="wall-clock budget, e.g. 25m")
-    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
-    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    max_epochs: PositiveInt = Field(30, description="budget: passes over the training data")
+    max_steps: PositiveInt | None = Field(None, description="budget: updates; null: no limit")
+    max_time: float | None = Field(
+        None,
+        le=366 * 86400,
+        description="budget: wall-clock seconds, or a duration: 90s, 25m, 1h30m",
+    )
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Adam")
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="the lr schedule")
     clip_grad_norm: float = Field(1.0, ge=0, le=1e6, description="0 disables clipping")
-    label_smoothing: float = Field(0.1, ge=0, lt=1)
-    valid_every: PositiveInt = 500
-    log_every: PositiveInt = 100
-    metric: Literal["bleu", "chrf", "loss"] = "bleu"
+    label_smoothing: float = Field(0.1, ge=0, lt=1, description="of the cross-entropy loss")
+    valid_every: PositiveInt = Field(500, description="updates between validations")
+    log_every: PositiveInt = Field(100, description="updates between log lines")
+    metric: Literal["bleu", "chrf", "loss"] = Field(
+        "bleu", description="what picks the best checkpoint and early stopping"
+    )
     patience: PositiveInt | None = Field(10, description="early stopping, in validations")
-    keep_best: PositiveInt = 3
+    keep_best: PositiveInt = Field(3, description="step-N checkpoints kept, the best by metric")
     max_skipped_updates: PositiveInt = Field(
         10, description="stop after this many non-finite updates in a row"
     )
     threads: PositiveInt | None = Field(None, description="CPU threads; default: all cores")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA if available")
     precision: Literal["fp32", "bf16"] = Field(
         "fp32", description="bf16: autocast the training forward pass (CPU or GPU)"
     )
@@ -278,18 +305,20 @@ class DecodeConfig(Section):
     max_len_ratio: float = Field(
         2.0, gt=0, le=100, description="output limit: ratio x source + offset"
     )
-    max_len_offset: int = Field(10, ge=0, le=10_000)
+    max_len_offset: int = Field(10, ge=0, le=10_000, description="see max_len_ratio")
     batch_tokens: PositiveInt = Field(4000, description="padded source tokens x beam per batch")
 
 
 class Config(Section):
-    name: str = Field("run", pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(
+        "run", pattern=r"^[A-Za-z0-9._-]+$", description="the run's name; default dir runs/NAME"
+    )
     seed: int = Field(1, ge=0, le=2**32 - 1, description="SentencePiece takes 32 bits")
-    data: DataConfig
-    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    decode: DecodeConfig = Field(default_factory=DecodeConfig)
+    data: DataConfig = Field(description="the parallel corpora")
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="SentencePiece")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="the architecture")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="the training loop")
+    decode: DecodeConfig = Field(default_factory=DecodeConfig, description="beam search")
 
     @model_validator(mode="after")
     def _shared_embeddings_need_one_vocabulary(self) -> Config:
