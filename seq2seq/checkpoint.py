@@ -71,6 +71,15 @@ class RunDir:
     def attention(self) -> Path:
         return self.root / "attention"
 
+    def test_hypotheses(self, name: str) -> Path:
+        """test/NAME.hyp, the translation of test set NAME. Runs trained before that name
+        wrote test/NAME.TGT, which is read where it is the one there."""
+        path = self.test / f"{name}.hyp"
+        if path.is_file() or not self.config.is_file():
+            return path
+        older = self.test / f"{name}.{self.load_config().data.tgt}"
+        return older if older.is_file() else path
+
     def load_config(self) -> Config:
         """The run's resolved config (`config.yaml`), as training wrote it."""
         if not self.config.is_file():

@@ -1,12 +1,12 @@
-"""Corpus-level BLEU and chrF with their sacrebleu signatures; paired significance tests;
-BLEU by source length."""
+"""Corpus-level BLEU, chrF and TER with their sacrebleu signatures; paired significance
+tests; BLEU by source length."""
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import asdict, dataclass
 
-from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.significance import PairedTest, Result
 
 from seq2seq.errors import UserError
@@ -16,14 +16,19 @@ from seq2seq.errors import UserError
 class Scores:
     bleu: float
     chrf: float
+    ter: float  # edits per reference word, in percent: lower is better
     signature: str  # BLEU's sacrebleu signature
     chrf_signature: str
+    ter_signature: str
 
     def to_dict(self) -> dict[str, float | str]:
         return asdict(self)
 
     def __str__(self) -> str:
-        return f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  ({self.signature})"
+        return (
+            f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  TER {self.ter:.2f}  "
+            f"({self.signature})"
+        )
 
 
 def _check_aligned(hypotheses: list[str], references: list[str]) -> None:
@@ -37,14 +42,14 @@ def _check_aligned(hypotheses: list[str], references: list[str]) -> None:
 def score_corpus(hypotheses: list[str], references: list[str]) -> Scores:
     """Score detokenized hypotheses against one detokenized reference each."""
     _check_aligned(hypotheses, references)
-    bleu, chrf = BLEU(), CHRF()
-    bleu_score = bleu.corpus_score(hypotheses, [references])
-    chrf_score = chrf.corpus_score(hypotheses, [references])
+    bleu, chrf, ter = BLEU(), CHRF(), TER()
     return Scores(
-        bleu=round(bleu_score.score, 2),
-        chrf=round(chrf_score.score, 2),
+        bleu=round(bleu.corpus_score(hypotheses, [references]).score, 2),
+        chrf=round(chrf.corpus_score(hypotheses, [references]).score, 2),
+        ter=round(ter.corpus_score(hypotheses, [references]).score, 2),
         signature=str(bleu.get_signature()),
         chrf_signature=str(chrf.get_signature()),
+        ter_signature=str(ter.get_signature()),
     )
 
 

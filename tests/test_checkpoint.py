@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from seq2seq.checkpoint import (
     RunDir,
@@ -15,6 +16,8 @@ from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.errors import UserError
 from seq2seq.models import build_model
+
+DATA = {"src": "de", "tgt": "en", "train": "train", "valid": "val"}
 
 
 def test_round_trip_is_exact_and_weights_only(tmp_path):
@@ -139,3 +142,14 @@ def test_average_keeps_the_model_config(tmp_path):
     averaged = average_checkpoints(paths)
     assert averaged["model_config"] == cfg.model_dump(mode="json")
     load_model_weights(small_model()[1], averaged, cfg, paths[0])
+
+
+def test_test_hypotheses_are_test_name_hyp_or_the_older_test_name_tgt(tmp_path):
+    run = RunDir(tmp_path)
+    assert run.test_hypotheses("newstest") == tmp_path / "test/newstest.hyp"  # nothing yet
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"data": DATA}))
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test/newstest.en").write_text("older\n")
+    assert run.test_hypotheses("newstest") == tmp_path / "test/newstest.en"
+    (tmp_path / "test/newstest.hyp").write_text("newer\n")
+    assert run.test_hypotheses("newstest") == tmp_path / "test/newstest.hyp"

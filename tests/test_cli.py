@@ -39,6 +39,7 @@ def test_train_resume_translate_evaluate(toy, tmp_path, capsys):
     scores = json.loads((straight / "test/scores.json").read_text())
     assert set(scores["test"]) >= {"bleu", "chrf", "signature"}
     assert "nrefs:1" in scores["test"]["signature"]
+    assert len((straight / "test/test.hyp").read_text().splitlines()) == 10  # the test set's
 
     source = tmp_path / "in.txt"
     source.write_text("boka mimi\n\n   \ntoto tape podo\n")

@@ -18,8 +18,16 @@ POOR = [" ".join(r.split()[:2]) for r in REFERENCES]
 
 def test_score_corpus_has_signatures():
     scores = score_corpus(REFERENCES, REFERENCES)
-    assert scores.bleu == 100.0 and scores.chrf == 100.0
-    assert "nrefs:1" in scores.signature and "nrefs:1" in scores.chrf_signature
+    assert (scores.bleu, scores.chrf, scores.ter) == (100.0, 100.0, 0.0)
+    assert all("nrefs:1" in s for s in (scores.signature, scores.chrf_signature))
+    assert "nrefs:1" in scores.ter_signature and "case:lc" in scores.ter_signature
+
+
+def test_ter_counts_edits_per_reference_word():
+    # Two of eight words dropped from every line: 2 deletions per 8 reference words.
+    cut = [" ".join(r.split()[:6]) for r in REFERENCES]
+    assert score_corpus(cut, REFERENCES).ter == 25.0
+    assert score_corpus(POOR, REFERENCES).ter == 75.0
 
 
 def test_paired_bootstrap_is_sacrebleus():

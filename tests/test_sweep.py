@@ -193,7 +193,7 @@ def hand_made_run(root: Path, run, scores: dict, hypotheses: list[str], validati
     path = root / "runs" / run.name
     (path / "test").mkdir(parents=True)
     (path / "config.yaml").write_text(run.config.to_yaml())
-    (path / "test/test.tgt").write_text("".join(h + "\n" for h in hypotheses))
+    (path / "test/test.hyp").write_text("".join(h + "\n" for h in hypotheses))
     (path / "test/scores.json").write_text(json.dumps({"test": scores}))
     summary = {
         "steps": 100,

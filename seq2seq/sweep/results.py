@@ -138,8 +138,8 @@ def _compare(sweep: Sweep, baseline: CellResult, result: CellResult) -> None:
             continue  # not the same sentences in both cells (the grid varies data.*)
         references = read_lines(corpus_path(prefix, cfg.data.tgt))
         result.significance[name] = paired_bootstrap(
-            _hypotheses(baseline, seeds, f"{name}.{cfg.data.tgt}"),
-            _hypotheses(result, seeds, f"{name}.{cfg.data.tgt}"),
+            _hypotheses(baseline, seeds, name),
+            _hypotheses(result, seeds, name),
             references * len(seeds),
             SAMPLES,
         )
@@ -153,16 +153,18 @@ def _score_by_length(sweep: Sweep, result: CellResult) -> None:
             continue
         result.by_length[name] = bleu_by_source_length(
             read_lines(corpus_path(prefix, cfg.data.src)),
-            [read_lines(run.test / f"{name}.{cfg.data.tgt}") for run in result.runs.values()],
+            [read_lines(run.test_hypotheses(name)) for run in result.runs.values()],
             read_lines(corpus_path(prefix, cfg.data.tgt)),
             LENGTH_EDGES,
         )
 
 
 def _test_prefix(cfg: Config, name: str) -> str | None:
-    """The `data.test` prefix whose hypotheses are test/NAME.TGT (see train.run)."""
+    """The `data.test` prefix whose hypotheses are test/NAME.hyp (see train.run)."""
     return next((prefix for prefix in cfg.data.test if Path(prefix).name == name), None)
 
 
-def _hypotheses(result: CellResult, seeds: list[int], filename: str) -> list[str]:
-    return [line for seed in seeds for line in read_lines(result.runs[seed].test / filename)]
+def _hypotheses(result: CellResult, seeds: list[int], name: str) -> list[str]:
+    """The test set NAME's translations of the given seeds, one after the other."""
+    runs = [result.runs[seed] for seed in seeds]
+    return [line for run in runs for line in read_lines(run.test_hypotheses(name))]

@@ -34,8 +34,13 @@ from seq2seq.train.interrupt import Interrupted, StopSignals
 from seq2seq.train.logs import TensorBoardLog, setup_logging
 from seq2seq.train.trainer import Trainer
 
-# Fields that may change when a run is resumed: budgets, not the model or the data.
-RESUMABLE_CHANGES = {"train.max_time", "train.max_steps", "train.max_epochs", "train.patience"}
+# Fields that may change when a run is resumed: budgets, and what does not change the
+# parameters trained (logging, checkpoints kept, the guard on skipped updates, the test
+# decode); never the model, the data or the arithmetic.
+RESUMABLE_CHANGES = {
+    "train.max_time", "train.max_steps", "train.max_epochs", "train.patience",
+    "train.log_every", "train.keep_best", "train.max_skipped_updates",
+}  # fmt: skip
 ONEDNN_KERNEL_CACHE = 64
 
 
@@ -81,7 +86,9 @@ def _read_meta(run: RunDir) -> dict:
 
 def _check_same_run(run: RunDir, cfg: Config) -> None:
     differences = [
-        d for d in config_differences(run.load_config(), cfg) if d[0] not in RESUMABLE_CHANGES
+        d
+        for d in config_differences(run.load_config(), cfg)
+        if d[0] not in RESUMABLE_CHANGES and not d[0].startswith("decode.")
     ]
     if differences:
         shown = "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in differences[:3])
@@ -92,7 +99,8 @@ def _check_same_run(run: RunDir, cfg: Config) -> None:
 
 
 def score_test_sets(cfg: Config, run: RunDir, translator: Translator, log: logging.Logger) -> dict:
-    """Translate and score every `data.test` set into `test/` and `test/scores.json`."""
+    """Translate every `data.test` set into test/NAME.hyp and score them into
+    test/scores.json."""
     scores: dict[str, dict] = {}
     for prefix in cfg.data.test:
         corpus = read_parallel(prefix, cfg.data.src, cfg.data.tgt)
@@ -108,9 +116,7 @@ def score_test_sets(cfg: Config, run: RunDir, translator: Translator, log: loggi
                 translator.max_source,
             )
         result: Scores = score_corpus(hypotheses, corpus.tgt)
-        atomic_write_text(
-            run.test / f"{name}.{cfg.data.tgt}", "".join(h + "\n" for h in hypotheses)
-        )
+        atomic_write_text(run.test_hypotheses(name), "".join(h + "\n" for h in hypotheses))
         scores[name] = result.to_dict()
         log.info("test %s: %s", name, result)
     if scores:

@@ -1,0 +1,48 @@
+"""Options that several commands share, spelled and explained once."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+import typer
+
+
+class Engine(str, enum.Enum):
+    torch = "torch"
+    ctranslate2 = "ctranslate2"
+
+
+class Quantization(str, enum.Enum):
+    float32 = "float32"
+    int16 = "int16"
+    int8 = "int8"
+
+
+class Device(str, enum.Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+Checkpoint = Annotated[str, typer.Option(help="best, last, step-N or a .pt file")]
+Beam = Annotated[
+    int | None, typer.Option(min=1, help="beam size, 1 = greedy; default: the run's decode.beam")
+]
+LengthPenalty = Annotated[
+    float | None,
+    typer.Option(min=0.0, help="GNMT alpha, 0 = none; default: the run's decode.length_penalty"),
+]
+BatchTokens = Annotated[
+    int | None,
+    typer.Option(min=1, help="padded source tokens x beam per batch; default: decode.batch_tokens"),
+]
+DeviceChoice = Annotated[
+    Device | None, typer.Option(help="where to compute; default: the run's train.device")
+]
+Overrides = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", help="override a config field; repeat it for more: --set train.max_steps=100"
+    ),
+]

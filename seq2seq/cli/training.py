@@ -1,0 +1,164 @@
+"""Commands that train: `train`, `config`, `average` and `sweep`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from seq2seq.cli.app import HELP, app
+from seq2seq.cli.options import Overrides
+from seq2seq.errors import UserError
+
+
+@app.command()
+def train(
+    config_file: Annotated[
+        Path | None, typer.Argument(metavar="CONFIG", help="YAML run config", show_default=False)
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML run config (or give it as CONFIG)")
+    ] = None,
+    overrides: Overrides = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", file_okay=False, help="default: runs/<name>")
+    ] = None,
+    init_from: Annotated[
+        str | None,
+        typer.Option(help="fine-tune from a run directory or checkpoint (train.init_from)"),
+    ] = None,
+) -> None:
+    """Train a model (or resume the run in --run-dir), then score the test sets:
+    seq2seq train CONFIG [--set FIELD=VALUE ...]."""
+    from seq2seq.config import load_config
+    from seq2seq.train.run import train as run_training
+
+    if config_file and config and config_file != config:
+        raise UserError(f"two configs given ({config_file} and --config {config}); pass one")
+    if not (config_file or config):
+        raise UserError("pass the run config: seq2seq train CONFIG (e.g. configs/demo.yaml)")
+    cfg = load_config(config_file or config, overrides or [])
+    if init_from is not None:  # a string as given: as YAML, a run named 2024 would be a number
+        cfg.train.init_from = init_from
+    run_training(cfg, run_dir or Path("runs") / cfg.name)
+
+
+@app.command("config")
+def show_config(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML run config; default: none")
+    ] = None,
+    overrides: Overrides = None,
+    as_markdown: Annotated[
+        bool, typer.Option("--markdown", help="print the reference docs/configuration.md instead")
+    ] = False,
+) -> None:
+    """Print a run config as training would read it: every field, defaults filled in, each
+    commented with its description and allowed values. Without --config: the defaults."""
+    import seq2seq.attention  # noqa: F401  (registers the attention types the schema lists)
+    from seq2seq.config import load_config
+    from seq2seq.config.reference import commented_yaml, markdown
+
+    if as_markdown:
+        if config or overrides:
+            raise UserError("--markdown prints the reference of every field; drop --config/--set")
+        print(markdown(), end="")
+    elif config is None:
+        if overrides:
+            raise UserError("--set changes a config: pass the config too (--config FILE)")
+        print(commented_yaml(), end="")
+    else:
+        print(commented_yaml(load_config(config, overrides or []).to_dict()), end="")
+
+
+@app.command()
+def average(
+    run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
+    last: Annotated[
+        int | None, typer.Option(min=1, help="average the N latest step-N checkpoints")
+    ] = None,
+    checkpoints: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--checkpoints", help="one to average, repeated for each: step-N, best, last or FILE"
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="default: DIR/checkpoints/averaged.pt")
+    ] = None,
+) -> None:
+    """Average checkpoint parameters into one checkpoint (translate --checkpoint averaged)."""
+    from seq2seq.checkpoint import RunDir, average_checkpoints, save_checkpoint, step_checkpoints
+
+    if (last is None) == (not checkpoints):
+        raise UserError(
+            "pass either --last N or --checkpoints NAME, once per checkpoint (one of the two)"
+        )
+    run_dir = RunDir(run)
+    if checkpoints:
+        paths = [run_dir.resolve_checkpoint(name) for name in checkpoints]
+    else:
+        available = step_checkpoints(run_dir)
+        if len(available) < last:
+            raise UserError(
+                f"--last {last} asks for more step checkpoints than {run} has "
+                f"({len(available)}; train.keep_best keeps that many); pass a smaller N"
+            )
+        paths = available[-last:]
+    target = output or run_dir.checkpoint("averaged")
+    save_checkpoint(target, average_checkpoints(paths))
+    print(f"averaged {len(paths)} checkpoints into {target}", file=sys.stderr)
+
+
+sweep_app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings=HELP,
+)
+app.add_typer(sweep_app, name="sweep")
+
+
+@sweep_app.callback(invoke_without_command=True)
+def sweep(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="sweep file, e.g. configs/sweeps/demo.yaml"),
+    ] = None,
+    sweep_dir: Annotated[
+        Path | None,
+        typer.Option("--sweep-dir", file_okay=False, help="default: runs/sweeps/<name>"),
+    ] = None,
+    shard: Annotated[
+        str | None, typer.Option(help="i/n: run only the i-th of n disjoint shares of the runs")
+    ] = None,
+) -> None:
+    """Train every cell of a grid x seeds (skipping finished runs, resuming interrupted
+    ones), then write the report to DIR/report; `seq2seq sweep report DIR` rewrites it."""
+    if ctx.invoked_subcommand is not None:
+        if config or sweep_dir or shard:
+            raise UserError("'seq2seq sweep report DIR' takes no options; pass only DIR")
+        return
+    if config is None:
+        raise UserError(
+            "pass --config SWEEP_FILE (see configs/sweeps/), or: seq2seq sweep report DIR"
+        )
+    from seq2seq.sweep import load_sweep, parse_shard, run_sweep
+
+    plan = load_sweep(config)
+    part = parse_shard(shard) if shard else None
+    report = run_sweep(plan, sweep_dir or Path("runs/sweeps") / plan.name, part)
+    print(report.read_text(encoding="utf-8"), end="")
+
+
+@sweep_app.command("report")
+def sweep_report(
+    directory: Annotated[Path, typer.Argument(help="a sweep directory (holds sweep.yaml)")],
+) -> None:
+    """Write DIR/report from the sweep's finished runs; list those not finished."""
+    from seq2seq.sweep import SweepDir, write_report
+
+    print(write_report(SweepDir(directory)).read_text(encoding="utf-8"), end="")

@@ -1,0 +1,247 @@
+"""Commands that use a trained run: `translate`, `evaluate`, `export`, `plot-attention`
+and `serve`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from seq2seq.cli.app import app
+from seq2seq.cli.options import (
+    BatchTokens,
+    Beam,
+    Checkpoint,
+    Device,
+    DeviceChoice,
+    Engine,
+    LengthPenalty,
+    Quantization,
+)
+from seq2seq.errors import UserError
+
+if TYPE_CHECKING:
+    from seq2seq.decode.translate import LineTranslator
+
+
+def _read_lines(path: Path) -> list[str]:
+    from seq2seq.data.corpus import read_lines
+
+    return read_lines(path)
+
+
+@app.command()
+def translate(
+    run: Annotated[
+        Path,
+        typer.Option(
+            "--run", help="a trained run directory (--engine ctranslate2: an exported model)"
+        ),
+    ],
+    checkpoint: Checkpoint = "best",
+    input: Annotated[Path | None, typer.Option("--input", "-i", help="default: stdin")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="default: stdout")] = None,
+    beam: Beam = None,
+    nbest: Annotated[
+        int, typer.Option(min=1, help="write the N best: LINE<TAB>SCORE<TAB>TEXT, N per line")
+    ] = 1,
+    length_penalty: LengthPenalty = None,
+    batch_tokens: BatchTokens = None,
+    device: DeviceChoice = None,
+    alignments: Annotated[
+        Path | None, typer.Option(help="write Pharaoh word alignments (i-j), a line per input")
+    ] = None,
+    engine: Annotated[
+        Engine, typer.Option(help="ctranslate2: a model that `seq2seq export` wrote")
+    ] = Engine.torch,
+) -> None:
+    """Translate a file (or stdin) line by line; output stays line-aligned with input.
+
+    Empty and blank lines give empty lines. A line that is not valid UTF-8 gives an empty
+    line too, and a source longer than the model reads (twice data.max_len pieces) is cut
+    to that; stderr counts and names such lines. On a terminal, stdin is translated
+    interactively: one line in, one translation out.
+    """
+    from seq2seq.decode.line_io import translate_file, translate_interactively
+
+    options = _decoding(beam, length_penalty, batch_tokens)
+    translator = _translator(engine, run, checkpoint, device, alignments, options)
+    if nbest > translator.decode.beam:
+        raise UserError(f"--nbest {nbest} needs a beam at least as wide; pass --beam {nbest}")
+    if input is None and sys.stdin is None:
+        raise UserError("stdin is closed: nothing to translate; pass --input FILE or pipe text in")
+    if input is None and sys.stdin.isatty():
+        if alignments or output:
+            raise UserError("interactive translation writes to the terminal; pass --input FILE")
+        translate_interactively(translator, nbest)
+    else:
+        translate_file(translator, input or Path("/dev/stdin"), output, nbest, alignments)
+
+
+def _decoding(beam: int | None, length_penalty: float | None, batch_tokens: int | None) -> dict:
+    """The decoding options given on the command line (None: the run's own)."""
+    return {"beam": beam, "length_penalty": length_penalty, "batch_tokens": batch_tokens}
+
+
+def _translator(
+    engine: Engine,
+    run: Path,
+    checkpoint: str,
+    device: Device | None,
+    alignments: Path | None,
+    options: dict,
+) -> LineTranslator:
+    from seq2seq.decode.translate import Translator
+
+    where = device.value if device else None
+    if engine is Engine.torch:
+        return Translator.load(run, checkpoint, where, **options)
+    from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
+
+    if alignments is not None:
+        raise UserError(
+            "--alignments needs attention weights, which CTranslate2 does not "
+            "return here; use --engine torch with the run directory"
+        )
+    if checkpoint != "best":
+        raise UserError(
+            "an exported model holds one checkpoint; pick it when exporting "
+            "(seq2seq export --checkpoint) and leave out --checkpoint here"
+        )
+    return CTranslate2Translator.load(run, where or "cpu", threads=_threads(), **options)
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()  # the PyTorch engine's default: compare like with like
+
+
+@app.command()
+def export(
+    run: Annotated[Path, typer.Option("--run", help="a trained Transformer run directory")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="a new directory")],
+    quantization: Annotated[
+        Quantization,
+        typer.Option(help="weight type; int8 is smallest, and fastest on CPUs with VNNI"),
+    ] = Quantization.float32,
+    checkpoint: Checkpoint = "best",
+) -> None:
+    """Write a CTranslate2 model directory of a Transformer run whose attention is
+    multi-head scaled dot-product (translate with it: --engine ctranslate2)."""
+    from seq2seq.decode.export import export_ctranslate2
+
+    export_ctranslate2(run, output, quantization.value, checkpoint)
+    print(f"exported {run} to {output} ({quantization.value})", file=sys.stderr)
+
+
+@app.command()
+def evaluate(
+    ref: Annotated[Path, typer.Option("--ref", help="reference translations, one per line")],
+    run: Annotated[Path | None, typer.Option("--run", help="a trained run directory")] = None,
+    src: Annotated[
+        Path | None, typer.Option("--src", help="source sentences, one per line (with --run)")
+    ] = None,
+    hyp: Annotated[
+        Path | None, typer.Option("--hyp", help="score this translation instead (no model)")
+    ] = None,
+    checkpoint: Checkpoint = "best",
+    beam: Beam = None,
+    length_penalty: LengthPenalty = None,
+    batch_tokens: BatchTokens = None,
+    device: DeviceChoice = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Score a translation against --ref: BLEU, chrF and TER with sacrebleu signatures.
+    Either --run and --src (translate the source, with the decoding options), or --hyp
+    (a translation made elsewhere)."""
+    from seq2seq.evaluate import score_corpus
+
+    references = _read_lines(ref)
+    if hyp is not None:
+        if run is not None or src is not None:
+            raise UserError("--hyp scores a translation as it is; drop --run and --src")
+        hypotheses = _read_lines(hyp)
+    elif run is None or src is None:
+        raise UserError("pass --run RUN and --src FILE to translate, or --hyp FILE to score")
+    else:
+        sources = _read_lines(src)
+        if len(sources) != len(references):
+            raise UserError(
+                f"{src} has {len(sources)} lines but {ref} has {len(references)}; "
+                "give one reference per source line"
+            )
+        options = _decoding(beam, length_penalty, batch_tokens)
+        translator = _translator(Engine.torch, run, checkpoint, device, None, options)
+        hypotheses = translator.translate(sources)
+    scores = score_corpus(hypotheses, references)
+    print(json.dumps(scores.to_dict()) if as_json else str(scores))
+
+
+@app.command("plot-attention")
+def plot_attention(
+    run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
+    src: Annotated[str, typer.Option("--src", help="the source sentence to translate")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="PNG file")] = Path(
+        "attention.png"
+    ),
+    checkpoint: Checkpoint = "best",
+    device: DeviceChoice = None,
+) -> None:
+    """Translate one sentence and draw its attention heatmap (source x target pieces)."""
+    from seq2seq.decode.translate import Translator
+    from seq2seq.files import atomic_write_bytes
+    from seq2seq.plots import attention_figure, figure_png
+
+    amap = Translator.load(run, checkpoint, device.value if device else None).attention_map(src)
+    if amap is None:
+        raise UserError(
+            f"the model of {run} finished no translation of this sentence (its outputs are "
+            "not finite); use another --checkpoint"
+        )
+    figure = attention_figure(amap.weights, amap.src_pieces, amap.tgt_pieces)
+    atomic_write_bytes(output, figure_png(figure))
+    print(amap.translation)
+    print(f"attention heatmap written to {output}", file=sys.stderr)
+
+
+@app.command()
+def serve(
+    run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
+    checkpoint: Checkpoint = "best",
+    host: Annotated[
+        str, typer.Option(help="the address to listen on; 0.0.0.0 opens it to the network")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="0: any free port")] = 8000,
+    device: DeviceChoice = None,
+    max_lines: Annotated[int, typer.Option(min=1, help="lines per request")] = 64,
+    max_chars: Annotated[int, typer.Option(min=1, help="characters per line")] = 2000,
+    timeout: Annotated[
+        float, typer.Option(min=0.1, help="seconds a request may take, queueing included")
+    ] = 60.0,
+    max_queue: Annotated[
+        int, typer.Option(min=1, help="requests that may wait; more get 503")
+    ] = 256,
+    batch_lines: Annotated[int, typer.Option(min=1, help="lines decoded together at most")] = 64,
+    batch_wait_ms: Annotated[
+        float, typer.Option(min=0.0, help="how long a batch waits for more requests")
+    ] = 10.0,
+) -> None:
+    """Serve the model over HTTP: POST /translate, GET /health, GET /info, and a page at /
+    that translates what you type and draws its attention. Stop with Ctrl-C or SIGTERM:
+    requests in flight finish first."""
+    from seq2seq.serve.schema import ServeLimits
+    from seq2seq.serve.server import serve as run_server
+
+    limits = ServeLimits(
+        max_lines=max_lines,
+        max_chars=max_chars,
+        timeout=timeout,
+        max_queue=max_queue,
+        batch_lines=batch_lines,
+        batch_wait=batch_wait_ms / 1000,
+    )
+    run_server(run, checkpoint, host, port, device.value if device else None, limits)
