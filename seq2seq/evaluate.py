@@ -25,10 +25,7 @@ class Scores:
         return asdict(self)
 
     def __str__(self) -> str:
-        return (
-            f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  TER {self.ter:.2f}  "
-            f"({self.signature})"
-        )
+        return f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  TER {self.ter:.2f}  ({self.signature})"
 
 
 def _check_aligned(hypotheses: list[str], references: list[str]) -> None:

@@ -176,7 +176,7 @@ def evaluate(
             )
         options = _decoding(beam, length_penalty, batch_tokens)
         translator = _translator(Engine.torch, run, checkpoint, device, None, options)
-        hypotheses = translator.translate(sources)
+        hypotheses = translator.translate(sources, progress=True)
     scores = score_corpus(hypotheses, references)
     print(json.dumps(scores.to_dict()) if as_json else str(scores))
 

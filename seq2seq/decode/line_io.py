@@ -87,7 +87,7 @@ def translate_file(
     """Translate every line of `source` into `output` (None: stdout), and write the best
     translations' word alignments to `alignments` when given."""
     lines, invalid = read_source_lines(source)
-    found = translator.hypotheses(lines, nbest=nbest)
+    found = translator.hypotheses(lines, nbest=nbest, progress=True)
     text = "".join(format_output(i, hyps, nbest) for i, hyps in enumerate(found))
     if alignments is not None:
         pairs = [

@@ -8,6 +8,7 @@ from typing import Any, Literal, overload
 
 import torch
 from pydantic import ValidationError
+from tqdm import tqdm
 
 from seq2seq.attention import attention_class
 from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
@@ -122,27 +123,32 @@ class LineTranslator:
         raise UserError("word alignments need attention weights, which this engine does not give")
 
     @overload
-    def translate(self, lines: list[str], *, nbest: Literal[1] = 1, **decode: Any) -> list[str]: ...
+    def translate(
+        self, lines: list[str], *, nbest: Literal[1] = 1, progress: bool = False, **decode: Any
+    ) -> list[str]: ...
 
     @overload
-    def translate(self, lines: list[str], *, nbest: int, **decode: Any) -> list[list[str]]: ...
+    def translate(
+        self, lines: list[str], *, nbest: int, progress: bool = False, **decode: Any
+    ) -> list[list[str]]: ...
 
     def translate(
-        self, lines: list[str], *, nbest: int = 1, **decode: Any
+        self, lines: list[str], *, nbest: int = 1, progress: bool = False, **decode: Any
     ) -> list[str] | list[list[str]]:
         """The best translation of each line; with `nbest` N > 1, the N best of each, best
         first (fewer where the search finished fewer). `decode` sets fields of the decode
-        section (beam, length_penalty, ...) for this call."""
-        found = self.hypotheses(lines, nbest=nbest, **decode)
+        section (beam, length_penalty, ...) for this call; `progress` shows a progress bar
+        on stderr when it is a terminal."""
+        found = self.hypotheses(lines, nbest=nbest, progress=progress, **decode)
         if nbest == 1:
             return [hyps[0].text if hyps else "" for hyps in found]
         return [[h.text for h in hyps] for hyps in found]
 
     def hypotheses(
-        self, lines: list[str], *, nbest: int = 1, **decode: Any
+        self, lines: list[str], *, nbest: int = 1, progress: bool = False, **decode: Any
     ) -> list[list[Translation]]:
         """The `nbest` best hypotheses of each line with their scores, tokens and attention,
-        best first; [] for a blank line. `decode` as in `translate`."""
+        best first; [] for a blank line. `decode` and `progress` as in `translate`."""
         if isinstance(lines, str):
             raise TypeError("pass a list of lines; for one sentence: [sentence]")
         options = decode_options(self.decode, decode)
@@ -155,14 +161,18 @@ class LineTranslator:
         cut = [limit is not None and len(ids) > limit for ids in src_ids]
         src_ids = [ids[:limit] for ids in src_ids]
         budget = max(options.batch_tokens // options.beam, 1)
-        for group in token_batches([len(s) for s in src_ids], None, budget):
-            found = self.search([src_ids[i] for i in group], nbest, options)
-            for position, hyps in zip(group, found, strict=True):
-                texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
-                outputs[keep[position]] = [
-                    Translation(text, h.score, h.tokens, h.attention, cut[position])
-                    for text, h in zip(texts, hyps, strict=True)
-                ]
+        # disable=None: tqdm stays quiet where stderr is not a terminal.
+        with tqdm(total=len(lines), unit="sent", disable=None if progress else True) as bar:
+            bar.update(len(lines) - len(keep))  # blank lines: nothing to do
+            for group in token_batches([len(s) for s in src_ids], None, budget):
+                found = self.search([src_ids[i] for i in group], nbest, options)
+                for position, hyps in zip(group, found, strict=True):
+                    texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
+                    outputs[keep[position]] = [
+                        Translation(text, h.score, h.tokens, h.attention, cut[position])
+                        for text, h in zip(texts, hyps, strict=True)
+                    ]
+                bar.update(len(group))
         return outputs
 
 
@@ -211,12 +221,12 @@ class Translator(LineTranslator):
         return cls(model, tokenizer, decode_cfg, target, max_source_pieces(cfg), origin)
 
     def hypotheses(
-        self, lines: list[str], *, nbest: int = 1, **decode: Any
+        self, lines: list[str], *, nbest: int = 1, progress: bool = False, **decode: Any
     ) -> list[list[Translation]]:
         was_training = self.model.training
         self.model.eval()
         try:
-            return super().hypotheses(lines, nbest=nbest, **decode)
+            return super().hypotheses(lines, nbest=nbest, progress=progress, **decode)
         finally:
             self.model.train(was_training)
 

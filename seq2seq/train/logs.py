@@ -5,9 +5,13 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
+import yaml
 from matplotlib.figure import Figure
 from tqdm import tqdm
+
+from seq2seq.config import flatten
 
 LOGGER_NAME = "seq2seq"
 
@@ -75,6 +79,32 @@ class TensorBoardLog:
     def add_figure(self, step: int, tag: str, figure: Figure) -> None:
         if self.writer is not None:
             self.writer.add_figure(tag, figure, step, close=False)
+
+    def add_config(self, config: dict[str, Any], metrics: list[str]) -> None:
+        """The resolved config as text, and its fields as hyperparameters of this run in
+        the HParams view, next to the `metrics` (scalar tags) that judge it."""
+        if self.writer is None:
+            return
+        from torch.utils.tensorboard.summary import hparams
+
+        text = yaml.safe_dump(config, sort_keys=False)
+        self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)
+        flat = {k: v if isinstance(v, int | float | str | bool) else str(v)
+                for k, v in flatten(config).items()}  # fmt: skip
+        writer = self.writer._get_file_writer()
+        for summary in hparams(flat, dict.fromkeys(metrics, 0.0)):
+            writer.add_summary(summary)
+
+    def add_translations(
+        self, step: int, sources: list[str], references: list[str], hypotheses: list[str]
+    ) -> None:
+        """A few validation translations as a table, to read how the model is doing."""
+        if self.writer is None:
+            return
+        rows = ["| source | reference | translation |", "|---|---|---|"]
+        for row in zip(sources, references, hypotheses, strict=False):
+            rows.append("| " + " | ".join(text.replace("|", "\\|") for text in row) + " |")
+        self.writer.add_text("valid/translations", "\n".join(rows), step)
 
     def close(self) -> None:
         if self.writer is not None:

@@ -105,7 +105,7 @@ def score_test_sets(cfg: Config, run: RunDir, translator: Translator, log: loggi
     for prefix in cfg.data.test:
         corpus = read_parallel(prefix, cfg.data.src, cfg.data.tgt)
         name = Path(prefix).name
-        found = translator.hypotheses(corpus.src)
+        found = translator.hypotheses(corpus.src, progress=True)
         hypotheses = [hyps[0].text if hyps else "" for hyps in found]
         cut = sum(1 for hyps in found if hyps and hyps[0].truncated)
         if cut:
@@ -299,6 +299,7 @@ def _load_data_main_first(cfg: Config, run: RunDir, world: World, log: logging.L
 def _fit_and_test(trainer: Trainer) -> dict:
     cfg, run, log, world = trainer.cfg, trainer.run, trainer.log, trainer.world
     board = TensorBoardLog(run.tensorboard if world.is_main else None)
+    board.add_config(cfg.to_dict(), ["valid/bleu", "valid/chrf", "valid/loss"])
     try:
         with StopSignals() as signals:
             trainer.fit(board, signals)

@@ -18,13 +18,19 @@ from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_bytes, atomic_write_text
 from seq2seq.models import Seq2Seq
 from seq2seq.plots import attention_figure, figure_png
+from seq2seq.train.budget import budget_spent, expected_last_step
 from seq2seq.train.datasets import Datasets
 from seq2seq.train.distributed import World, data_parallel
 from seq2seq.train.interrupt import StopSignals
 from seq2seq.train.logs import TensorBoardLog, progress_bar
 from seq2seq.train.loss import perplexity, token_cross_entropy
 from seq2seq.train.optim import LearningRate, build_optimizer
-from seq2seq.train.validation import HIGHER_IS_BETTER, ValidationResult, Validator
+from seq2seq.train.validation import (
+    HIGHER_IS_BETTER,
+    SHOWN_TRANSLATIONS,
+    ValidationResult,
+    Validator,
+)
 
 
 @dataclass
@@ -195,7 +201,7 @@ class Trainer:
 
     def stop_reason(self) -> str | None:
         """Why training must stop now, or None while budget is left; every rank agrees."""
-        reason = self.budget_spent()
+        reason = budget_spent(self.cfg.train, self.progress, self.elapsed())
         received = self.signals.received if self.signals is not None else None
         stop, number = self.world.max(torch.tensor([reason is not None, received or 0])).tolist()
         if number:
@@ -205,17 +211,15 @@ class Trainer:
             return reason or "another process used up its budget"
         return None
 
-    def budget_spent(self) -> str | None:
-        train, progress = self.cfg.train, self.progress
-        if train.patience is not None and progress.bad_validations >= train.patience:
-            return f"no improvement of {train.metric} in {train.patience} validations"
-        if train.max_steps is not None and progress.step >= train.max_steps:
-            return f"train.max_steps={train.max_steps} reached"
-        if train.max_time is not None and self.elapsed() >= train.max_time:
-            return f"train.max_time={train.max_time:.0f}s used"
-        if progress.epoch >= train.max_epochs:
-            return f"train.max_epochs={train.max_epochs} done"
-        return None
+    def expected_last_step(self, steps_per_epoch: int, first_step: int) -> int:
+        """For the progress bar: when the first budget will end this run, at this
+        session's speed so far."""
+        seconds = time.time() - self.clock[0]
+        done = self.progress.step - first_step
+        rate = done / seconds if done and seconds > 0 else None
+        return expected_last_step(
+            self.cfg.train, self.progress, self.elapsed(), steps_per_epoch, rate
+        )
 
     def train_step(self, indices: list[int]) -> tuple[torch.Tensor, int]:
         """One update on a global batch -> (loss, target tokens); 0 tokens if it was skipped.
@@ -305,10 +309,11 @@ class Trainer:
         self.model.train()
         self.clock = (time.time(), progress.elapsed)
         bar = progress_bar(progress.step, cfg.max_steps, enabled=self.world.is_main)
-        window = TrainWindow()
+        first_step, window = progress.step, TrainWindow()
         reason = self.stop_reason()
         while reason is None:
             batches = self.data.train.epoch(progress.epoch)
+            bar.total = self.expected_last_step(len(batches), first_step)
             while progress.batch_in_epoch < len(batches) and reason is None:
                 loss, tokens = self.train_step(batches[progress.batch_in_epoch])
                 progress.batch_in_epoch += 1
@@ -318,6 +323,7 @@ class Trainer:
                 bar.update(1)
                 if progress.step % cfg.log_every == 0:
                     self.log_train(window, board)
+                    bar.total = self.expected_last_step(len(batches), first_step)
                     bar.set_postfix(loss=f"{window.mean_loss:.3f}", tok_s=f"{window.speed:.0f}")
                     window = TrainWindow()
                 if progress.step % cfg.valid_every == 0:
@@ -384,6 +390,10 @@ class Trainer:
             step, result.bleu, result.chrf, result.loss, result.perplexity,
             "  (new best)" if is_best else "",
         )  # fmt: skip
+        shown = SHOWN_TRANSLATIONS
+        board.add_translations(
+            step, self.data.valid_src[:shown], self.data.valid_ref[:shown], result.hypotheses
+        )
         for i, amap in enumerate(result.attention_maps):
             figure = attention_figure(amap.weights, amap.src_pieces, amap.tgt_pieces)
             board.add_figure(step, f"attention/{i}", figure)

@@ -17,6 +17,7 @@ from seq2seq.train.loss import perplexity, token_cross_entropy
 
 HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False}
 HEATMAP_SENTENCES = 3  # the first non-empty validation sources, the same at every validation
+SHOWN_TRANSLATIONS = 5  # the first validation translations TensorBoard shows as text
 
 
 @dataclass
