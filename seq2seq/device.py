@@ -16,14 +16,33 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def out_of_memory(error: BaseException) -> bool:
+    """Whether an exception says memory ran out: CUDA's, or the CPU allocator's."""
+    if isinstance(error, MemoryError | torch.OutOfMemoryError):
+        return True
+    return isinstance(error, RuntimeError) and "alloc" in str(error).lower()
+
+
 def cpu_has_bf16() -> bool:
     """Whether this CPU computes bf16 natively (AVX-512 BF16 or AMX), as oneDNN sees it."""
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def check_precision(precision: str, device: torch.device) -> None:
-    """Refuse bf16 where it cannot run: oneDNN has no bf16 LSTM without native support, and
-    emulated bf16 matrix products are slower than fp32."""
+    """Refuse a precision where it cannot run: fp16's gradient scaling is CUDA's; oneDNN has
+    no bf16 LSTM without native support, emulated bf16 matrix products are slower than
+    fp32, and GPUs before Ampere have no bf16."""
+    if precision == "fp16" and device.type != "cuda":
+        raise UserError(
+            f"train.precision is fp16, which needs a CUDA GPU (its gradient scaling is "
+            f"CUDA's), but the device is {device.type}; set train.precision: fp32 (or bf16 "
+            "on a CPU that has it)"
+        )
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise UserError(
+            "train.precision is bf16 but this GPU has no bf16 (it needs compute capability "
+            "8.0 or later); set train.precision: fp16"
+        )
     if precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
         raise UserError(
             "train.precision is bf16 but this CPU has no native bf16 (AVX-512 BF16 or AMX); "

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from seq2seq.config import TrainConfig
-from seq2seq.train.budget import budget_spent, expected_last_step
-from seq2seq.train.trainer import Progress
+from seq2seq.train.progress import Progress, budget_spent, expected_last_step
 
 
 def test_the_first_budget_to_run_out_sets_the_last_step():

@@ -1,4 +1,5 @@
-"""train.precision: bf16 autocasts the training forward pass; weights stay float32."""
+"""train.precision: bf16 and fp16 autocast the training forward pass; weights stay float32;
+fp16 (CUDA only) scales the loss so that small gradients survive."""
 
 import os
 import re
@@ -44,3 +45,33 @@ def test_a_users_kernel_cache_setting_wins(toy, tmp_path, monkeypatch):
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
     assert train(toy, tmp_path / "r", "train.max_steps=1", "train.valid_every=100") == 0
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "1024"
+
+
+def test_fp16_needs_a_cuda_gpu(toy, tmp_path, capsys):
+    settings = ("train.precision=fp16", "train.device=cpu", "train.max_steps=1")
+    assert train(toy, tmp_path / "r", *settings) == 2
+    assert "train.precision is fp16, which needs a CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU: fp16 trains on CUDA only")
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+def test_fp16_on_cuda_scales_gradients_and_learns(toy, tmp_path, monkeypatch, arch):
+    seen = set()
+    original = trainer.token_cross_entropy
+
+    def loss(logits, *args):
+        seen.add(logits.dtype)
+        return original(logits, *args)
+
+    monkeypatch.setattr(trainer, "token_cross_entropy", loss)
+    run = tmp_path / "r"
+    settings = ["train.precision=fp16", "train.device=cuda", f"model.arch={arch}",
+                "train.max_steps=40", "train.valid_every=20", "model.ff_dim=32"]  # fmt: skip
+    assert train(toy, run, *settings) == 0
+    assert seen == {torch.float16}
+    state = torch.load(run / "checkpoints/last.pt", weights_only=True)
+    assert all(t.dtype == torch.float32 for t in state["model"].values() if t.is_floating_point())
+    assert state["scaler"]["scale"] > 0  # its state is saved, to resume with
+    losses = [float(x) for x in re.findall(r"loss ([\d.]+)  lr", (run / "train.log").read_text())]
+    assert sum(losses[-5:]) < sum(losses[:5])

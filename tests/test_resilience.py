@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from cli_helpers import run_cli, train
 
@@ -153,6 +154,32 @@ def test_too_many_non_finite_updates_in_a_row_stop_with_one_line(
     last, before = checkpoint(tmp_path / "r"), checkpoint(tmp_path / "r", "previous")
     assert (last["progress"]["step"], before["progress"]["step"]) == (6, 4)
     assert all(torch.equal(last["model"][k], before["model"][k]) for k in last["model"])
+
+
+@pytest.mark.parametrize(
+    "error",
+    [RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB"),
+     torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")],
+)  # fmt: skip
+def test_running_out_of_memory_while_training_is_one_line_and_keeps_the_checkpoint(
+    toy, tmp_path, monkeypatch, capsys, error
+):
+    original, count = trainer.token_cross_entropy, [0]
+
+    def loss(*args):
+        count[0] += 1
+        if count[0] == 7:
+            raise error
+        return original(*args)
+
+    monkeypatch.setattr(trainer, "token_cross_entropy", loss)
+    capsys.readouterr()
+    assert train(toy, tmp_path / "r", "train.max_steps=50", "train.valid_every=3") == 1
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and last.startswith("seq2seq: error: out of memory at step 6")
+    assert "train.batch_tokens=200" in last and "last.pt is kept" in last
+    assert checkpoint(tmp_path / "r")["progress"]["step"] == 6
 
 
 def test_an_update_that_makes_parameters_non_finite_stops_with_one_line(

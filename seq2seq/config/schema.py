@@ -279,8 +279,10 @@ class TrainConfig(Section):
     )
     threads: PositiveInt | None = Field(None, description="CPU threads; default: all cores")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA if available")
-    precision: Literal["fp32", "bf16"] = Field(
-        "fp32", description="bf16: autocast the training forward pass (CPU or GPU)"
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32",
+        description="bf16: autocast the training forward pass (GPU, or a CPU with native "
+        "bf16); fp16: the same in fp16 with gradient scaling (CUDA only)",
     )
     init_from: str | None = Field(
         None,

@@ -258,7 +258,8 @@ def _locate(
         node = node.get(part) if isinstance(node, dict) else None
     if not isinstance(node, dict) or leaf not in node:
         close = difflib.get_close_matches(field, list(flatten(config)), n=1)
-        hint = f"did you mean {close[0]}?" if close else "see README, Configuration"
+        every = "every field: seq2seq config, or docs/configuration.md"
+        hint = f"did you mean {close[0]}?" if close else every
         raise UserError(f"{source}: {where}: {field!r} is not a config field; {hint}")
     return node, leaf
 

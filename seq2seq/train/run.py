@@ -22,8 +22,8 @@ from seq2seq.config import Config, config_differences
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.decode.translate import Translator, max_source_pieces
-from seq2seq.device import check_precision, pick_device
-from seq2seq.errors import UserError
+from seq2seq.device import check_precision, out_of_memory, pick_device
+from seq2seq.errors import ResourceError, UserError
 from seq2seq.evaluate import Scores, score_corpus
 from seq2seq.files import atomic_write_text
 from seq2seq.models import Seq2Seq, build_model, count_parameters
@@ -235,7 +235,7 @@ def _build_model(cfg: Config, data: Datasets, device: torch.device) -> Seq2Seq:
     try:
         model = build_model(cfg.model, *vocab, PAD_ID).to(device)
     except (RuntimeError, MemoryError) as error:
-        if not isinstance(error, MemoryError) and "alloc" not in str(error).lower():
+        if not out_of_memory(error):
             raise
         m = cfg.model
         sizes = (
@@ -303,6 +303,14 @@ def _fit_and_test(trainer: Trainer) -> dict:
     try:
         with StopSignals() as signals:
             trainer.fit(board, signals)
+    except (RuntimeError, MemoryError) as error:
+        if not out_of_memory(error):
+            raise
+        raise ResourceError(
+            f"out of memory at step {trainer.progress.step} with train.batch_tokens="
+            f"{cfg.train.batch_tokens}; {run.checkpoint('last')} is kept: free memory and run "
+            "the same command to resume, or train a new run with smaller batches"
+        ) from None
     finally:
         board.close()
     if trainer.stopped_by is not None:

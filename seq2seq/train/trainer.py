@@ -6,7 +6,7 @@ import logging
 import random
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,56 +18,19 @@ from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_bytes, atomic_write_text
 from seq2seq.models import Seq2Seq
 from seq2seq.plots import attention_figure, figure_png
-from seq2seq.train.budget import budget_spent, expected_last_step
 from seq2seq.train.datasets import Datasets
 from seq2seq.train.distributed import World, data_parallel
 from seq2seq.train.interrupt import StopSignals
 from seq2seq.train.logs import TensorBoardLog, progress_bar
 from seq2seq.train.loss import perplexity, token_cross_entropy
 from seq2seq.train.optim import LearningRate, build_optimizer
+from seq2seq.train.progress import Progress, TrainWindow, budget_spent, expected_last_step
 from seq2seq.train.validation import (
     HIGHER_IS_BETTER,
     SHOWN_TRANSLATIONS,
     ValidationResult,
     Validator,
 )
-
-
-@dataclass
-class Progress:
-    """Where training stands; plain data, saved in every checkpoint."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0  # the next batch of `epoch` to train on
-    elapsed: float = 0.0  # seconds of training so far, over all sessions
-    best: list[tuple[float, int]] = field(default_factory=list)  # (score, step), best first
-    bad_validations: int = 0
-    last_validation: int = -1
-    skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient
-    skipped_in_a_row: int = 0
-    target_tokens: int = 0  # trained on, over all sessions
-    # (step, BLEU, chrF, loss) of every validation: the learning curve, across resumptions.
-    validations: list[tuple[int, float, float, float]] = field(default_factory=list)
-
-
-class TrainWindow:
-    """Loss and throughput over the updates since the last log line."""
-
-    def __init__(self) -> None:
-        self.loss, self.tokens, self.steps, self.start = 0.0, 0, 0, time.time()
-
-    def add(self, loss: torch.Tensor, tokens: int) -> None:
-        self.loss, self.tokens, self.steps = self.loss + loss, self.tokens + tokens, self.steps + 1
-
-    @property
-    def mean_loss(self) -> float:
-        return float(self.loss) / max(self.steps, 1)
-
-    @property
-    def speed(self) -> float:
-        """Target tokens per second (of the whole world)."""
-        return self.tokens / max(time.time() - self.start, 1e-9)
 
 
 class Trainer:
@@ -87,7 +50,10 @@ class Trainer:
         # Training goes through the DDP wrapper (a no-op in a world of one); validation,
         # checkpoints and decoding use the plain model.
         self.network = data_parallel(model, self.world, device, data.train)
-        self.precision = torch.bfloat16 if cfg.train.precision == "bf16" else None
+        self.precision = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.train.precision)
+        # fp16 (CUDA): the loss is scaled up so that small gradients do not vanish in fp16;
+        # a step whose scaled gradients overflow is skipped and the scale lowered.
+        self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.precision == "fp16")
         self.optimizer = build_optimizer(cfg.train.optimizer, model.parameters())
         self.schedule = LearningRate(cfg.train.schedule, cfg.train.optimizer.lr)
         self.validator = Validator(cfg, data, device)
@@ -115,6 +81,7 @@ class Trainer:
             "model_config": self.model_config(),
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
+            "scaler": self.scaler.state_dict(),
             "progress": asdict(self.progress),
             "rng": self.world.gather(rng),
             "tokenizer": self.data.tokenizer.fingerprint,
@@ -156,6 +123,8 @@ class Trainer:
             )
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
+        if state.get("scaler"):  # fp16 only; checkpoints of older runs have none
+            self.scaler.load_state_dict(state["scaler"])
         progress = dict(state["progress"])
         progress["best"] = [tuple(item) for item in progress["best"]]
         progress["validations"] = [tuple(item) for item in progress.get("validations", [])]
@@ -239,15 +208,23 @@ class Trainer:
         smoothing = self.cfg.train.label_smoothing
         loss = token_cross_entropy(logits, batch.tgt_out, smoothing) / n_tokens * weight
         self.optimizer.zero_grad(set_to_none=True)
-        (loss * self.world.size).backward()
+        self.scaler.scale(loss * self.world.size).backward()
+        self.scaler.unscale_(self.optimizer)  # clip the true gradients
         clip = self.cfg.train.clip_grad_norm
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip or float("inf"))
         self.schedule.apply(self.optimizer, self.progress.step + 1)
         loss = self.world.sum(loss)
-        if not bool(torch.isfinite(loss) & torch.isfinite(norm)):
+        finite_loss = bool(torch.isfinite(loss))
+        if not (finite_loss and bool(torch.isfinite(norm))):
+            if self.scaler.is_enabled():
+                self.scaler.step(self.optimizer)  # sees the overflow: no step, a lower scale
+                self.scaler.update()
+            if finite_loss and self.scaler.is_enabled():
+                return loss.new_zeros(()), 0  # an fp16 overflow, the scaler's to handle
             self.skip_update(loss.item(), norm.item())
             return loss.new_zeros(()), 0
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # the optimizer's step
+        self.scaler.update()
         self.check_parameters()
         self.progress.skipped_in_a_row = 0
         return loss, n_tokens

@@ -1,0 +1,82 @@
+"""Where training stands (`Progress`, saved in every checkpoint), the loss and speed over
+a log window, and the budgets that end training (`train.max_steps`, `max_time`,
+`max_epochs`, `patience`): whether one is spent, and at which update the first will be."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from seq2seq.config import TrainConfig
+
+
+@dataclass
+class Progress:
+    """Where training stands; plain data, saved in every checkpoint."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # the next batch of `epoch` to train on
+    elapsed: float = 0.0  # seconds of training so far, over all sessions
+    best: list[tuple[float, int]] = field(default_factory=list)  # (score, step), best first
+    bad_validations: int = 0
+    last_validation: int = -1
+    skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient
+    skipped_in_a_row: int = 0
+    target_tokens: int = 0  # trained on, over all sessions
+    # (step, BLEU, chrF, loss) of every validation: the learning curve, across resumptions.
+    validations: list[tuple[int, float, float, float]] = field(default_factory=list)
+
+
+class TrainWindow:
+    """Loss and throughput over the updates since the last log line."""
+
+    def __init__(self) -> None:
+        self.loss, self.tokens, self.steps, self.start = 0.0, 0, 0, time.time()
+
+    def add(self, loss: torch.Tensor, tokens: int) -> None:
+        self.loss, self.tokens, self.steps = self.loss + loss, self.tokens + tokens, self.steps + 1
+
+    @property
+    def mean_loss(self) -> float:
+        return float(self.loss) / max(self.steps, 1)
+
+    @property
+    def speed(self) -> float:
+        """Target tokens per second (of the whole world)."""
+        return self.tokens / max(time.time() - self.start, 1e-9)
+
+
+def budget_spent(train: TrainConfig, progress: Progress, elapsed: float) -> str | None:
+    """Why training must stop now (`elapsed`: seconds trained so far), or None."""
+    if train.patience is not None and progress.bad_validations >= train.patience:
+        return f"no improvement of {train.metric} in {train.patience} validations"
+    if train.max_steps is not None and progress.step >= train.max_steps:
+        return f"train.max_steps={train.max_steps} reached"
+    if train.max_time is not None and elapsed >= train.max_time:
+        return f"train.max_time={train.max_time:.0f}s used"
+    if progress.epoch >= train.max_epochs:
+        return f"train.max_epochs={train.max_epochs} done"
+    return None
+
+
+def expected_last_step(
+    train: TrainConfig,
+    progress: Progress,
+    elapsed: float,
+    steps_per_epoch: int,
+    steps_per_second: float | None,
+) -> int:
+    """The update at which the first budget to run out will end training, as far as can be
+    told now: `max_steps`; `max_epochs` at `steps_per_epoch` updates an epoch; `max_time`
+    at `steps_per_second` (None: not known yet). Early stopping cannot be foreseen."""
+    epoch_start = progress.step - progress.batch_in_epoch
+    ends = [epoch_start + (train.max_epochs - progress.epoch) * steps_per_epoch]
+    if train.max_steps is not None:
+        ends.append(train.max_steps)
+    if train.max_time is not None and steps_per_second:
+        left = max(train.max_time - elapsed, 0.0)
+        ends.append(progress.step + round(left * steps_per_second))
+    return max(min(ends), progress.step)
