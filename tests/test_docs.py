@@ -1,0 +1,42 @@
+"""The front door holds: the README is short, links every page of docs/, and no link in
+the README or docs/ points at a file that is not there, or outside the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def links(page: Path) -> list[str]:
+    """Relative link targets of a markdown file, anchors cut off."""
+    targets = [t.split("#")[0] for t in LINK.findall(page.read_text(encoding="utf-8"))]
+    return [t for t in targets if t and not re.match(r"[a-z]+:", t)]
+
+
+def test_the_readme_is_short_and_links_every_docs_page():
+    readme = ROOT / "README.md"
+    assert len(readme.read_text(encoding="utf-8").splitlines()) < 200
+    linked = {(ROOT / target).resolve() for target in links(readme)}
+    unlinked = [p.name for p in PAGES if p.resolve() not in linked]
+    assert not unlinked, f"link these from the README: {unlinked}"
+
+
+def test_every_link_points_at_a_file_of_the_repository():
+    broken = []
+    for page in [ROOT / "README.md", *PAGES]:
+        for target in links(page):
+            path = (page.parent / target).resolve()
+            if not path.exists() or ROOT not in path.parents:
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken
+
+
+def test_nothing_names_a_file_outside_the_repository():
+    texts = [ROOT / "README.md", *PAGES, *(ROOT / "configs").rglob("*.yaml")]
+    outside = [str(p.relative_to(ROOT)) for p in texts
+               if re.search(r"\.\./shared|DESIGN\.md", p.read_text(encoding="utf-8"))]  # fmt: skip
+    assert not outside, outside
