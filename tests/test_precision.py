@@ -8,6 +8,7 @@ import pytest
 import torch
 from cli_helpers import train
 
+from seq2seq.device import out_of_memory
 from seq2seq.train import trainer
 from seq2seq.train.run import ONEDNN_KERNEL_CACHE
 
@@ -75,3 +76,10 @@ def test_fp16_on_cuda_scales_gradients_and_learns(toy, tmp_path, monkeypatch, ar
     assert state["scaler"]["scale"] > 0  # its state is saved, to resume with
     losses = [float(x) for x in re.findall(r"loss ([\d.]+)  lr", (run / "train.log").read_text())]
     assert sum(losses[-5:]) < sum(losses[:5])
+
+
+def test_out_of_memory_is_recognised_from_the_cpu_allocator_and_cuda():
+    assert out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: 8GB"))
+    assert out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"))
+    assert out_of_memory(MemoryError())
+    assert not out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))

@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import torch
 from cli_helpers import run_cli, train
 
@@ -156,14 +155,10 @@ def test_too_many_non_finite_updates_in_a_row_stop_with_one_line(
     assert all(torch.equal(last["model"][k], before["model"][k]) for k in last["model"])
 
 
-@pytest.mark.parametrize(
-    "error",
-    [RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB"),
-     torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")],
-)  # fmt: skip
 def test_running_out_of_memory_while_training_is_one_line_and_keeps_the_checkpoint(
-    toy, tmp_path, monkeypatch, capsys, error
+    toy, tmp_path, monkeypatch, capsys
 ):
+    error = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8GB")
     original, count = trainer.token_cross_entropy, [0]
 
     def loss(*args):
