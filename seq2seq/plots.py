@@ -17,10 +17,11 @@ from torch import Tensor  # noqa: E402
 
 def attention_figure(weights: Tensor, src_pieces: list[str], tgt_pieces: list[str]) -> Figure:
     """A heatmap of `weights` (T, S), or (T, H, S) averaged over the H heads."""
-    figure, axes = plt.subplots(figsize=_heatmap_size(src_pieces, tgt_pieces))
+    # Constrained layout is computed as the figure is drawn: no extra drawing to lay it out.
+    size = _heatmap_size(src_pieces, tgt_pieces)
+    figure, axes = plt.subplots(figsize=size, layout="constrained")
     image = draw_attention(axes, weights, src_pieces, tgt_pieces)
     figure.colorbar(image, ax=axes, fraction=0.04)
-    figure.tight_layout()
     return figure
 
 

@@ -44,8 +44,9 @@ def _read(terminal: int) -> bytes:
         return b""
 
 
-def test_tensorboard_has_the_config_its_hparams_and_validation_translations(trained):
-    events = EventAccumulator(str(trained / "tensorboard"), size_guidance={"tensors": 0})
+def test_tensorboard_has_the_config_its_hparams_heatmaps_and_validation_translations(trained):
+    everything = {"tensors": 0, "images": 0}
+    events = EventAccumulator(str(trained / "tensorboard"), size_guidance=everything)
     events.Reload()
     tags = events.Tags()["tensors"]
     assert "config/text_summary" in tags and "valid/translations/text_summary" in tags
@@ -54,6 +55,9 @@ def test_tensorboard_has_the_config_its_hparams_and_validation_translations(trai
     shown = events.Tensors("valid/translations/text_summary")
     assert [event.step for event in shown] == [10, 20, 30]  # every validation
     assert "| source | reference | translation |" in shown[-1].tensor_proto.string_val[0].decode()
+    heatmaps = events.Images("attention/0")
+    assert [event.step for event in heatmaps] == [10, 20, 30]
+    assert heatmaps[0].encoded_image_string.startswith(b"\x89PNG")
     hparams = events.PluginTagToContent("hparams")
     assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= set(hparams)
     assert b"model.attention.type" in hparams["_hparams_/session_start_info"]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
-from matplotlib.figure import Figure
+from matplotlib.image import imread
 from tqdm import tqdm
 
 from seq2seq.config import flatten
@@ -76,9 +77,11 @@ class TensorBoardLog:
             for name, value in values.items():
                 self.writer.add_scalar(f"{prefix}/{name}", value, step)
 
-    def add_figure(self, step: int, tag: str, figure: Figure) -> None:
+    def add_png(self, step: int, tag: str, png: bytes) -> None:
+        """An image already drawn as PNG (drawing a figure again would cost as much)."""
         if self.writer is not None:
-            self.writer.add_figure(tag, figure, step, close=False)
+            pixels = imread(io.BytesIO(png), format="png")[..., :3]
+            self.writer.add_image(tag, pixels, step, dataformats="HWC")
 
     def add_config(self, config: dict[str, Any], metrics: list[str]) -> None:
         """The resolved config as text, and its fields as hyperparameters of this run in

@@ -372,9 +372,9 @@ class Trainer:
             step, self.data.valid_src[:shown], self.data.valid_ref[:shown], result.hypotheses
         )
         for i, amap in enumerate(result.attention_maps):
-            figure = attention_figure(amap.weights, amap.src_pieces, amap.tgt_pieces)
-            board.add_figure(step, f"attention/{i}", figure)
-            atomic_write_bytes(self.run.attention / f"step-{step}-{i}.png", figure_png(figure))
+            png = figure_png(attention_figure(amap.weights, amap.src_pieces, amap.tgt_pieces))
+            board.add_png(step, f"attention/{i}", png)
+            atomic_write_bytes(self.run.attention / f"step-{step}-{i}.png", png)
         board.add(
             step,
             "valid",
