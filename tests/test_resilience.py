@@ -47,12 +47,12 @@ def wait_for_step(process: subprocess.Popen, run_dir: Path, step: int, after: in
 
 def test_sigkill_at_random_steps_then_resuming_equals_an_uninterrupted_run(toy, tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    budget = ["train.max_steps=18", "train.valid_every=3"]  # a resume checkpoint every 3
+    budget = ["train.max_steps=12", "train.valid_every=3"]  # a resume checkpoint every 3
     assert train(toy, straight, *budget) == 0
 
     picker = random.Random()  # its own generator: training in this process seeds `random`
-    first = picker.randrange(2, 8)
-    second = picker.randrange(first + 3, 16)
+    first = picker.randrange(2, 5)
+    second = picker.randrange(first + 3, 11)
     print(f"killed after steps {first} and {second}")  # to reproduce a failure
     for step in (first, second):
         log = killed / "train.log"
