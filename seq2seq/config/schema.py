@@ -315,7 +315,12 @@ class Config(Section):
     name: str = Field(
         "run", pattern=r"^[A-Za-z0-9._-]+$", description="the run's name; default dir runs/NAME"
     )
-    seed: int = Field(1, ge=0, le=2**32 - 1, description="SentencePiece takes 32 bits")
+    seed: int = Field(
+        1,
+        ge=0,
+        le=2**32 - 1,
+        description="seeds initialisation, data order, dropout and SentencePiece (32 bits)",
+    )
     data: DataConfig = Field(description="the parallel corpora")
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="SentencePiece")
     model: ModelConfig = Field(default_factory=ModelConfig, description="the architecture")
