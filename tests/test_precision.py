@@ -13,13 +13,9 @@ from seq2seq.train import trainer
 from seq2seq.train.run import ONEDNN_KERNEL_CACHE
 
 
-@pytest.mark.skipif(
-    not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
-    reason="this CPU has no native bf16 (AVX-512 BF16 or AMX): training refuses bf16 here",
-)
-@pytest.mark.parametrize("arch", ["rnn", "transformer"])
-def test_bf16_trains_in_bf16_with_float32_weights(toy, tmp_path, monkeypatch, arch):
-    seen = set()
+def loss_dtypes(monkeypatch) -> set[torch.dtype]:
+    """The dtypes of the logits training computes its loss on, as they come."""
+    seen: set[torch.dtype] = set()
     original = trainer.token_cross_entropy
 
     def loss(logits, *args):
@@ -27,6 +23,16 @@ def test_bf16_trains_in_bf16_with_float32_weights(toy, tmp_path, monkeypatch, ar
         return original(logits, *args)
 
     monkeypatch.setattr(trainer, "token_cross_entropy", loss)
+    return seen
+
+
+@pytest.mark.skipif(
+    not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+    reason="this CPU has no native bf16 (AVX-512 BF16 or AMX): training refuses bf16 here",
+)
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+def test_bf16_trains_in_bf16_with_float32_weights(toy, tmp_path, monkeypatch, arch):
+    seen = loss_dtypes(monkeypatch)
     # setenv first, so that teardown also removes the value training sets
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "")
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
@@ -58,14 +64,7 @@ def test_fp16_needs_a_cuda_gpu(toy, tmp_path, capsys):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU: fp16 trains on CUDA only")
 @pytest.mark.parametrize("arch", ["rnn", "transformer"])
 def test_fp16_on_cuda_scales_gradients_and_learns(toy, tmp_path, monkeypatch, arch):
-    seen = set()
-    original = trainer.token_cross_entropy
-
-    def loss(logits, *args):
-        seen.add(logits.dtype)
-        return original(logits, *args)
-
-    monkeypatch.setattr(trainer, "token_cross_entropy", loss)
+    seen = loss_dtypes(monkeypatch)
     run = tmp_path / "r"
     settings = ["train.precision=fp16", "train.device=cuda", f"model.arch={arch}",
                 "train.max_steps=40", "train.valid_every=20", "model.ff_dim=32"]  # fmt: skip
