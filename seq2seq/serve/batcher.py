@@ -58,6 +58,7 @@ class MicroBatcher:
         executor: Executor | None = None,
     ) -> None:
         self.search = search
+        self.owns_executor = executor is None
         self.executor = executor or ThreadPoolExecutor(1, thread_name_prefix="decode")
         self.max_lines = max_lines
         self.max_wait = max_wait
@@ -75,6 +76,8 @@ class MicroBatcher:
         if self._worker is not None:
             await self.queue.join()
             self._worker.cancel()
+        if self.owns_executor:
+            self.executor.shutdown(wait=False)
 
     async def translate(self, lines: list[str], beam: int, nbest: int) -> list[list[Any]]:
         """The hypotheses of each line, once a batch that holds them is decoded."""
