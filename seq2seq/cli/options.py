@@ -25,6 +25,11 @@ class Device(str, enum.Enum):
     cuda = "cuda"
 
 
+def device_name(choice: Device | None) -> str | None:
+    """The device a command was given, as the decoders take it (None: the run's own)."""
+    return choice.value if choice else None
+
+
 Checkpoint = Annotated[str, typer.Option(help="best, last, step-N or a .pt file")]
 Beam = Annotated[
     int | None, typer.Option(min=1, help="beam size, 1 = greedy; default: the run's decode.beam")

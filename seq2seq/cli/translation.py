@@ -20,6 +20,7 @@ from seq2seq.cli.options import (
     Engine,
     LengthPenalty,
     Quantization,
+    device_name,
 )
 from seq2seq.errors import UserError
 
@@ -96,7 +97,7 @@ def _translator(
 ) -> LineTranslator:
     from seq2seq.decode.translate import Translator
 
-    where = device.value if device else None
+    where = device_name(device)
     if engine is Engine.torch:
         return Translator.load(run, checkpoint, where, **options)
     from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
@@ -196,7 +197,7 @@ def plot_attention(
     from seq2seq.files import atomic_write_bytes
     from seq2seq.plots import attention_figure, figure_png
 
-    amap = Translator.load(run, checkpoint, device.value if device else None).attention_map(src)
+    amap = Translator.load(run, checkpoint, device_name(device)).attention_map(src)
     if amap is None:
         raise UserError(
             f"the model of {run} finished no translation of this sentence (its outputs are "
@@ -244,4 +245,4 @@ def serve(
         batch_lines=batch_lines,
         batch_wait=batch_wait_ms / 1000,
     )
-    run_server(run, checkpoint, host, port, device.value if device else None, limits)
+    run_server(run, checkpoint, host, port, device_name(device), limits)

@@ -118,6 +118,12 @@ class LineTranslator:
         """The `nbest` best hypotheses of each source (piece ids, no EOS), best first."""
         raise NotImplementedError
 
+    def attention_labels(self, line: str, translation: Translation) -> tuple[list[str], list[str]]:
+        """The pieces that label a translation's attention: the (cut) source's and the
+        output's, each with its </s>."""
+        src_pieces = [*self.tokenizer.src_pieces(line)[: self.max_source], "</s>"]
+        return src_pieces, self.tokenizer.tgt_pieces_from_ids([*translation.tokens, EOS_ID])
+
     def alignment(self, line: str, translation: Translation) -> str:
         """Pharaoh word alignment (i-j) of a line and its translation, from attention."""
         raise UserError("word alignments need attention weights, which this engine does not give")
@@ -252,12 +258,8 @@ class Translator(LineTranslator):
         if not found:
             return None
         best = found[0]
-        return AttentionMap(
-            src_pieces=[*self.tokenizer.src_pieces(line)[: self.max_source], "</s>"],
-            tgt_pieces=self.tokenizer.tgt_pieces_from_ids([*best.tokens, EOS_ID]),
-            weights=best.attention,
-            translation=best.text,
-        )
+        src_pieces, tgt_pieces = self.attention_labels(line, best)
+        return AttentionMap(src_pieces, tgt_pieces, best.attention, best.text)
 
     def search(
         self, src_ids: list[list[int]], nbest: int = 1, decode: DecodeConfig | None = None

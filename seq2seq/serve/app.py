@@ -151,13 +151,13 @@ def _line(
 
 def _attention(translator: LineTranslator, source: str, found: Translation) -> AttentionWeights:
     """A hypothesis' attention with the pieces that label its rows and columns."""
-    weights = found.attention.float()
-    tokenizer = translator.tokenizer
+    weights = found.attention.double()
+    src_pieces, tgt_pieces = translator.attention_labels(source, found)
     return AttentionWeights(
-        source=[*tokenizer.src_pieces(source)[: weights.size(-1) - 1], "</s>"],
-        target=[*tokenizer.tgt_pieces_from_ids(found.tokens), "</s>"],
+        source=src_pieces,
+        target=tgt_pieces,
         heads=weights.size(1) if weights.dim() == 3 else None,
-        weights=weights.double().mul(1e4).round().div(1e4).tolist(),
+        weights=weights.mul(1e4).round().div(1e4).tolist(),
     )
 
 

@@ -35,12 +35,13 @@ from seq2seq.train.logs import TensorBoardLog, setup_logging
 from seq2seq.train.trainer import Trainer
 
 # Fields that may change when a run is resumed: budgets, and what does not change the
-# parameters trained (logging, checkpoints kept, the guard on skipped updates, the test
-# decode); never the model, the data or the arithmetic.
+# parameters trained (logging, checkpoints kept, the guard on skipped updates, and the
+# sections only the test decode reads); never the model, the data or the arithmetic.
 RESUMABLE_CHANGES = {
     "train.max_time", "train.max_steps", "train.max_epochs", "train.patience",
     "train.log_every", "train.keep_best", "train.max_skipped_updates",
 }  # fmt: skip
+RESUMABLE_SECTIONS = ("decode.",)
 ONEDNN_KERNEL_CACHE = 64
 
 
@@ -88,7 +89,7 @@ def _check_same_run(run: RunDir, cfg: Config) -> None:
     differences = [
         d
         for d in config_differences(run.load_config(), cfg)
-        if d[0] not in RESUMABLE_CHANGES and not d[0].startswith("decode.")
+        if not (d[0] in RESUMABLE_CHANGES or d[0].startswith(RESUMABLE_SECTIONS))
     ]
     if differences:
         shown = "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in differences[:3])

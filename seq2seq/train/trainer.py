@@ -219,8 +219,8 @@ class Trainer:
             if self.scaler.is_enabled():
                 self.scaler.step(self.optimizer)  # sees the overflow: no step, a lower scale
                 self.scaler.update()
-            if finite_loss and self.scaler.is_enabled():
-                return loss.new_zeros(()), 0  # an fp16 overflow, the scaler's to handle
+                if finite_loss:
+                    return loss.new_zeros(()), 0  # an fp16 overflow, the scaler's to handle
             self.skip_update(loss.item(), norm.item())
             return loss.new_zeros(()), 0
         self.scaler.step(self.optimizer)  # the optimizer's step
