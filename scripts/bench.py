@@ -173,6 +173,44 @@ def profile_updates(trainer, batches: list[list[int]], rows: int) -> None:
     print(f"profile of {len(batches)} updates:\n{table}", file=sys.stderr)
 
 
+def training_batches(trainer, epochs: int, needed: int) -> list[list[int]]:
+    """The first `needed` batches of the training data, over as many epochs as it takes."""
+    batches: list[list[int]] = []
+    for epoch in range(epochs):
+        if len(batches) >= needed:
+            break
+        batches += trainer.data.train.epoch(epoch)
+    if len(batches) < needed:
+        raise SystemExit(f"the corpus gives {len(batches)} batches; {needed} needed")
+    return batches[:needed]
+
+
+def training_speed(trainer, timed: list[list[int]], seconds: float, precision: str) -> dict:
+    """Speeds, padding and model FLOP utilisation of `timed` updates that took `seconds`."""
+    data = trainer.data.train
+    src = sum(len(data.src[i]) + 1 for b in timed for i in b)
+    tgt = sum(data.target_tokens(b) for b in timed)
+    padded = sum(
+        len(b) * (max(len(data.src[i]) for i in b) + 1 + max(len(data.tgt[i]) for i in b) + 1)
+        for b in timed
+    )
+    source_side, target_side = matmul_weights(trainer.model)
+    flops_per_target = 6 * (target_side + source_side * src / tgt)
+    peak = matmul_peak_gflops(precision)
+    speed = tgt / seconds
+    return {
+        "seconds": round(seconds, 2),
+        "target_tokens_per_s": round(speed, 1),
+        "tokens_per_s": round((src + tgt) / seconds, 1),
+        "target_tokens_per_update": round(tgt / len(timed), 1),
+        "padding_ratio": round(1 - (src + tgt) / padded, 4),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "mflop_per_target_token": round(flops_per_target / 1e6, 3),
+        "matmul_peak_gflops": round(peak, 1),
+        "mfu": round(flops_per_target * speed / (peak * 1e9), 5),
+    }
+
+
 def measure_train(args: argparse.Namespace) -> dict:
     """Runs in its own process: build the run, warm up, time --steps updates."""
     import shutil
@@ -190,52 +228,27 @@ def measure_train(args: argparse.Namespace) -> dict:
             shutil.copytree(args.tokenizer, run.tokenizer)
         trainer = build_trainer(cfg, run, World())
         trainer.model.train()
-        data = trainer.data.train
         needed = args.warmup + args.steps + (args.profile and PROFILED_STEPS)
-        batches: list[list[int]] = []
-        for epoch in range(cfg.train.max_epochs):  # only as many epochs as it takes
-            if len(batches) >= needed:
-                break
-            batches += data.epoch(epoch)
-        if len(batches) < needed:
-            raise SystemExit(f"the corpus gives {len(batches)} batches; {needed} needed")
+        batches = training_batches(trainer, cfg.train.max_epochs, needed)
         for indices in batches[: args.warmup]:
             trainer.train_step(indices)
-        timed = batches[args.warmup : needed]
+        timed = batches[args.warmup : args.warmup + args.steps]
         started = time.perf_counter()
         for indices in timed:
             trainer.train_step(indices)
         seconds = time.perf_counter() - started
         if args.profile:
-            profile_updates(trainer, batches[args.warmup + args.steps : needed], args.profile)
-
-        src = sum(len(data.src[i]) + 1 for b in timed for i in b)
-        tgt = sum(data.target_tokens(b) for b in timed)
-        padded = sum(
-            len(b) * (max(len(data.src[i]) for i in b) + 1 + max(len(data.tgt[i]) for i in b) + 1)
-            for b in timed
-        )
-        source_side, target_side = matmul_weights(trainer.model)
-        flops_per_target = 6 * (target_side + source_side * src / tgt)
-        peak = matmul_peak_gflops(cfg.train.precision)
-        speed = tgt / seconds
-        return {
-            "mode": "train",
-            "config": str(args.config),
-            "arch": cfg.model.arch,
-            "precision": cfg.train.precision,
-            "threads": args.threads,
-            "steps": args.steps,
-            "seconds": round(seconds, 2),
-            "target_tokens_per_s": round(speed, 1),
-            "tokens_per_s": round((src + tgt) / seconds, 1),
-            "target_tokens_per_update": round(tgt / len(timed), 1),
-            "padding_ratio": round(1 - (src + tgt) / padded, 4),
-            "peak_rss_mb": round(peak_rss_mb(), 1),
-            "mflop_per_target_token": round(flops_per_target / 1e6, 3),
-            "matmul_peak_gflops": round(peak, 1),
-            "mfu": round(flops_per_target * speed / (peak * 1e9), 5),
-        }
+            profile_updates(trainer, batches[args.warmup + args.steps :], args.profile)
+        speed = training_speed(trainer, timed, seconds, cfg.train.precision)
+    return {
+        "mode": "train",
+        "config": str(args.config),
+        "arch": cfg.model.arch,
+        "precision": cfg.train.precision,
+        "threads": args.threads,
+        "steps": args.steps,
+        **speed,
+    }
 
 
 def main() -> None:
