@@ -71,6 +71,11 @@ class RunDir:
     def attention(self) -> Path:
         return self.root / "attention"
 
+    @property
+    def best_attention(self) -> Path:
+        """The heatmap a sweep report draws of this run, kept for reports without checkpoints."""
+        return self.root / "best-attention.json"
+
     def test_hypotheses(self, name: str) -> Path:
         """test/NAME.hyp, the translation of test set NAME. Runs trained before that name
         wrote test/NAME.TGT, which is read where it is the one there."""

@@ -4,6 +4,7 @@ hand-made run directories, and a small sweep end to end through the command line
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import statistics
 from pathlib import Path
@@ -203,7 +204,10 @@ def hand_made_run(root: Path, run, scores: dict, hypotheses: list[str], validati
         "target_tokens_per_s": 1000.0,
         "parameters": 1234,
         "skipped_updates": 0,
-        "validations": [{"step": s, "bleu": b, "chrf": 0.0, "loss": 1.0} for s, b in validations],
+        # The loss falls with BLEU, so that only the best step's gives its perplexity.
+        "validations": [
+            {"step": s, "bleu": b, "chrf": 0.0, "loss": 5.0 - b / 50} for s, b in validations
+        ],
     }
     (path / "summary.json").write_text(json.dumps(summary))
 
@@ -248,6 +252,8 @@ def test_report_aggregates_hand_made_runs(tmp_path, monkeypatch):
     assert base.scores["test"]["chrf"].mean == pytest.approx(31.5)
     assert single.scores["test"]["bleu"].std is None  # one seed: no deviation
     assert base.statistics["train_seconds"].mean == pytest.approx(15.0)
+    # Both seeds' best step is the last (BLEU 20 and 24): perplexities e^4.6 and e^4.52.
+    assert base.statistics["valid_ppl"].mean == pytest.approx((math.exp(4.6) + math.exp(4.52)) / 2)
     assert base.curve == [(10, statistics.mean([10.0, 6.0])), (20, 22.0)]
 
     # The p-value is sacrebleu's paired bootstrap on both seeds' hypotheses concatenated.
@@ -271,6 +277,8 @@ def test_report_aggregates_hand_made_runs(tmp_path, monkeypatch):
     assert "| bahdanau (baseline) | 2 | 22.00 ± 2.83 | baseline |" in table
     assert f"| dot | 2 | 99.50 ± 0.71 | {expected:.3f} * |" in table
     assert "| general | 1 | 50.00 ± - |" in table
+    assert "| best step | valid ppl | train s |" in table
+    assert f"| 20 | {math.exp(4.0):.2f} | 10 |" in table  # general: BLEU 50 at step 20
     assert "`attention.type=general,seed=2`: interrupted" in table
     assert "| cell | 1-9 (20) | 10-14 (10) | 15-19 (0) | 20+ (0) |" in table
     assert "| dot | 100.00 | 100.00 | - | - |" in table
@@ -333,18 +341,19 @@ def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):
     assert len(list((report / "tensorboard").glob("*/events.out.tfevents.*"))) == 2
     assert run_cli("sweep", "report", root) == 0
     assert not list(root.glob(".report*"))  # the replaced report is cleaned up
-    # What a study commits (docs/results/.gitignore) rebuilds the same tables.
+    # What a study commits (docs/results/.gitignore) rebuilds the same report: the
+    # heatmaps come from each run's best-attention.json once the checkpoints are gone.
     dropped = ("checkpoints", "tokenizer", "tensorboard", "attention", "valid")
     kept = tmp_path / "kept"
     shutil.copytree(root, kept, ignore=shutil.ignore_patterns(*dropped))
     assert run_cli("sweep", "report", kept) == 0
-    assert (kept / "report/results.csv").read_text() == (report / "results.csv").read_text()
-    rebuilt = (kept / "report/results.md").read_text().splitlines()
-    original = (report / "results.md").read_text().splitlines()
+    for name in ("results.csv", "results.md", "attention.png", "bleu.png"):
+        assert (kept / "report" / name).read_bytes() == (report / name).read_bytes(), name
+    for saved in kept.glob("runs/*/best-attention.json"):
+        saved.unlink()
+    assert run_cli("sweep", "report", kept) == 0
     assert not (kept / "report/attention.png").exists()
-    assert [line for line in rebuilt if line and not line.startswith("No attention heatmaps")] == [
-        line for line in original if line and line != "![attention](attention.png)"
-    ]
+    assert "No attention heatmaps" in (kept / "report/results.md").read_text()
     # A run of a sweep is an ordinary run directory: same as `seq2seq train` of its config.
     alone = tmp_path / "alone"
     shutil.copytree(root / "tokenizer", alone / "tokenizer")

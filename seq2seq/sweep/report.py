@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.decode.translate import Translator
 from seq2seq.evaluate import length_buckets
-from seq2seq.files import publish_directory
+from seq2seq.files import atomic_write_text, publish_directory
 from seq2seq.plots import (
     attention_grid_figure,
     bar_figure,
@@ -38,6 +41,7 @@ from seq2seq.sweep.spec import format_value
 
 _HEADINGS = {  # STATISTICS in results.md
     "best_step": "best step",
+    "valid_ppl": "valid ppl",
     "train_seconds": "train s",
     "target_tokens_per_s": "tokens/s",
     "parameters": "parameters",
@@ -200,9 +204,13 @@ def _markdown_table(results: SweepResults) -> list[str]:
             scores = result.scores.get(name, {})
             for metric in ("bleu", "chrf"):
                 row += [_spread(scores.get(metric)), _p(result, is_baseline, name, metric)]
-        row += [f"{result.statistics[k].mean:,.0f}" for k in STATISTICS]
+        row += [_statistic(k, result.statistics[k].mean) for k in STATISTICS]
         lines.append("| " + " | ".join(row) + " |")
     return lines
+
+
+def _statistic(name: str, value: float) -> str:
+    return f"{value:.2f}" if name == "valid_ppl" else f"{value:,.0f}"
 
 
 def _how_to_read(results: SweepResults) -> str:
@@ -215,7 +223,8 @@ def _how_to_read(results: SweepResults) -> str:
         "(seed k paired with the baseline's seed k, the references repeated once per seed); "
         f"* marks p < {ALPHA}."
         + (f" Signature: `{signature}`." if signature else "")
-        + " The last columns are means over the seeds (summary.json)."
+        + " The last columns are means over the seeds (summary.json); valid ppl is the"
+        " validation perplexity at the best step."
     )
 
 
@@ -241,26 +250,44 @@ def results_csv(results: SweepResults) -> str:
                     "" if spread is None or spread.std is None else round(spread.std, 4),
                     "" if test is None else round(getattr(test, f"{metric}_p"), 4),
                 ]
-        row += [round(result.statistics[k].mean, 1) for k in STATISTICS]
+        row += [round(result.statistics[k].mean, 2) for k in STATISTICS]
         writer.writerow(row)
     return buffer.getvalue()
 
 
 def _attention(results: SweepResults, result: CellResult) -> tuple | None:
-    """The best checkpoint of the first seed that still has one, on the first non-empty
-    validation sentence, decoded greedily: the same sentence for every cell. None where
-    every seed's checkpoints are gone (a sweep kept without them can still be reported)."""
-    kept = [s for s in result.seeds if result.runs[s].checkpoint("best").is_file()]
-    if not kept:
-        return None
-    cfg = results.sweep.run(result.cell, kept[0]).config
+    """The cell's heatmap: the first non-empty validation sentence, translated greedily by
+    the best checkpoint of the cell's first seed that has one (the same sentence for every
+    cell). It is kept in that run's best-attention.json, which is read once the checkpoints
+    are gone, so a rebuilt report draws the same picture; None where no seed has either."""
+    for seed in result.seeds:
+        run = result.runs[seed]
+        if not run.best_attention.is_file() and run.checkpoint("best").is_file():
+            _save_best_attention(results, result, seed)
+        if run.best_attention.is_file():
+            saved = json.loads(run.best_attention.read_text(encoding="utf-8"))
+            weights = torch.tensor(saved["weights"])  # float32 again: the weights drawn before
+            return result.cell.title, weights, saved["source"], saved["target"]
+    return None
+
+
+def _save_best_attention(results: SweepResults, result: CellResult, seed: int) -> None:
+    """Translate the heatmap sentence with the run's best checkpoint into best-attention.json;
+    nothing where the model finished no translation."""
+    cfg = results.sweep.run(result.cell, seed).config
     sources = read_lines(corpus_path(cfg.data.valid, cfg.data.src))
     sentence = next(line for line in sources if line.strip())
-    translator = Translator.load(result.runs[kept[0]].root, "best", beam=1)
-    amap = translator.attention_map(sentence)
-    if amap is None:  # the model finished no translation: no heatmap for this cell
-        return None
-    return result.cell.title, amap.weights, amap.src_pieces, amap.tgt_pieces
+    run_dir = result.runs[seed]
+    amap = Translator.load(run_dir.root, "best", beam=1).attention_map(sentence)
+    if amap is not None:
+        saved = {
+            "sentence": sentence,
+            "translation": amap.translation,
+            "source": amap.src_pieces,
+            "target": amap.tgt_pieces,
+            "weights": amap.weights.tolist(),
+        }
+        atomic_write_text(run_dir.best_attention, json.dumps(saved) + "\n")
 
 
 def _tensorboard(results: SweepResults, directory: Path) -> None:

@@ -21,11 +21,12 @@ from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.evaluate import Significance, bleu_by_source_length, paired_bootstrap
 from seq2seq.sweep.directory import RunState, SweepDir
 from seq2seq.sweep.spec import Cell, Run, Sweep
+from seq2seq.train.loss import perplexity
 
 SAMPLES = 1000  # bootstrap resamples, sacrebleu's default
 ALPHA = 0.05  # p below this is marked significant
-# summary.json fields averaged over seeds, in table order.
-STATISTICS = ("best_step", "train_seconds", "target_tokens_per_s", "parameters")
+# Per-run figures averaged over seeds, in table order (see run_statistics).
+STATISTICS = ("best_step", "valid_ppl", "train_seconds", "target_tokens_per_s", "parameters")
 LENGTH_EDGES = (10, 15, 20)  # source-length buckets in words: 1-9, 10-14, 15-19, 20+
 
 
@@ -115,9 +116,17 @@ def _cell_result(cell: Cell, runs: dict[int, RunDir]) -> CellResult:
         cell=cell,
         runs=runs,
         scores=spreads,
-        statistics={k: Spread.of([s[k] for s in summaries]) for k in STATISTICS},
+        statistics={k: Spread.of([run_statistics(s)[k] for s in summaries]) for k in STATISTICS},
         curve=[(step, statistics.mean(values)) for step, values in sorted(by_step.items())],
     )
+
+
+def run_statistics(summary: dict) -> dict[str, float]:
+    """A run's STATISTICS from its summary.json: its fields, and the validation perplexity
+    at the best step (the checkpoint that translated the test sets)."""
+    loss = {point["step"]: point["loss"] for point in summary["validations"]}
+    figures = {k: summary[k] for k in STATISTICS if k in summary}
+    return figures | {"valid_ppl": perplexity(loss[summary["best_step"]])}
 
 
 def _compare(sweep: Sweep, baseline: CellResult, result: CellResult) -> None:
