@@ -377,3 +377,14 @@ def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, caps
     assert "[1/2] data.max_len=1,seed=1 failed: no training pair is at most 1 pieces" in err
     assert "1 run(s) of sweep s failed (data.max_len=1,seed=1)" in err.splitlines()[-1]
     assert (tmp_path / "runs/sweeps/s/runs/data.max_len=40,seed=1/test/scores.json").is_file()
+
+
+def test_runs_record_the_commit_the_process_started_with(monkeypatch):
+    """A sweep's later runs start after commits made while it runs: meta.json names the
+    code the process imported, asked of git once."""
+    from seq2seq.train import run as run_module
+
+    run_module._git_revision.cache_clear()
+    first = run_module._git_revision()
+    monkeypatch.setattr(run_module.subprocess, "run", lambda *a, **k: pytest.fail("git again"))
+    assert run_module._git_revision() == first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -45,7 +46,10 @@ RESUMABLE_SECTIONS = ("decode.",)
 ONEDNN_KERNEL_CACHE = 64
 
 
+@functools.cache
 def _git_revision() -> str | None:
+    """The commit checked out when this process first asked, at its first run's start: the
+    code it imported, even where a sweep's later runs start after new commits."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"],
