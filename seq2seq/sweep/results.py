@@ -108,6 +108,7 @@ def _cell_result(cell: Cell, runs: dict[int, RunDir]) -> CellResult:
     for name in dict.fromkeys(name for score in scores for name in score):
         found = [score[name] for score in scores if name in score]
         spreads[name] = {m: Spread.of([s[m] for s in found]) for m in ("bleu", "chrf")}
+    figures = [run_statistics(summary) for summary in summaries]
     by_step: dict[int, list[float]] = defaultdict(list)
     for summary in summaries:
         for point in summary["validations"]:
@@ -116,7 +117,7 @@ def _cell_result(cell: Cell, runs: dict[int, RunDir]) -> CellResult:
         cell=cell,
         runs=runs,
         scores=spreads,
-        statistics={k: Spread.of([run_statistics(s)[k] for s in summaries]) for k in STATISTICS},
+        statistics={k: Spread.of([f[k] for f in figures]) for k in STATISTICS},
         curve=[(step, statistics.mean(values)) for step, values in sorted(by_step.items())],
     )
 
@@ -125,8 +126,8 @@ def run_statistics(summary: dict) -> dict[str, float]:
     """A run's STATISTICS from its summary.json: its fields, and the validation perplexity
     at the best step (the checkpoint that translated the test sets)."""
     loss = {point["step"]: point["loss"] for point in summary["validations"]}
-    figures = {k: summary[k] for k in STATISTICS if k in summary}
-    return figures | {"valid_ppl": perplexity(loss[summary["best_step"]])}
+    fields = {k: summary[k] for k in STATISTICS if k != "valid_ppl"}
+    return fields | {"valid_ppl": perplexity(loss[summary["best_step"]])}
 
 
 def _compare(sweep: Sweep, baseline: CellResult, result: CellResult) -> None:
