@@ -1,5 +1,6 @@
 """A sweep's report, DIR/report/: results.csv, results.md, bleu.png, curves.png,
-attention.png and TensorBoard's HParams view (tensorboard/), from whatever has finished.
+length-TESTSET.png, attention.png and TensorBoard's HParams view (tensorboard/), from
+whatever has finished.
 
 The report is written into a temporary directory and renamed into place, so a reader (or
 a shard finishing at the same time) never sees half of one.
