@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from cli_helpers import run_cli, train
 
@@ -16,59 +17,61 @@ def parameters(run_dir: Path, name: str = "last") -> dict:
     return torch.load(run_dir / "checkpoints" / f"{name}.pt", weights_only=True)["model"]
 
 
-def test_train_resume_translate_evaluate(toy, tmp_path, capsys):
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert train(toy, straight, "train.max_steps=6") == 0
+@pytest.fixture(scope="module")
+def six_steps(toy, tmp_path_factory) -> Path:
+    """The toy config trained for 6 steps without a stop, through the command line."""
+    run_dir = tmp_path_factory.mktemp("cli") / "straight"
+    assert train(toy, run_dir, "train.max_steps=6") == 0
+    return run_dir
+
+
+def test_a_resumed_run_ends_with_the_parameters_of_an_uninterrupted_one(toy, six_steps, tmp_path):
+    resumed = tmp_path / "resumed"
     assert train(toy, resumed, "train.max_steps=4") == 0
     assert train(toy, resumed, "train.max_steps=6") == 0
     assert "resumed" in (resumed / "train.log").read_text()
-
-    # A run stopped and resumed ends with exactly the parameters of an uninterrupted one.
-    a, b = parameters(straight), parameters(resumed)
+    a, b = parameters(six_steps), parameters(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    progress = torch.load(straight / "checkpoints/last.pt", weights_only=True)["progress"]
+    progress = torch.load(six_steps / "checkpoints/last.pt", weights_only=True)["progress"]
     assert progress["step"] == 6
 
+
+def test_a_run_directory_holds_everything_a_run_leaves(six_steps):
     for name in ("config.yaml", "meta.json", "train.log", "tokenizer/joint.model"):
-        assert (straight / name).is_file(), name
-    assert (straight / "checkpoints/best.pt").is_file()
-    assert len(list((straight / "checkpoints").glob("step-*.pt"))) == 2  # keep_best
-    assert list((straight / "tensorboard").iterdir())
-    heatmaps = sorted((straight / "attention").glob("step-6-*.png"))
+        assert (six_steps / name).is_file(), name
+    assert (six_steps / "checkpoints/best.pt").is_file()
+    assert len(list((six_steps / "checkpoints").glob("step-*.pt"))) == 2  # keep_best
+    assert list((six_steps / "tensorboard").iterdir())
+    heatmaps = sorted((six_steps / "attention").glob("step-6-*.png"))
     assert len(heatmaps) == 3 and all(p.read_bytes().startswith(b"\x89PNG") for p in heatmaps)
-    scores = json.loads((straight / "test/scores.json").read_text())
+    scores = json.loads((six_steps / "test/scores.json").read_text())
     assert set(scores["test"]) >= {"bleu", "chrf", "signature"}
     assert "nrefs:1" in scores["test"]["signature"]
-    assert len((straight / "test/test.hyp").read_text().splitlines()) == 10  # the test set's
+    assert len((six_steps / "test/test.hyp").read_text().splitlines()) == 10  # the test set's
 
+
+def test_translate_writes_one_line_per_input_line(six_steps, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("boka mimi\n\n   \ntoto tape podo\n")
     output = tmp_path / "out.txt"
-    assert run_cli("translate", "--run", straight, "--input", source, "--output", output) == 0
+    assert run_cli("translate", "--run", six_steps, "--input", source, "--output", output) == 0
     lines = output.read_text().split("\n")
     assert len(lines) == 5 and lines[-1] == ""  # four lines, each ending in a newline
     assert lines[1] == "" and lines[2] == ""  # empty and blank lines stay empty
 
+
+def test_plot_attention_draws_a_sentence_and_prints_its_translation(six_steps, tmp_path, capsys):
     picture = tmp_path / "map.png"
-    capsys.readouterr()
-    assert run_cli("plot-attention", "--run", straight, "--src", "toto tape", "-o", picture) == 0
+    assert run_cli("plot-attention", "--run", six_steps, "--src", "toto tape", "-o", picture) == 0
     assert picture.read_bytes().startswith(b"\x89PNG")
     assert len(capsys.readouterr().out.splitlines()) == 1  # the translation
-    assert run_cli("plot-attention", "--run", straight, "--src", "  ") == 2
+    assert run_cli("plot-attention", "--run", six_steps, "--src", "  ") == 2
 
-    capsys.readouterr()
+
+def test_evaluate_prints_the_scores_as_json(toy, six_steps, capsys):
     data = toy / "data"
-    code = run_cli(
-        "evaluate",
-        "--run",
-        straight,
-        "--src",
-        data / "test.src",
-        "--ref",
-        data / "test.tgt",
-        "--json",
-    )
-    assert code == 0
+    args = ["--src", data / "test.src", "--ref", data / "test.tgt", "--json"]
+    assert run_cli("evaluate", "--run", six_steps, *args) == 0
     result = json.loads(capsys.readouterr().out)
     assert 0 <= result["bleu"] <= 100 and "nrefs:1" in result["signature"]
 

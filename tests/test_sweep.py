@@ -1,60 +1,24 @@
-"""Sweeps: grid expansion and its checks, shards, the stored definition, the report on
-hand-made run directories, and a small sweep end to end through the command line."""
+"""Sweeps: grid expansion and its checks, shards, the stored definition, and a small
+sweep end to end through the command line (the report's arithmetic: test_sweep_report.py)."""
 
 from __future__ import annotations
 
 import json
-import math
 import shutil
-import statistics
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from cli_helpers import run_cli
-from sacrebleu.metrics import BLEU, CHRF
-from sacrebleu.significance import PairedTest
+from sweep_helpers import BASE, SWEEP, write_sweep
 
 from seq2seq.config import ATTENTION_TYPES, load_config
 from seq2seq.errors import UserError
 from seq2seq.sweep import SweepDir, load_sweep, parse_shard
-from seq2seq.sweep.report import results_csv, results_markdown
-from seq2seq.sweep.results import collect
 from seq2seq.sweep.spec import Shard
 from seq2seq.train.run import train
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = {
-    "name": "base",
-    "data": {
-        "src": "src",
-        "tgt": "tgt",
-        "train": "d/train",
-        "valid": "d/valid",
-        "test": ["d/test"],
-    },
-    "model": {"embed_dim": 8, "hidden_dim": 8},
-}
-SWEEP = {
-    "name": "s",
-    "base": "base.yaml",
-    "grid": {"model.attention.type": ["local-m", "local-p"], "model.attention.window": [3, 5]},
-    "seeds": [1, 2],
-    "baseline": {"model.attention.type": "local-m", "model.attention.window": 3},
-    "set": {"train.max_steps": 7},
-}
-
-
-def write_sweep(directory: Path, base_config: dict = BASE, **changes) -> Path:
-    """base.yaml and a sweep file (SWEEP with `changes`) in `directory`, the working
-    directory; a changed grid without a baseline gets its first cell as the baseline."""
-    (directory / "base.yaml").write_text(yaml.safe_dump(base_config))
-    if "grid" in changes and "baseline" not in changes:
-        changes["baseline"] = {field: values[0] for field, values in changes["grid"].items()}
-    path = directory / "sweep_file.yaml"
-    path.write_text(yaml.safe_dump({**SWEEP, **changes}))
-    return path
 
 
 def test_grid_is_the_cartesian_product_times_seeds(tmp_path, monkeypatch):
@@ -186,107 +150,6 @@ def test_a_changed_sweep_file_is_refused_an_extended_one_adopted(tmp_path, monke
         assert fragment in str(error.value)
 
 
-REFERENCES = [f"sentence number {i} with some words in it" for i in range(30)]
-
-
-def hand_made_run(root: Path, run, scores: dict, hypotheses: list[str], validations) -> None:
-    """A finished run directory as train.run leaves it, written by hand."""
-    path = root / "runs" / run.name
-    (path / "test").mkdir(parents=True)
-    (path / "config.yaml").write_text(run.config.to_yaml())
-    (path / "test/test.hyp").write_text("".join(h + "\n" for h in hypotheses))
-    (path / "test/scores.json").write_text(json.dumps({"test": scores}))
-    summary = {
-        "steps": 100,
-        "best_step": validations[-1][0],
-        "best_bleu": scores["bleu"],
-        "train_seconds": 10.0 * run.seed,
-        "target_tokens_per_s": 1000.0,
-        "parameters": 1234,
-        "skipped_updates": 0,
-        # The loss falls with BLEU, so that only the best step's gives its perplexity.
-        "validations": [
-            {"step": s, "bleu": b, "chrf": 0.0, "loss": 5.0 - b / 50} for s, b in validations
-        ],
-    }
-    (path / "summary.json").write_text(json.dumps(summary))
-
-
-def test_report_aggregates_hand_made_runs(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "d").mkdir()
-    (tmp_path / "d/test.tgt").write_text("".join(r + "\n" for r in REFERENCES))
-    # 20 sources of 5 words, then 10 of 12: the first two length buckets.
-    sources = ["w " * (5 if i < 20 else 12) for i in range(len(REFERENCES))]
-    (tmp_path / "d/test.src").write_text("".join(s + "\n" for s in sources))
-    grid = {"model.attention.type": ["bahdanau", "dot", "general"]}
-    sweep = load_sweep(
-        write_sweep(tmp_path, grid=grid, baseline={"model.attention.type": "bahdanau"})
-    )
-    directory = SweepDir(tmp_path / "sweep")
-    directory.adopt(sweep)
-    bahdanau, dot, general = sweep.cells
-    poor = {1: [r.split()[0] for r in REFERENCES], 2: [" ".join(r.split()[:3]) for r in REFERENCES]}
-    known = {  # cell, seed -> BLEU, chrF
-        (bahdanau, 1): (20.0, 30.0), (bahdanau, 2): (24.0, 33.0),
-        (dot, 1): (100.0, 100.0), (dot, 2): (99.0, 98.0),
-        (general, 1): (50.0, 60.0),
-    }  # fmt: skip
-    for (cell, seed), (bleu, chrf) in known.items():
-        hypotheses = poor[seed] if cell is bahdanau else REFERENCES
-        curve = [(10, bleu / 2), (20, bleu)] if seed == 1 else [(10, bleu / 4), (20, bleu)]
-        run = sweep.run(cell, seed)
-        hand_made_run(directory.root, run, {"bleu": bleu, "chrf": chrf}, hypotheses, curve)
-    interrupted = directory.run(sweep.run(general, 2))
-    interrupted.checkpoints.mkdir(parents=True)
-    interrupted.checkpoint("last").write_bytes(b"")
-
-    results = collect(directory)
-    assert [c.cell for c in results.cells] == [bahdanau, dot, general]
-    assert [(r.name, s.value) for r, s in results.unfinished] == [
-        ("attention.type=general,seed=2", "interrupted")
-    ]
-    base, best, single = results.cells
-    assert best.scores["test"]["bleu"].mean == pytest.approx(99.5)
-    assert best.scores["test"]["bleu"].std == pytest.approx(statistics.stdev([100.0, 99.0]))
-    assert base.scores["test"]["chrf"].mean == pytest.approx(31.5)
-    assert single.scores["test"]["bleu"].std is None  # one seed: no deviation
-    assert base.statistics["train_seconds"].mean == pytest.approx(15.0)
-    # Both seeds' best step is the last (BLEU 20 and 24): perplexities e^4.6 and e^4.52.
-    assert base.statistics["valid_ppl"].mean == pytest.approx((math.exp(4.6) + math.exp(4.52)) / 2)
-    assert base.curve == [(10, statistics.mean([10.0, 6.0])), (20, 22.0)]
-
-    # The p-value is sacrebleu's paired bootstrap on both seeds' hypotheses concatenated.
-    test = PairedTest(
-        [("base", poor[1] + poor[2]), ("dot", REFERENCES * 2)],
-        {"BLEU": BLEU(), "chrF": CHRF()},
-        [REFERENCES * 2],
-        test_type="bs",
-        n_samples=1000,
-    )
-    expected = test()[1]["BLEU"][1].p_value
-    assert best.compared_seeds == [1, 2]
-    assert best.significance["test"].bleu_p == pytest.approx(expected) and expected < 0.05
-    assert single.compared_seeds == [1]  # general's seed 2 is not finished
-    assert base.significance == {}
-    assert best.by_length["test"] == [(20, 100.0), (10, 100.0), (0, None), (0, None)]
-    short = BLEU().corpus_score(poor[1][:20] + poor[2][:20], [REFERENCES[:20] * 2]).score
-    assert base.by_length["test"][0] == (20, pytest.approx(short, abs=0.005))
-
-    table = results_markdown(results)
-    assert "| bahdanau (baseline) | 2 | 22.00 ± 2.83 | baseline |" in table
-    assert f"| dot | 2 | 99.50 ± 0.71 | {expected:.3f} * |" in table
-    assert "| general | 1 | 50.00 ± - |" in table
-    assert "| best step | valid ppl | train s |" in table
-    assert f"| 20 | {math.exp(4.0):.2f} | 10 |" in table  # general: BLEU 50 at step 20
-    assert "`attention.type=general,seed=2`: interrupted" in table
-    assert "| cell | 1-9 (20) | 10-14 (10) | 15-19 (0) | 20+ (0) |" in table
-    assert "| dot | 100.00 | 100.00 | - | - |" in table
-    rows = results_csv(results).splitlines()
-    assert rows[0].startswith("model.attention.type,baseline,seeds,test_bleu_mean,test_bleu_std")
-    assert rows[1].startswith("bahdanau,True,1 2,22.0,2.8284,,31.5,")
-
-
 def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):
     """2 cells x 2 seeds on the tiny corpus: in two shards (one run interrupted and
     resumed), then again with nothing left to do."""
@@ -325,42 +188,55 @@ def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):
     assert last == {p: p.stat().st_mtime_ns for p in last}
     assert "| dot | 2 |" in out  # the table, on stdout
 
+    assert_runs_share_the_tokenizer(root, sweep)
+    assert_report_is_complete(root / "report")
+    assert run_cli("sweep", "report", root) == 0
+    assert not list(root.glob(".report*"))  # the replaced report is cleaned up
+    assert_committed_artefacts_rebuild_the_report(root, tmp_path / "kept")
+    assert_run_equals_plain_training(root, sweep.runs[1], tmp_path / "alone")
+
+
+def assert_runs_share_the_tokenizer(root: Path, sweep) -> None:
     shared = (root / "tokenizer/joint.model").read_bytes()
     for run in sweep.runs[1:]:  # the first trained its own when it was run alone
+        log = (root / "runs" / run.name / "train.log").read_text()
         assert (root / "runs" / run.name / "tokenizer/joint.model").read_bytes() == shared
         # The shared tokenizer came with the corpus ids: no run tokenized the corpus.
-        assert (
-            "piece ids of 300 pairs read from"
-            in (root / "runs" / run.name / "train.log").read_text()
-        )
-    report = root / "report"
+        assert "piece ids of 300 pairs read from" in log
+
+
+def assert_report_is_complete(report: Path) -> None:
+    """Every chart, the table of all four runs and one TensorBoard log per cell."""
     for name in ("bleu.png", "curves.png", "length-test.png", "attention.png"):
         assert (report / name).read_bytes().startswith(b"\x89PNG"), name
     assert "Not finished" not in (report / "results.md").read_text()
     assert len((report / "results.csv").read_text().splitlines()) == 3
     assert len(list((report / "tensorboard").glob("*/events.out.tfevents.*"))) == 2
-    assert run_cli("sweep", "report", root) == 0
-    assert not list(root.glob(".report*"))  # the replaced report is cleaned up
-    # What a study commits (docs/results/.gitignore) rebuilds the same report: the
-    # heatmaps come from each run's best-attention.json once the checkpoints are gone.
+
+
+def assert_committed_artefacts_rebuild_the_report(root: Path, kept: Path) -> None:
+    """What a study commits (docs/results/.gitignore) rebuilds the same report: the
+    heatmaps come from each run's best-attention.json once the checkpoints are gone."""
     dropped = ("checkpoints", "tokenizer", "tensorboard", "attention", "valid")
-    kept = tmp_path / "kept"
     shutil.copytree(root, kept, ignore=shutil.ignore_patterns(*dropped))
     assert run_cli("sweep", "report", kept) == 0
     for name in ("results.csv", "results.md", "attention.png", "bleu.png"):
-        assert (kept / "report" / name).read_bytes() == (report / name).read_bytes(), name
+        assert (kept / "report" / name).read_bytes() == (root / "report" / name).read_bytes()
     for saved in kept.glob("runs/*/best-attention.json"):
         saved.unlink()
     assert run_cli("sweep", "report", kept) == 0
     assert not (kept / "report/attention.png").exists()
     assert "No attention heatmaps" in (kept / "report/results.md").read_text()
-    # A run of a sweep is an ordinary run directory: same as `seq2seq train` of its config.
-    alone = tmp_path / "alone"
+
+
+def assert_run_equals_plain_training(root: Path, run, alone: Path) -> None:
+    """A run of a sweep is an ordinary run directory: the same weights as `seq2seq
+    train` of its config with the sweep's tokenizer."""
     shutil.copytree(root / "tokenizer", alone / "tokenizer")
-    train(sweep.runs[1].config, alone)
+    train(run.config, alone)
     a = torch.load(alone / "checkpoints/last.pt", weights_only=True)["model"]
-    b = torch.load(root / "runs" / sweep.runs[1].name / "checkpoints/last.pt", weights_only=True)
-    assert all(torch.equal(a[k], b["model"][k]) for k in a)
+    b = torch.load(root / "runs" / run.name / "checkpoints/last.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, capsys):
