@@ -221,7 +221,8 @@ def assert_committed_artefacts_rebuild_the_report(root: Path, kept: Path) -> Non
     shutil.copytree(root, kept, ignore=shutil.ignore_patterns(*dropped))
     assert run_cli("sweep", "report", kept) == 0
     for name in ("results.csv", "results.md", "attention.png", "bleu.png"):
-        assert (kept / "report" / name).read_bytes() == (root / "report" / name).read_bytes()
+        rebuilt, first = kept / "report" / name, root / "report" / name
+        assert rebuilt.read_bytes() == first.read_bytes(), name
     for saved in kept.glob("runs/*/best-attention.json"):
         saved.unlink()
     assert run_cli("sweep", "report", kept) == 0
