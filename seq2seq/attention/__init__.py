@@ -13,10 +13,10 @@ from seq2seq.attention.base import (
     AttentionOutput,
     attention_class,
     attention_names,
-    build_attention,
     content_score_names,
     register_attention,
 )
+from seq2seq.attention.build import build_attention
 from seq2seq.attention.multihead import MultiHead
 
 for _module in pkgutil.iter_modules(__path__):

@@ -53,22 +53,6 @@ def content_score_names() -> list[str]:
     return sorted(name for name, cls in ATTENTION_TYPES.items() if cls.content_based)
 
 
-def build_attention(
-    cfg: AttentionConfig, query_dim: int, key_dim: int, heads: int | None = None
-) -> Attention:
-    """An attention module of type `cfg.type` with `heads` heads (default: `cfg.heads`, else
-    1; `ModelConfig.heads` says how many a model's section has). More than one wraps the
-    type in `MultiHead`."""
-    # Imported here: multihead.py builds on this module.
-    from seq2seq.attention.multihead import MultiHead
-
-    cls = attention_class(cfg.type)
-    heads = heads or cfg.heads or 1
-    if heads > 1 and not issubclass(cls, MultiHead):
-        cls = MultiHead
-    return cls(query_dim, key_dim, cfg.model_copy(update={"heads": heads}))
-
-
 class Attention(nn.Module):
     """Scores queries against keys and returns the attention-weighted sum of values.
 

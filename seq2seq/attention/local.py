@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from seq2seq.attention.base import Attention, build_attention, register_attention, source_lengths
+from seq2seq.attention.base import Attention, attention_class, register_attention, source_lengths
 from seq2seq.config import AttentionConfig
 
 
@@ -23,7 +23,7 @@ class LocalAttention(Attention):
     def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
         super().__init__(query_dim, key_dim, cfg)
         inner = cfg.model_copy(update={"type": cfg.score, "heads": 1})
-        self.inner = build_attention(inner, query_dim, key_dim)
+        self.inner = attention_class(cfg.score)(query_dim, key_dim, inner)
         self.window = cfg.window
 
     def prepare_keys(self, keys: Tensor) -> Tensor:

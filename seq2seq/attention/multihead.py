@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from seq2seq.attention.base import Attention, AttentionOutput, build_attention, register_attention
+from seq2seq.attention.base import (
+    Attention,
+    AttentionOutput,
+    attention_class,
+    register_attention,
+)
 from seq2seq.config import AttentionConfig
 
 
@@ -29,7 +34,8 @@ class MultiHead(Attention):
             raise ValueError(f"{self.heads} attention heads do not divide key_dim {key_dim}")
         head_dim = key_dim // self.heads
         inner = cfg.model_copy(update={"type": self.inner_type or cfg.type, "heads": 1})
-        self.inner = build_attention(inner, head_dim, head_dim)
+        # One head, so no wrapper: the class itself (build.py builds on this module).
+        self.inner = attention_class(inner.type)(head_dim, head_dim, inner)
         self.attends_before_cell = self.inner.attends_before_cell
         self.query_proj = nn.Linear(query_dim, key_dim, bias=False)
         self.key_proj = nn.Linear(key_dim, key_dim, bias=False)
