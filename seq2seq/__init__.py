@@ -2,6 +2,9 @@
 
 The Python API is `Translator` (see docs/python-api.md); it is imported on first use, so
 that `import seq2seq.config` and the command line stay quick to start.
+
+Python runs this file before any module of the package, so it is where the config schema
+(floor 0) learns how to fill its table of attention types (floor 1) on first use.
 """
 
 from __future__ import annotations
@@ -9,10 +12,19 @@ from __future__ import annotations
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
+from seq2seq.config.schema import ATTENTION_TYPES
+
 if TYPE_CHECKING:
     from seq2seq.decode.translate import Translation, Translator
 
 __version__ = version("seq2seq")
+
+
+def _register_attention_types() -> None:
+    import seq2seq.attention  # noqa: F401  (its classes register themselves)
+
+
+ATTENTION_TYPES.load = _register_attention_types
 __all__ = ["Translation", "Translator", "__version__"]
 
 

@@ -34,7 +34,7 @@ def test_every_field_is_described_and_named_in_the_reference():
 def test_section_defaults_are_the_sections_own():
     defaults = {e.path: e.default for e in walk()}
     assert defaults["model.attention.type"] == "bahdanau"
-    assert defaults["model.self_attention.type"] == "scaled-dot"  # not its class's default
+    assert defaults["model.self_attention.type"] == "scaled-dot"  # SelfAttentionConfig
     assert defaults["data.src"] is REQUIRED and defaults["train.optimizer.betas"] == (0.9, 0.999)
 
 

@@ -14,6 +14,7 @@ from seq2seq.config.loading import (
 from seq2seq.config.schema import (
     ATTENTION_TYPES,
     AttentionConfig,
+    AttentionRegistry,
     AttentionType,
     Config,
     DataConfig,
@@ -21,6 +22,7 @@ from seq2seq.config.schema import (
     ModelConfig,
     OptimizerConfig,
     ScheduleConfig,
+    SelfAttentionConfig,
     TokenizerConfig,
     TrainConfig,
     config_differences,
@@ -31,6 +33,7 @@ from seq2seq.config.schema import (
 __all__ = [
     "ATTENTION_TYPES",
     "AttentionConfig",
+    "AttentionRegistry",
     "AttentionType",
     "Config",
     "DataConfig",
@@ -38,6 +41,7 @@ __all__ = [
     "ModelConfig",
     "OptimizerConfig",
     "ScheduleConfig",
+    "SelfAttentionConfig",
     "TokenizerConfig",
     "TrainConfig",
     "apply_override",

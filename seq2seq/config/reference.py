@@ -59,25 +59,18 @@ class Entry:
     allowed: str  # "" for a section
 
 
-def walk(model: type[BaseModel] = Config, defaults: Any = None, prefix: str = "") -> list[Entry]:
-    """Every field of `model` and of its sections, depth first in schema order. `defaults`
-    is the section's own default instance where it has one: a section's default (the
-    Transformer's self-attention is scaled-dot) can differ from its class's."""
+def walk(model: type[BaseModel] = Config, prefix: str = "") -> list[Entry]:
+    """Every field of `model` and of its sections, depth first in schema order. A section's
+    defaults are its class's (the Transformer's self-attention has a class of its own)."""
     properties = model.model_json_schema()["properties"]
     entries = []
     for name, field in model.model_fields.items():
-        if defaults is not None:
-            default = getattr(defaults, name)
-        else:
-            default = (
-                REQUIRED if field.is_required() else field.get_default(call_default_factory=True)
-            )
+        default = REQUIRED if field.is_required() else field.get_default(call_default_factory=True)
         section = section_of(field.annotation)
         kind = "" if section else allowed(properties[name])
         entries.append(Entry(prefix + name, section, default, field.description or "", kind))
         if section is not None:
-            inner = None if default is REQUIRED else default
-            entries += walk(section, inner, f"{prefix}{name}.")
+            entries += walk(section, f"{prefix}{name}.")
     return entries
 
 

@@ -4,6 +4,7 @@ and the one home of defaults. Unknown keys, inf and NaN are errors in every sect
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
@@ -89,29 +90,41 @@ class AttentionType(Protocol):
     content_based: ClassVar[bool]  # whether local attention may wrap it as its score
 
 
-# Attention types by name. The attention package registers each class here when it is
-# imported (`@register_attention`): the schema sits below it and validates against it.
-ATTENTION_TYPES: dict[str, type[AttentionType]] = {}
+class AttentionRegistry(dict[str, type[AttentionType]]):
+    """Attention types by name. The attention package registers each class here as it is
+    imported (`@register_attention`): the schema sits below it and validates against it.
+
+    `load` imports that package on first use. The top floor (`seq2seq/__init__.py`, which
+    Python runs before any seq2seq module) installs it, so a config loads in any import
+    order without the schema importing the floor above it."""
+
+    load: Callable[[], object] | None = None
+
+    def registered(self) -> AttentionRegistry:
+        if not self and self.load is not None:
+            self.load()
+        if not self:
+            raise RuntimeError("no attention types registered: import seq2seq.attention first")
+        return self
 
 
-def _registered_types() -> dict[str, type[AttentionType]]:
-    if not ATTENTION_TYPES:
-        raise RuntimeError("no attention types registered: import seq2seq.attention first")
-    return ATTENTION_TYPES
+ATTENTION_TYPES = AttentionRegistry()
 
 
 def _content_scores() -> list[str]:
     """The types local attention may wrap: those that score by content alone."""
-    return sorted(n for n, t in _registered_types().items() if t.content_based)
+    return sorted(n for n, t in ATTENTION_TYPES.registered().items() if t.content_based)
+
+
+def _type_names(schema: dict[str, Any]) -> None:
+    schema.update(enum=sorted(ATTENTION_TYPES.registered()))
 
 
 class AttentionConfig(Section):
     """The attention type and its options; a type's unused options must keep their defaults."""
 
     type: str = Field(
-        "bahdanau",
-        description="a registered attention type",
-        json_schema_extra=lambda schema: schema.update(enum=sorted(_registered_types())),
+        "bahdanau", description="a registered attention type", json_schema_extra=_type_names
     )
     heads: PositiveInt | None = Field(
         None,
@@ -130,7 +143,7 @@ class AttentionConfig(Section):
     @field_validator("type")
     @classmethod
     def _registered(cls, value: str) -> str:
-        names = sorted(_registered_types())
+        names = sorted(ATTENTION_TYPES.registered())
         if value not in names:
             raise ValueError(f"unknown attention type {value!r}; known: {', '.join(names)}")
         return value
@@ -164,8 +177,14 @@ class AttentionConfig(Section):
         return self
 
 
-def _scaled_dot() -> AttentionConfig:
-    return AttentionConfig(type="scaled-dot")
+class SelfAttentionConfig(AttentionConfig):
+    """The Transformer's self-attention: the options of `AttentionConfig`, scaled-dot by
+    default. A class of its own, so that its defaults are the same whether the section is
+    absent, empty or partly written."""
+
+    type: str = Field(
+        "scaled-dot", description="a registered attention type", json_schema_extra=_type_names
+    )
 
 
 class ModelConfig(Section):
@@ -189,10 +208,29 @@ class ModelConfig(Section):
     attention: AttentionConfig = Field(
         default_factory=AttentionConfig, description="the decoder's attention over the source"
     )
-    self_attention: AttentionConfig = Field(
-        default_factory=_scaled_dot,
+    self_attention: SelfAttentionConfig = Field(
+        default_factory=SelfAttentionConfig,
         description="transformer: the encoder's and decoder's self-attention",
     )
+    # The attention sections each architecture reads (the others are not used).
+    ATTENTION_SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "rnn": ("attention",),
+        "transformer": ("attention", "self_attention"),
+    }
+
+    def attention_sections(self) -> dict[str, AttentionConfig]:
+        """The attention sections this architecture reads, by field name: `attention` (the
+        decoder's over the source) always, `self_attention` in the Transformer."""
+        return {name: getattr(self, name) for name in self.ATTENTION_SECTIONS[self.arch]}
+
+    def describe_attention(self) -> str:
+        """Each attention section this architecture reads, with its type and heads, for
+        logs: 'attention: general, 4 heads; self_attention: scaled-dot, 4 heads'."""
+        parts = []
+        for name, section in self.attention_sections().items():
+            heads = self.heads(section)
+            parts.append(f"{name}: {section.type}, {heads} head{'s' if heads > 1 else ''}")
+        return "; ".join(parts)
 
     def heads(self, section: AttentionConfig) -> int:
         """The number of heads of an attention section of this model: its `heads` if set;
@@ -221,10 +259,7 @@ class ModelConfig(Section):
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelConfig:
-        sections = [("attention", self.attention)]
-        if self.arch == "transformer":
-            sections.append(("self_attention", self.self_attention))
-        for name, section in sections:
+        for name, section in self.attention_sections().items():
             heads = self.heads(section)
             if heads > 1 and self.hidden_dim % heads:
                 raise ValueError(

@@ -31,10 +31,7 @@ def max_source_pieces(cfg: Config) -> int:
     (`Attention.max_source_positions`; location attention scores a fixed number).
     """
     limit = 2 * cfg.data.max_len
-    sections = [cfg.model.attention]
-    if cfg.model.arch == "transformer":  # its encoder self-attends over the source too
-        sections.append(cfg.model.self_attention)
-    for section in sections:
+    for section in cfg.model.attention_sections().values():  # self-attention reads it too
         positions = attention_class(section.type).max_source_positions(section)
         if positions is not None:
             limit = min(limit, positions - 1)  # the source's EOS takes one

@@ -38,19 +38,19 @@ def model_info(translator: Translator, limits: ServeLimits) -> dict[str, Any]:
     origin = translator.origin
     cfg = origin.config
     model = cfg.model
-    attention = {"type": model.attention.type, "heads": model.heads(model.attention)}
+    attention = {
+        name: {"type": section.type, "heads": model.heads(section)}
+        for name, section in model.attention_sections().items()
+    }
     architecture = {
         "arch": model.arch,
-        "attention": attention,
+        **attention,
         "embed_dim": model.embed_dim,
         "hidden_dim": model.hidden_dim,
         "encoder_layers": model.encoder_layers,
         "decoder_layers": model.decoder_layers,
         "parameters": sum(p.numel() for p in translator.model.parameters()),
     }
-    if model.arch == "transformer":
-        section = model.self_attention
-        architecture["self_attention"] = {"type": section.type, "heads": model.heads(section)}
     return {
         "run": cfg.name,
         "languages": {"source": cfg.data.src, "target": cfg.data.tgt},

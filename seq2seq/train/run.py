@@ -225,9 +225,9 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
         trainer.restore(*found)
         log.info("resumed %s from step %d", run.root, trainer.progress.step)
     log.info(
-        "model: %s with %s attention, %d parameters; source/target length ratio %.3f; "
+        "model: %s, %d parameters; %s; source/target length ratio %.3f; "
         "device %s; %d process(es); precision %s",
-        cfg.model.arch, cfg.model.attention.type, count_parameters(model), data.length_ratio,
+        cfg.model.arch, count_parameters(model), cfg.model.describe_attention(), data.length_ratio,
         device, world.size, cfg.train.precision,
     )  # fmt: skip
     return trainer
