@@ -72,6 +72,10 @@ class Attention(nn.Module):
     # wrappers (local, multi-head): local attention can only wrap a content score.
     content_based: ClassVar[bool] = True
     default_heads: ClassVar[int] = 1
+    # Vaswani et al.'s multi-head scaled dot product, with query, key, value and output
+    # projections: the one attention other engines (CTranslate2) run. `MultiHead` over
+    # plain `scaled-dot` is; a lone score has no projections, so is not.
+    is_multi_head_scaled_dot: bool = False
     # The AttentionConfig fields this type reads, besides `type` and `heads`.
     options: ClassVar[frozenset[str]] = frozenset()
 

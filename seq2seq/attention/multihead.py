@@ -37,6 +37,7 @@ class MultiHead(Attention):
         # One head, so no wrapper: the class itself (build.py builds on this module).
         self.inner = attention_class(inner.type)(head_dim, head_dim, inner)
         self.attends_before_cell = self.inner.attends_before_cell
+        self.is_multi_head_scaled_dot = type(self.inner) is attention_class("scaled-dot")
         self.query_proj = nn.Linear(query_dim, key_dim, bias=False)
         self.key_proj = nn.Linear(key_dim, key_dim, bias=False)
         self.value_proj = nn.Linear(key_dim, key_dim, bias=False)

@@ -21,19 +21,20 @@ from pathlib import Path
 
 import torch
 
+from seq2seq.attention import Attention, attention_names, build_attention
 from seq2seq.checkpoint import RunDir
-from seq2seq.config import Config
+from seq2seq.config import AttentionConfig, Config
 from seq2seq.data.id_cache import CACHE_DIR
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.translate import load_trained_model, max_source_pieces
 from seq2seq.errors import UserError
 from seq2seq.files import publish_directory
-from seq2seq.models.transformer import TransformerSeq2Seq, sinusoids
+from seq2seq.models.build import ARCHITECTURES
+from seq2seq.models.transformer import FeedForward, TransformerSeq2Seq, sinusoids
 
 QUANTIZATIONS = ("float32", "int16", "int8")
 SETTINGS = "seq2seq.json"  # decoding settings and the source limit, for translate
 TOKENIZER = "tokenizer"
-_MULTI_HEAD_DOT = ("multihead", "scaled-dot")
 
 
 def require_ctranslate2() -> None:
@@ -47,23 +48,36 @@ def require_ctranslate2() -> None:
 
 
 def unexportable(cfg: Config) -> str | None:
-    """Why CTranslate2 cannot run this model (the field and its value), or None."""
+    """Why CTranslate2 cannot run this model (the field and its value), or None. The
+    attention modules say themselves whether they are the multi-head scaled dot product
+    CTranslate2 implements: each section is asked through a module built as the model
+    builds it (with one dimension per head, so it costs nothing)."""
     model = cfg.model
-    if model.arch != "transformer":
+    if not issubclass(ARCHITECTURES[model.arch], TransformerSeq2Seq):
         return f"model.arch is {model.arch}; CTranslate2 runs Transformer models only"
-    for name, section in (("attention", model.attention), ("self_attention", model.self_attention)):
-        if section.type not in _MULTI_HEAD_DOT:
+    sections = model.attention_sections()
+    for name, section in sections.items():
+        heads = model.heads(section)
+        if not _attention(section, heads).is_multi_head_scaled_dot:
+            runnable = [
+                kind
+                for kind in attention_names()
+                if _attention(AttentionConfig(type=kind), heads).is_multi_head_scaled_dot
+            ]
             return (
-                f"model.{name}.type is {section.type}; CTranslate2 implements multi-head "
-                "scaled dot-product attention only (multihead or scaled-dot)"
+                f"model.{name}.type is {section.type} with {heads} head(s); CTranslate2 "
+                "implements multi-head scaled dot-product attention only: with "
+                f"{heads} head(s), type {' or '.join(runnable)}"
             )
-    if model.heads(model.attention) != model.heads(model.self_attention):
-        return (
-            f"model.attention has {model.heads(model.attention)} heads and "
-            f"model.self_attention {model.heads(model.self_attention)}; CTranslate2 uses one "
-            "number of heads for both"
-        )
+    heads = {name: model.heads(section) for name, section in sections.items()}
+    if len(set(heads.values())) > 1:
+        counts = " and ".join(f"model.{name} {count}" for name, count in heads.items())
+        return f"the heads differ ({counts}); CTranslate2 uses one number of heads for all"
     return None
+
+
+def _attention(section: AttentionConfig, heads: int) -> Attention:
+    return build_attention(section, heads, heads, heads)
 
 
 def export_ctranslate2(
@@ -170,9 +184,9 @@ def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
     spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
 
 
-def _set_feed_forward(spec, layers: torch.nn.Sequential, norm: torch.nn.LayerNorm) -> None:
-    _set_linear(spec.linear_0, layers[0])
-    _set_linear(spec.linear_1, layers[3])
+def _set_feed_forward(spec, layers: FeedForward, norm: torch.nn.LayerNorm) -> None:
+    _set_linear(spec.linear_0, layers.expand)
+    _set_linear(spec.linear_1, layers.contract)
     _set_norm(spec.layer_norm, norm)
 
 

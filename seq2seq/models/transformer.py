@@ -92,8 +92,20 @@ class Sublayer(nn.Module):
         return x if self.pre_norm else self.norm(x)
 
 
-def feed_forward(dim: int, inner: int, dropout: float) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(dim, inner), nn.ReLU(), Dropout(dropout), nn.Linear(inner, dim))
+class FeedForward(nn.Sequential):
+    """linear(dim -> inner), ReLU, dropout, linear(inner -> dim). A `Sequential`, so that
+    parameters keep the names checkpoints hold (feed_forward.0, feed_forward.3)."""
+
+    def __init__(self, dim: int, inner: int, dropout: float) -> None:
+        super().__init__(nn.Linear(dim, inner), nn.ReLU(), Dropout(dropout), nn.Linear(inner, dim))
+
+    @property
+    def expand(self) -> nn.Linear:
+        return self[0]
+
+    @property
+    def contract(self) -> nn.Linear:
+        return self[3]
 
 
 def self_attend(
@@ -121,7 +133,7 @@ class EncoderLayer(nn.Module):
         self.self_attention = build_attention(
             cfg.self_attention, dim, dim, cfg.heads(cfg.self_attention)
         )
-        self.feed_forward = feed_forward(dim, cfg.ff_dim, dropout)
+        self.feed_forward = FeedForward(dim, cfg.ff_dim, dropout)
         self.attention_block = Sublayer(dim, pre, dropout)
         self.feed_forward_block = Sublayer(dim, pre, dropout)
 
@@ -141,7 +153,7 @@ class DecoderLayer(nn.Module):
             cfg.self_attention, dim, dim, cfg.heads(cfg.self_attention)
         )
         self.cross_attention = build_attention(cfg.attention, dim, dim, cfg.heads(cfg.attention))
-        self.feed_forward = feed_forward(dim, cfg.ff_dim, dropout)
+        self.feed_forward = FeedForward(dim, cfg.ff_dim, dropout)
         self.self_attention_block = Sublayer(dim, pre, dropout)
         self.cross_attention_block = Sublayer(dim, pre, dropout)
         self.feed_forward_block = Sublayer(dim, pre, dropout)
