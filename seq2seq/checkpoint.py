@@ -153,27 +153,37 @@ def model_weights(state: Any, path: Path) -> dict[str, torch.Tensor]:
 def load_model_weights(
     model: torch.nn.Module, state: dict[str, Any], model_cfg: ModelConfig, path: Path
 ) -> None:
-    """Load `state["model"]` into `model`. A checkpoint that does not fit is a `UserError`
-    naming the model config fields that differ (`state["model_config"]`, which older
-    checkpoints lack), else the first parameter that differs and both shapes."""
+    """Load `state["model"]` into `model`. A checkpoint whose recorded model config
+    (`state["model_config"]`) differs from `model_cfg` is a `UserError` naming the fields,
+    even where the shapes match (heads 4 -> 2, another attention type's weights); one
+    written before checkpoints recorded it is checked by its shapes: the first parameter
+    that differs, and both shapes."""
     weights = model_weights(state, path)
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as error:
-        why = _config_misfit(state.get("model_config"), model_cfg) or _weights_misfit(
-            model, weights, error
-        )
-        raise UserError(f"checkpoint {path} does not fit this model: {why}") from None
+    why = _config_misfit(state.get("model_config"), model_cfg)
+    if why is None:
+        try:
+            model.load_state_dict(weights)
+        except RuntimeError as error:
+            why = _weights_misfit(model, weights, error)
+    if why is not None:
+        raise UserError(f"checkpoint {path} does not fit this model: {why}")
 
 
 def _config_misfit(saved: Any, model_cfg: ModelConfig) -> str | None:
+    """The fields of the recorded model config that differ from `model_cfg`, leaving out
+    those that do not change what the weights compute (dropout). Fields added to the
+    schema after the checkpoint was written count at their defaults, as its config
+    would load today."""
     if not isinstance(saved, dict):
         return None
-    old, new = flatten(saved, "model."), flatten(model_cfg.model_dump(mode="json"), "model.")
+    defaults = flatten(ModelConfig().model_dump(mode="json"), "model.")
+    old = defaults | flatten(saved, "model.")
+    new = flatten(model_cfg.model_dump(mode="json"), "model.")
+    free = {f"model.{name}" for name in ModelConfig.TRAINING_ONLY}
     differ = [
-        f"{k}: checkpoint {old.get(k)!r}, config {new.get(k)!r}"
-        for k in sorted(old.keys() | new.keys())
-        if old.get(k) != new.get(k)
+        f"{k}: checkpoint {old.get(k)!r}, config {new[k]!r}"
+        for k in sorted(new.keys() - free)
+        if old.get(k) != new[k]
     ]
     return f"{'; '.join(differ)}; {_FIT_FIX}" if differ else None
 

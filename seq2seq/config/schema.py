@@ -212,6 +212,9 @@ class ModelConfig(Section):
         default_factory=SelfAttentionConfig,
         description="transformer: the encoder's and decoder's self-attention",
     )
+    # Fields that shape training only, not what the trained weights compute: a checkpoint
+    # loads, and a run fine-tunes, under other values.
+    TRAINING_ONLY: ClassVar[frozenset[str]] = frozenset({"dropout"})
     # The attention sections each architecture reads (the others are not used).
     ATTENTION_SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
         "rnn": ("attention",),

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
-from seq2seq.config import Config, config_differences
+from seq2seq.config import Config, ModelConfig, config_differences
 from seq2seq.data.id_cache import CACHE_DIR
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.translate import check_tokenizer
@@ -24,7 +24,7 @@ from seq2seq.files import publish_directory
 
 # What a child may change of its parent's model and tokenizer sections: nothing that
 # shapes the weights or the vocabulary.
-FREE_MODEL_FIELDS = {"model.dropout"}
+FREE_MODEL_FIELDS = {f"model.{name}" for name in ModelConfig.TRAINING_ONLY}
 
 
 @dataclass(frozen=True)
