@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -27,7 +28,10 @@ def test_version(capsys):
 @pytest.mark.parametrize("command", [[], *([c] for c in COMMANDS), ["sweep", "report"]])
 def test_every_command_answers_h(command, capsys):
     assert run_cli(*command, "-h") == 0
-    assert capsys.readouterr().out.startswith(f"Usage: seq2seq {' '.join(command)}".rstrip())
+    out = capsys.readouterr().out
+    assert out.startswith(f"Usage: seq2seq {' '.join(command)}".rstrip())
+    # Options name what they take (FIELD=VALUE, CHECKPOINT), not a Python type.
+    assert not re.search(r"<(?:str|text|list\[[^]]*\])>", out), out
 
 
 def test_shell_completion_completes_command_names():

@@ -125,3 +125,11 @@ def test_the_training_log_names_both_attention_types(toy, tmp_path, capsys):
     line = "attention: general, 4 heads; self_attention: scaled-dot, 2 heads"
     assert line in (run / "train.log").read_text(encoding="utf-8")
     assert line in capsys.readouterr().err
+
+
+def test_one_test_set_may_be_given_as_a_string(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"data": DATA | {"test": "corpus/test"}}))
+    assert load_config(path).data.test == ["corpus/test"]
+    assert load_config(path, ["data.test=corpus/other"]).data.test == ["corpus/other"]
+    assert load_config(path, ["data.test=[a/x, b/y]"]).data.test == ["a/x", "b/y"]

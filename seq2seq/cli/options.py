@@ -30,7 +30,9 @@ def device_name(choice: Device | None) -> str | None:
     return choice.value if choice else None
 
 
-Checkpoint = Annotated[str, typer.Option(help="best, last, step-N or a .pt file")]
+Checkpoint = Annotated[
+    str, typer.Option(metavar="CHECKPOINT", help="best, last, step-N or a .pt file")
+]
 Beam = Annotated[
     int | None, typer.Option(min=1, help="beam size, 1 = greedy; default: the run's decode.beam")
 ]
@@ -48,6 +50,8 @@ DeviceChoice = Annotated[
 Overrides = Annotated[
     list[str] | None,
     typer.Option(
-        "--set", help="override a config field; repeat it for more: --set train.max_steps=100"
+        "--set",
+        metavar="FIELD=VALUE",
+        help="override a config field; repeat it for more: --set train.max_steps=100",
     ),
 ]

@@ -27,7 +27,9 @@ def train(
     ] = None,
     init_from: Annotated[
         str | None,
-        typer.Option(help="fine-tune from a run directory or checkpoint (train.init_from)"),
+        typer.Option(
+            metavar="PATH", help="fine-tune from a run directory or checkpoint (train.init_from)"
+        ),
     ] = None,
 ) -> None:
     """Train a model (or resume the run in --run-dir), then score the test sets:
@@ -82,7 +84,9 @@ def average(
     checkpoints: Annotated[
         list[str] | None,
         typer.Option(
-            "--checkpoints", help="one to average, repeated for each: step-N, best, last or FILE"
+            "--checkpoints",
+            metavar="CHECKPOINT",
+            help="one to average, repeated for each: step-N, best, last or FILE",
         ),
     ] = None,
     output: Annotated[
@@ -133,7 +137,8 @@ def sweep(
         typer.Option("--sweep-dir", file_okay=False, help="default: runs/sweeps/<name>"),
     ] = None,
     shard: Annotated[
-        str | None, typer.Option(help="i/n: run only the i-th of n disjoint shares of the runs")
+        str | None,
+        typer.Option(metavar="I/N", help="run only the i-th of n disjoint shares of the runs"),
     ] = None,
 ) -> None:
     """Train every cell of a grid x seeds (skipping finished runs, resuming interrupted

@@ -185,7 +185,9 @@ def evaluate(
 @app.command("plot-attention")
 def plot_attention(
     run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
-    src: Annotated[str, typer.Option("--src", help="the source sentence to translate")],
+    src: Annotated[
+        str, typer.Option("--src", metavar="SENTENCE", help="the source sentence to translate")
+    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="PNG file")] = Path(
         "attention.png"
     ),
@@ -214,7 +216,10 @@ def serve(
     run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
     checkpoint: Checkpoint = "best",
     host: Annotated[
-        str, typer.Option(help="the address to listen on; 0.0.0.0 opens it to the network")
+        str,
+        typer.Option(
+            metavar="ADDRESS", help="the address to listen on; 0.0.0.0 opens it to the network"
+        ),
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="0: any free port")] = 8000,
     device: DeviceChoice = None,

@@ -48,8 +48,15 @@ class DataConfig(Section):
     tgt: str = Field(min_length=1, description="target language suffix, e.g. en")
     train: str = Field(description="prefix of the training corpus: {prefix}.{lang}[.gz]")
     valid: str = Field(description="prefix of the validation corpus")
-    test: list[str] = Field(default_factory=list, description="prefixes scored after training")
+    test: list[str] = Field(
+        default_factory=list, description="prefixes scored after training; one may be a string"
+    )
     max_len: PositiveInt = Field(100, description="training pairs longer (in pieces) are dropped")
+
+    @field_validator("test", mode="before")
+    @classmethod
+    def _one_prefix_is_a_list_of_one(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
 
     @field_validator("test")
     @classmethod
