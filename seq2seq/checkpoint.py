@@ -181,9 +181,9 @@ def _config_misfit(saved: Any, model_cfg: ModelConfig) -> str | None:
     new = flatten(model_cfg.model_dump(mode="json"), "model.")
     free = {f"model.{name}" for name in ModelConfig.TRAINING_ONLY}
     differ = [
-        f"{k}: checkpoint {old.get(k)!r}, config {new[k]!r}"
+        f"{k}: checkpoint {old[k]!r}, config {new[k]!r}"
         for k in sorted(new.keys() - free)
-        if old.get(k) != new[k]
+        if old[k] != new[k]
     ]
     return f"{'; '.join(differ)}; {_FIT_FIX}" if differ else None
 

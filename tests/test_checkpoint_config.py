@@ -12,6 +12,10 @@ import torch
 import yaml
 from cli_helpers import run_cli
 
+from seq2seq.checkpoint import load_model_weights
+from seq2seq.config import ModelConfig
+from seq2seq.models import build_model
+
 FIX = "use the run's own config.yaml or a checkpoint of this run"
 
 
@@ -67,3 +71,13 @@ def test_dropout_and_checkpoints_without_a_recorded_config_still_load(run, toy, 
     old = rewrite_checkpoint(run, "old", lambda state: state.pop("model_config"))
     assert translate(run, toy, tmp_path, "--checkpoint", old) == 0
     assert translate(run, toy, tmp_path) == 0
+
+
+def test_fields_the_schema_gained_or_lost_since_the_checkpoint_do_not_refuse_it():
+    cfg = ModelConfig(embed_dim=8, hidden_dim=8)
+    model = build_model(cfg, 12, 12, 0)
+    recorded = cfg.model_dump(mode="json")
+    del recorded["norm"]  # added later: counts at its default
+    recorded["retired_field"] = 1  # removed since: read by nothing
+    state = {"model": model.state_dict(), "model_config": recorded}
+    load_model_weights(build_model(cfg, 12, 12, 0), state, cfg, Path("x.pt"))
