@@ -95,7 +95,7 @@ def export_ctranslate2(
         (tmp / SETTINGS).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(_readme(run, quantization), encoding="utf-8")
 
-    publish_directory(Path(output), write)
+    publish_directory(Path(output), write, new=True)
 
 
 def _spec(model: TransformerSeq2Seq, cfg: Config, tokenizer: Tokenizer):
