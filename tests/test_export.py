@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 
 import pytest
 from cli_helpers import run_cli, train
@@ -110,7 +111,7 @@ def test_an_export_to_a_directory_that_appears_meanwhile_fails(
 
 
 @pytest.mark.parametrize("transformer", ["pre"], indirect=True)
-def test_an_edited_export_settings_file_is_one_line(transformer, tmp_path, capsys):
+def test_a_tampered_export_is_one_line(transformer, tmp_path, capsys):
     exported, source = tmp_path / "ct2", tmp_path / "src.txt"
     assert run_cli("export", "--run", transformer, "-o", exported) == 0
     source.write_text("toto tape\n")
@@ -122,15 +123,28 @@ def test_an_edited_export_settings_file_is_one_line(transformer, tmp_path, capsy
         (json.dumps({**settings, "decode": {"beam": "wide"}}), "decode.beam = 'wide'"),
         (json.dumps({**settings, "decode": {"beam": 10**6}}), "decode.beam = 1000000"),
         (json.dumps([settings]), "should be a valid dictionary"),
-        ('{"decode": ', "missing or not JSON"),
+        ('{"decode": ', "(not JSON); export the run again"),
     ]
     for text, fragment in edits:
         (exported / "seq2seq.json").write_text(text)
         args = ("translate", "--engine", "ctranslate2", "--run", exported, "-i", source)
         assert run_cli(*args) == 2
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and "seq2seq.json is not what `seq2seq export`" in err
+        assert len(err.splitlines()) == 1, err
+        assert "seq2seq.json is not what `seq2seq export` wrote" in err
         assert fragment in err, err
+
+    (exported / "seq2seq.json").write_text(json.dumps({**settings, "tokenizer": "0" * 16}))
+    damages = [
+        (lambda: None, "tokenizer is not the tokenizer exported with the model"),
+        (lambda: shutil.rmtree(exported / "tokenizer"), "has no tokenizer/ directory"),
+        (lambda: (exported / "config.json").write_text("{"), "parse error"),
+    ]
+    for damage, fragment in damages:
+        damage()
+        assert run_cli("translate", "--engine", "ctranslate2", "--run", exported, "-i", source) == 2
+        err = capsys.readouterr().err.strip()
+        assert fragment in err and "export the run again" in err and "\n" not in err, err
 
 
 def test_attention_types_that_ctranslate2_lacks_are_named(transformer, tmp_path, capsys):

@@ -18,11 +18,13 @@ from cli_helpers import run_cli, train
 from test_bad_input import one_error_line
 from test_resilience import signal_on_step
 
+from seq2seq import checkpoint as checkpoint_module
 from seq2seq.checkpoint import RunDir, training_lock
 from seq2seq.config.schema import MAX_BEAM
 from seq2seq.decode import translate as translate_module
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
+from seq2seq.train import run as run_module
 
 TRAINED_WITH = ("train.max_steps=30", "train.valid_every=10")  # conftest's `trained`
 
@@ -86,9 +88,8 @@ def test_the_beam_is_bounded_in_one_place_for_every_entry_point(trained, tmp_pat
     source.write_text("toto tape\n")
     wide = str(MAX_BEAM + 1)
     assert run_cli("translate", "--run", trained, "-i", source, "--beam", wide) == 2
-    assert f"bad decoding option: beam = {wide}: Input should be less than or equal to {MAX_BEAM}" in (
-        one_error_line(capsys)
-    )
+    bound = f"bad decoding option: beam = {wide}: Input should be less than or equal to {MAX_BEAM}"
+    assert bound in one_error_line(capsys)
     evaluate = ("evaluate", "--run", trained, "--src", source, "--ref", source)
     assert run_cli(*evaluate, "--beam", wide) == 2
     assert f"bad decoding option: beam = {wide}" in one_error_line(capsys)
@@ -126,6 +127,35 @@ def test_running_out_of_memory_while_translating_is_one_line(
     assert "lower --beam or --batch-tokens" in line
     assert " ".join(command[1:]) in line or command[0] == "plot-attention"
     assert not (tmp_path / "out.txt").exists() and not (tmp_path / "a.png").exists()
+
+
+def test_running_out_of_memory_in_the_test_decode_keeps_the_training(
+    toy, tmp_path, capsys, monkeypatch
+):
+    original = run_module.score_test_sets
+
+    def exhausted(*args):
+        raise MemoryError()
+
+    monkeypatch.setattr(run_module, "score_test_sets", exhausted)
+    assert train(toy, tmp_path / "r", "train.max_steps=2") == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("seq2seq: error: out of memory in the test decode with decode.beam=5")
+    assert "training is finished and saved" in line and "--set decode.batch_tokens" in line
+    monkeypatch.setattr(run_module, "score_test_sets", original)
+    assert train(toy, tmp_path / "r", "train.max_steps=2", "decode.batch_tokens=100") == 0
+    assert (tmp_path / "r/test/scores.json").is_file()
+
+
+def test_running_out_of_memory_anywhere_else_is_one_line(trained, tmp_path, capsys, monkeypatch):
+    def exhausted(*args):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB")
+
+    monkeypatch.setattr(checkpoint_module, "average_checkpoints", exhausted)
+    output = tmp_path / "avg.pt"
+    assert run_cli("average", "--run", trained, "--last", "1", "-o", output) == 1
+    assert one_error_line(capsys) == "seq2seq: error: out of memory; free memory and try again"
+    assert not output.exists()
 
 
 @pytest.mark.parametrize(

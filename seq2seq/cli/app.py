@@ -64,6 +64,13 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as error:  # the file system refused: one line, never a traceback
         print(f"seq2seq: error: {_os_problem(error)}", file=sys.stderr)
         sys.exit(1 if error.errno in (errno.ENOSPC, errno.EDQUOT) else 2)
+    except (MemoryError, RuntimeError) as error:  # where no command said what to lower
+        from seq2seq.device import out_of_memory
+
+        if not out_of_memory(error):
+            raise
+        print("seq2seq: error: out of memory; free memory and try again", file=sys.stderr)
+        sys.exit(1)
     except typer.TyperException as error:  # usage errors: unknown options, bad values
         ctx = getattr(error, "ctx", None)
         where = ctx.command_path if ctx else "seq2seq"

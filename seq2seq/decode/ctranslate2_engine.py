@@ -34,23 +34,26 @@ class ExportSettings(BaseModel):
 
     decode: DecodeConfig
     max_source: PositiveInt
+    tokenizer: str | None = None  # its fingerprint (None: exported before it was recorded)
 
 
 def _read_settings(directory: Path) -> ExportSettings:
     """The exported model's decoding settings; a missing or edited file is one line."""
     path = directory / SETTINGS
     try:
-        return ExportSettings.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError) as error:
-        if isinstance(error, ValidationError):
-            problem = describe_validation_error(error, ExportSettings)
-            why = problem.removeprefix("config error: ")
-        else:
-            why = "missing or not JSON"
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError):
         raise UserError(
-            f"{path} is not what `seq2seq export` wrote ({why}); export the run again, or "
-            "use the PyTorch engine with --run RUN"
+            f"{directory} is not a model that `seq2seq export` wrote (no readable "
+            f"{SETTINGS}); export the run first, or use the PyTorch engine with --run RUN"
         ) from None
+    try:
+        return ExportSettings.model_validate(json.loads(text))
+    except ValidationError as error:
+        why = describe_validation_error(error, ExportSettings).removeprefix("config error: ")
+    except ValueError:
+        why = "not JSON"
+    raise UserError(f"{path} is not what `seq2seq export` wrote ({why}); export the run again")
 
 
 class CTranslate2Translator(LineTranslator):
@@ -74,8 +77,11 @@ class CTranslate2Translator(LineTranslator):
         try:
             engine = ctranslate2.Translator(str(directory), device=device, intra_threads=threads)
         except (RuntimeError, ValueError) as error:
-            raise UserError(f"CTranslate2 cannot load {directory}: {error}") from None
-        tokenizer = Tokenizer.load(directory / TOKENIZER)
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise UserError(
+                f"CTranslate2 cannot load {directory}: {reason}; export the run again"
+            ) from None
+        tokenizer = _load_tokenizer(directory, settings)
         options = decode_options(settings.decode, decode)
         return cls(engine, tokenizer, options, settings.max_source)
 
@@ -108,3 +114,16 @@ class CTranslate2Translator(LineTranslator):
                     for tokens, score in zip(result.hypotheses, result.scores, strict=True)
                 ]
         return found
+
+
+def _load_tokenizer(directory: Path, settings: ExportSettings) -> Tokenizer:
+    """The exported SentencePiece models, which must be the ones exported with the model."""
+    if not (directory / TOKENIZER).is_dir():
+        raise UserError(f"{directory} has no {TOKENIZER}/ directory; export the run again")
+    tokenizer = Tokenizer.load(directory / TOKENIZER)
+    if settings.tokenizer not in (None, tokenizer.fingerprint):
+        raise UserError(
+            f"{directory / TOKENIZER} is not the tokenizer exported with the model (fingerprint "
+            f"{tokenizer.fingerprint}, not {settings.tokenizer}); export the run again"
+        )
+    return tokenizer

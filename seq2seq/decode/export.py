@@ -84,7 +84,11 @@ def export_ctranslate2(
     origin, tokenizer, model = load_trained_model(run, checkpoint)
     cfg = origin.config
     spec = _spec(model, cfg, tokenizer)
-    settings = {"decode": cfg.decode.model_dump(), "max_source": max_source_pieces(cfg)}
+    settings = {
+        "decode": cfg.decode.model_dump(),
+        "max_source": max_source_pieces(cfg),
+        "tokenizer": tokenizer.fingerprint,
+    }
 
     def write(tmp: Path) -> None:
         tmp.mkdir()

@@ -362,18 +362,30 @@ def _fit_and_test(trainer: Trainer) -> dict:
     if not world.is_main:
         return {}
     atomic_write_text(run.summary, json.dumps(trainer.summary(), indent=2) + "\n")
+    return _score_best(trainer)
+
+
+def _score_best(trainer: Trainer) -> dict:
+    """Score the test sets with the best checkpoint. Training is over and saved: a signal
+    now stops at once, and running out of memory stops too, each saying how to finish."""
+    cfg, run = trainer.cfg, trainer.run
     best = run.resolve_checkpoint("best")
     load_model_weights(trainer.model, load_checkpoint(best), cfg.model, best)
     translator = Translator(
         trainer.model, trainer.data.tokenizer, cfg.decode, trainer.device, max_source_pieces(cfg)
     )
-    # Training is over and saved: a signal now stops at once, saying how to finish.
-    during_test = (
-        "during the test decode; training is finished and saved: "
-        "run the same command again to score the test sets"
-    )
-    with StopSignals(at_once=during_test):
-        return score_test_sets(cfg, run, translator, log)
+    finish = "training is finished and saved: run the same command again to score the test sets"
+    try:
+        with StopSignals(at_once=f"during the test decode; {finish}"):
+            return score_test_sets(cfg, run, translator, trainer.log)
+    except (RuntimeError, MemoryError) as error:
+        if not out_of_memory(error):
+            raise
+        raise ResourceError(
+            f"out of memory in the test decode with decode.beam={cfg.decode.beam} and "
+            f"decode.batch_tokens={cfg.decode.batch_tokens}; {finish}, lowering them "
+            "(--set decode.batch_tokens=N)"
+        ) from None
 
 
 def _cores_per_process(world: World) -> int:
