@@ -23,7 +23,7 @@ from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights, trai
 from seq2seq.config import Config, config_differences
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.tokenizer import PAD_ID, SETTINGS, trained_settings
-from seq2seq.decode.translate import Translator, check_tokenizer, max_source_pieces
+from seq2seq.decode.translate import Translator, max_source_pieces
 from seq2seq.device import check_precision, out_of_memory, pick_device
 from seq2seq.errors import ResourceError, UserError
 from seq2seq.evaluate import Scores, score_corpus
@@ -201,7 +201,7 @@ def train(cfg: Config, run_dir: Path) -> dict:
             raise
         raise ResourceError(
             f"process {world.rank} of {world.size} lost contact with the others (one stopped "
-            f"or died: see its message); what it saved is kept: run the same "
+            "or died: see its message); what it saved is kept: run the same "
             "torchrun command to resume"
         ) from None
     finally:
@@ -255,7 +255,6 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     trainer = Trainer(cfg, run, model, data, device, log, world)
     found = resume_state(run, log) if resuming else None
     if found is not None:
-        check_tokenizer(found[0], data.tokenizer, found[1], run)
         trainer.restore(*found)
         log.info("resumed %s from step %d", run.root, trainer.progress.step)
     log.info(
