@@ -25,6 +25,7 @@ from seq2seq.decode import translate as translate_module
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 from seq2seq.train import run as run_module
+from seq2seq.train.trainer import Trainer
 
 TRAINED_WITH = ("train.max_steps=30", "train.valid_every=10")  # conftest's `trained`
 
@@ -127,6 +128,21 @@ def test_running_out_of_memory_while_translating_is_one_line(
     assert "lower --beam or --batch-tokens" in line
     assert " ".join(command[1:]) in line or command[0] == "plot-attention"
     assert not (tmp_path / "out.txt").exists() and not (tmp_path / "a.png").exists()
+
+
+def test_running_out_of_memory_in_training_names_the_step(toy, tmp_path, capsys, monkeypatch):
+    original = Trainer.train_step
+
+    def train_step(self, indices):
+        if self.progress.step == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 5.00 GiB")
+        return original(self, indices)
+
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    assert train(toy, tmp_path / "r", "train.max_steps=5") == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("seq2seq: error: out of memory at step 2 with train.batch_tokens=200;")
+    assert "last.pt is kept" in line
 
 
 def test_running_out_of_memory_in_the_test_decode_keeps_the_training(

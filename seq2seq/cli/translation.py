@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -24,7 +22,7 @@ from seq2seq.cli.options import (
     Quantization,
     device_name,
 )
-from seq2seq.errors import ResourceError, UserError
+from seq2seq.errors import UserError
 
 if TYPE_CHECKING:
     from seq2seq.decode.translate import LineTranslator
@@ -36,27 +34,23 @@ def _read_lines(path: Path) -> list[str]:
     return read_lines(path)
 
 
-@contextmanager
-def _within_memory(beam: int | None, batch_tokens: int | None) -> Iterator[None]:
+def _within_memory(beam: int | None, batch_tokens: int | None):
     """Loading a model and decoding with it: running out of memory is one line saying what
     to lower (the options given, or the run's decode section)."""
-    from seq2seq.device import out_of_memory
+    from seq2seq.device import out_of_memory_reported
 
-    try:
-        yield
-    except (RuntimeError, MemoryError) as error:
-        if not out_of_memory(error):
-            raise
-        given = ", ".join(
-            f"{name} {value}"
-            for name, value in (("--beam", beam), ("--batch-tokens", batch_tokens))
-            if value is not None
-        )
-        raise ResourceError(
-            f"out of memory while translating{f' ({given})' if given else ''}; lower --beam "
-            "or --batch-tokens (default: the run's decode section), or use a device with "
+    given = ", ".join(
+        f"{name} {value}"
+        for name, value in (("--beam", beam), ("--batch-tokens", batch_tokens))
+        if value is not None
+    )
+    return out_of_memory_reported(
+        lambda: (
+            f"out of memory while translating{f' ({given})' if given else ''}; lower "
+            "--beam or --batch-tokens (default: the run's decode section), or use a device with "
             "more memory"
-        ) from None
+        )
+    )
 
 
 @app.command()

@@ -24,7 +24,7 @@ from seq2seq.config import Config, config_differences
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.tokenizer import PAD_ID, SETTINGS, trained_settings
 from seq2seq.decode.translate import Translator, max_source_pieces
-from seq2seq.device import check_precision, out_of_memory, pick_device
+from seq2seq.device import check_precision, out_of_memory, out_of_memory_reported, pick_device
 from seq2seq.errors import ResourceError, UserError
 from seq2seq.evaluate import Scores, score_corpus
 from seq2seq.files import atomic_write_text
@@ -338,17 +338,17 @@ def _fit_and_test(trainer: Trainer) -> dict:
     cfg, run, log, world = trainer.cfg, trainer.run, trainer.log, trainer.world
     board = TensorBoardLog(run.tensorboard if world.is_main else None)
     board.add_config(cfg.to_dict(), ["valid/bleu", "valid/chrf", "valid/loss"])
-    try:
-        with StopSignals() as signals:
-            trainer.fit(board, signals)
-    except (RuntimeError, MemoryError) as error:
-        if not out_of_memory(error):
-            raise
-        raise ResourceError(
+
+    def exhausted() -> str:
+        return (
             f"out of memory at step {trainer.progress.step} with train.batch_tokens="
             f"{cfg.train.batch_tokens}; {run.checkpoint('last')} is kept: free memory and run "
             "the same command to resume, or train a new run with smaller batches"
-        ) from None
+        )
+
+    try:
+        with out_of_memory_reported(exhausted), StopSignals() as signals:
+            trainer.fit(board, signals)
     finally:
         board.close()
     if trainer.stopped_by is not None:
@@ -374,17 +374,17 @@ def _score_best(trainer: Trainer) -> dict:
         trainer.model, trainer.data.tokenizer, cfg.decode, trainer.device, max_source_pieces(cfg)
     )
     finish = "training is finished and saved: run the same command again to score the test sets"
-    try:
-        with StopSignals(at_once=f"during the test decode; {finish}"):
-            return score_test_sets(cfg, run, translator, trainer.log)
-    except (RuntimeError, MemoryError) as error:
-        if not out_of_memory(error):
-            raise
-        raise ResourceError(
+
+    def exhausted() -> str:
+        return (
             f"out of memory in the test decode with decode.beam={cfg.decode.beam} and "
             f"decode.batch_tokens={cfg.decode.batch_tokens}; {finish}, lowering them "
             "(--set decode.batch_tokens=N)"
-        ) from None
+        )
+
+    with out_of_memory_reported(exhausted):
+        with StopSignals(at_once=f"during the test decode; {finish}"):
+            return score_test_sets(cfg, run, translator, trainer.log)
 
 
 def _cores_per_process(world: World) -> int:
