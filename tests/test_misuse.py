@@ -209,6 +209,8 @@ def test_a_stop_signal_says_so_once(toy, tmp_path, monkeypatch, capsys):
     signal_on_step(monkeypatch, 2, [signal.SIGTERM])
     assert train(toy, tmp_path / "r", "train.max_steps=10") == 128 + signal.SIGTERM
     err = capsys.readouterr().err
-    assert err.count("training stopped by SIGTERM at step 2") == 1, err
-    assert err.strip().splitlines()[-1].startswith("seq2seq: training stopped by SIGTERM")
-    assert "training stopped by SIGTERM at step 2" in (tmp_path / "r/train.log").read_text()
+    assert err.count("SIGTERM") == 1, err
+    assert err.strip().splitlines()[-1].startswith("seq2seq: training stopped by SIGTERM at step 2")
+    log = (tmp_path / "r/train.log").read_text()
+    assert "training stopped at step 2: stopped by SIGTERM" in log
+    assert "training stopped by SIGTERM at step 2; saved" in log
