@@ -31,7 +31,10 @@ TRAINED_WITH = ("train.max_steps=30", "train.valid_every=10")  # conftest's `tra
 
 
 def contents(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*.*")}
+    """Every file under `directory`, by relative path."""
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()
+    }
 
 
 @pytest.fixture
