@@ -25,6 +25,8 @@ from seq2seq.cli.options import (
 from seq2seq.errors import UserError
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from seq2seq.decode.translate import LineTranslator
 
 
@@ -34,7 +36,7 @@ def _read_lines(path: Path) -> list[str]:
     return read_lines(path)
 
 
-def _within_memory(beam: int | None, batch_tokens: int | None):
+def _within_memory(beam: int | None, batch_tokens: int | None) -> AbstractContextManager[None]:
     """Loading a model and decoding with it: running out of memory is one line saying what
     to lower (the options given, or the run's decode section)."""
     from seq2seq.device import out_of_memory_reported
