@@ -217,3 +217,12 @@ def test_a_stop_signal_says_so_once(toy, tmp_path, monkeypatch, capsys):
     log = (tmp_path / "r/train.log").read_text()
     assert "training stopped at step 2: stopped by SIGTERM" in log
     assert "training stopped by SIGTERM at step 2; saved" in log
+
+
+def test_under_torchrun_only_rank_0_says_why_it_stopped(toy, tmp_path, monkeypatch, capsys):
+    """Every process torchrun started gets the signal and stops; one line is enough. (A
+    process with RANK=1 and no WORLD_SIZE trains alone, as rank 1 would print.)"""
+    monkeypatch.setenv("RANK", "1")
+    signal_on_step(monkeypatch, 2, [signal.SIGTERM])
+    assert train(toy, tmp_path / "r", "train.max_steps=10") == 128 + signal.SIGTERM
+    assert "SIGTERM" not in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from typing import Annotated
 
@@ -56,7 +57,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"seq2seq: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)
     except Interrupted as stop:
-        print(f"seq2seq: {stop}", file=sys.stderr)
+        # A signal reaches every process torchrun started; rank 0 says what was saved.
+        if os.environ.get("RANK", "0") == "0":
+            print(f"seq2seq: {stop}", file=sys.stderr)
         sys.exit(stop.exit_code)
     except typer.Abort:
         print("seq2seq: interrupted", file=sys.stderr)
