@@ -119,7 +119,8 @@ class RunDir:
         if not path.is_file():
             raise UserError(
                 f"no checkpoint {path} in run directory {self.root}; "
-                "train it first (seq2seq train) or pass --checkpoint best|last|FILE"
+                "train it first (seq2seq train) or name another checkpoint: best, last, step-N "
+                "or a .pt file"
             )
         return path
 

@@ -197,6 +197,13 @@ def test_init_from_names_what_to_give(toy, run_copy, tmp_path, capsys, where, fr
     assert not (tmp_path / "child").exists()
 
 
+def test_a_missing_checkpoint_is_named_without_an_option_the_command_lacks(trained, capsys):
+    assert run_cli("average", "--run", trained, "--checkpoints", "step-999") == 2
+    line = one_error_line(capsys)
+    assert "no checkpoint" in line and "step-999.pt" in line and "--checkpoint " not in line
+    assert "name another checkpoint: best, last, step-N or a .pt file" in line
+
+
 def test_a_run_in_training_is_not_trained_twice_at_once(toy, run_copy, capsys):
     kept = contents(run_copy / "checkpoints")
     with training_lock(RunDir(run_copy)):
