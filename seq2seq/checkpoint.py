@@ -7,9 +7,14 @@ rename) so a crash never leaves a half-written file, and load with
 
 from __future__ import annotations
 
+import fcntl
+import os
 import pickle
 import re
+import socket
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,8 +102,16 @@ class RunDir:
             # Validation problems name the field only; here the user did not name the file.
             raise UserError(f"{self.config}: {error}") from None
 
+    @property
+    def lock(self) -> Path:
+        """Locked by the process training the run (see `training_lock`)."""
+        return self.root / ".lock"
+
     def checkpoint(self, name: str) -> Path:
         return self.checkpoints / f"{name}.pt"
+
+    def has_checkpoints(self) -> bool:
+        return any(self.checkpoints.glob("*.pt"))
 
     def resolve_checkpoint(self, which: str) -> Path:
         """`best`, `last`, `step-N` or a file path -> an existing checkpoint file."""
@@ -106,9 +119,43 @@ class RunDir:
         if not path.is_file():
             raise UserError(
                 f"no checkpoint {path} in run directory {self.root}; "
-                "train it first (seq2seq train) or pass --checkpoint best|last|FILE"
+                "train it first (seq2seq train) or name another checkpoint: best, last, step-N "
+                "or a .pt file"
             )
         return path
+
+
+class RunBusy(UserError):
+    """Another process is training the run."""
+
+
+@contextmanager
+def training_lock(run: RunDir) -> Iterator[None]:
+    """Hold the run's lock while training it, so that a second process on the same run (a
+    sweep started twice, a `train` repeated in another terminal) is refused, told which
+    process holds it. The kernel releases the lock when its holder dies: a killed run
+    resumes with no stale lock to remove."""
+    try:
+        run.root.mkdir(parents=True, exist_ok=True)
+        handle = open(run.lock, "a+", encoding="utf-8")  # held until the exit
+    except OSError as error:
+        raise UserError(
+            f"cannot create run directory {run.root} ({error.strerror}); pass another --run-dir"
+        ) from None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise RunBusy(
+                f"{run.root} is being trained by {holder}; let it finish (or stop it) and "
+                "run the same command again"
+            ) from None
+        handle.truncate(0)
+        handle.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+        handle.flush()
+        yield
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:

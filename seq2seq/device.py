@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import torch
 
-from seq2seq.errors import UserError
+from seq2seq.errors import ResourceError, UserError
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -21,6 +24,18 @@ def out_of_memory(error: BaseException) -> bool:
     if isinstance(error, MemoryError | torch.OutOfMemoryError):
         return True
     return isinstance(error, RuntimeError) and "alloc" in str(error).lower()
+
+
+@contextmanager
+def out_of_memory_reported(message: Callable[[], str]) -> Iterator[None]:
+    """Running out of memory within is a one-line `ResourceError` saying `message()` (made
+    when it happens, so that it can name the step); other errors pass through."""
+    try:
+        yield
+    except (RuntimeError, MemoryError) as error:
+        if not out_of_memory(error):
+            raise
+        raise ResourceError(message()) from None
 
 
 def cpu_has_bf16() -> bool:

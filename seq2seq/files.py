@@ -34,6 +34,12 @@ def write_problem(path: Path, error: OSError) -> UserError:
         )
     if error.errno == errno.EISDIR or Path(path).is_dir():
         return UserError(f"cannot write {path}: it is a directory; give a file name")
+    blocking = next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        return UserError(
+            f"cannot write {path}: {blocking} is a file, not a directory; pass a path under "
+            "a directory"
+        )
     return UserError(f"cannot write {path}: {reason}; pass a path you can write to")
 
 
@@ -65,12 +71,15 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def publish_directory(target: Path, fill: Callable[[Path], object], replace: bool = False) -> None:
+def publish_directory(
+    target: Path, fill: Callable[[Path], object], replace: bool = False, new: bool = False
+) -> None:
     """Have `fill` make a directory at a temporary path, then rename it to `target`.
 
     If another process puts a directory there first, theirs is kept: it was made from the
     same input (a shared tokenizer) or is as fresh (a report). `replace` replaces one that
-    was there before.
+    was there before. `new`: the target is the caller's own (an export's output), so one
+    that appeared meanwhile is a `UserError` and this one's work is dropped.
     """
     target = Path(target)
     try:
@@ -90,6 +99,11 @@ def publish_directory(target: Path, fill: Callable[[Path], object], replace: boo
         except OSError:
             if not target.is_dir():
                 raise
+            if new:
+                raise UserError(
+                    f"{target} appeared while this one was written (another command writing "
+                    "the same directory?) and is kept; pass a new directory"
+                ) from None
     except OSError as error:
         raise write_problem(target, error) from None
     finally:

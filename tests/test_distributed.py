@@ -1,8 +1,10 @@
 """Data-parallel training under torchrun (gloo, 2 CPU processes) matches one process."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,13 +16,19 @@ from cli_helpers import train
 SAME_MATH = ["model.dropout=0.0", "train.valid_every=100", "train.threads=1"]
 
 
-def torchrun(toy: Path, run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+def torchrun_command(toy: Path, run_dir: Path, *overrides: str) -> list[str]:
     sets = [x for o in overrides for x in ("--set", o)]
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", "-m", "seq2seq", "train", "--config", str(toy / "run.yaml"),
-               "--run-dir", str(run_dir), *sets]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node=2", "-m", "seq2seq", "train", "--config", str(toy / "run.yaml"),
+            "--run-dir", str(run_dir), *sets]  # fmt: skip
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def torchrun(toy: Path, run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    command = torchrun_command(toy, run_dir, *overrides)
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=ENV)
 
 
 def final(run_dir: Path) -> dict:
@@ -52,3 +60,31 @@ def test_two_processes_match_one_and_resume_under_ddp(toy, tmp_path, arch):
     for name, tensor in one["model"].items():
         # Float sums in another order, through 12 Adam updates: agreement to ~1e-6.
         torch.testing.assert_close(two["model"][name], tensor, rtol=1e-4, atol=1e-5)
+
+
+def test_a_killed_worker_leaves_the_other_one_line(toy, tmp_path):
+    """torchrun reports the killed worker; the surviving one says one line, no traceback."""
+    run = tmp_path / "run"
+    command = torchrun_command(toy, run, *SAME_MATH, "train.max_steps=100000")
+    agent = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.time() + 120
+    while not ((run / "train.log").is_file() and "step 2 " in (run / "train.log").read_text()):
+        assert time.time() < deadline and agent.poll() is None, "no step 2"
+        time.sleep(0.05)
+    os.kill(worker(agent.pid, rank=1), signal.SIGKILL)
+    _, err = agent.communicate(timeout=120)
+    assert "seq2seq: error: process 0 of 2 lost contact with the others" in err, err
+    assert "seq2seq/train/" not in err, err  # no traceback through the trainer
+
+
+def worker(agent: int, rank: int) -> int:
+    """The pid of the worker of `rank` that torchrun's agent process started."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rpartition(")")[2].split()[1])
+            environ = (stat.parent / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue  # a process that ended meanwhile
+        if parent == agent and f"RANK={rank}".encode() in environ:
+            return int(stat.parent.name)
+    raise AssertionError(f"no worker of rank {rank}")

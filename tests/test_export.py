@@ -4,11 +4,14 @@ model decodes what this project's model decodes, token for token."""
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 
 import pytest
 from cli_helpers import run_cli, train
 
 from seq2seq.data.corpus import read_lines
+from seq2seq.decode import export as export_module
 from seq2seq.decode.translate import Translator
 
 ctranslate2 = pytest.importorskip(
@@ -78,6 +81,70 @@ def test_unexportable_runs_and_bad_uses_are_one_line(trained, transformer, tmp_p
         err = capsys.readouterr().err.strip()
         assert fragment in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("transformer", ["pre"], indirect=True)
+def test_an_export_to_a_directory_that_appears_meanwhile_fails(
+    transformer, tmp_path, monkeypatch, capsys
+):
+    """Two exports to one --output: the one that publishes second fails, the first's model
+    is kept, nothing of the second is left."""
+    output, readme = tmp_path / "ct2", export_module._readme
+
+    def another_export_publishes_first(*args):
+        output.mkdir()
+        (output / "model.bin").write_bytes(b"theirs")
+        return readme(*args)
+
+    monkeypatch.setattr(export_module, "_readme", another_export_publishes_first)
+    assert run_cli("export", "--run", transformer, "-o", output) == 2
+    err = capsys.readouterr().err.strip()
+    assert "ct2 appeared while this one was written" in err and len(err.splitlines()) == 1
+    assert (output / "model.bin").read_bytes() == b"theirs"
+    assert [p.name for p in tmp_path.iterdir()] == ["ct2"]
+
+    monkeypatch.undo()
+    (tmp_path / "file").write_text("x")
+    assert run_cli("export", "--run", transformer, "-o", tmp_path / "file/ct2") == 2
+    err = capsys.readouterr().err.strip()
+    assert "file is a file, not a directory" in err and "File exists" not in err
+
+
+@pytest.mark.parametrize("transformer", ["pre"], indirect=True)
+def test_a_tampered_export_is_one_line(transformer, tmp_path, capsys):
+    exported, source = tmp_path / "ct2", tmp_path / "src.txt"
+    assert run_cli("export", "--run", transformer, "-o", exported) == 0
+    source.write_text("toto tape\n")
+    capsys.readouterr()
+    settings = json.loads((exported / "seq2seq.json").read_text())
+    edits = [
+        (json.dumps({**settings, "max_source": -1}), "max_source = -1"),
+        (json.dumps({"decode": settings["decode"]}), "max_source: required field is missing"),
+        (json.dumps({**settings, "decode": {"beam": "wide"}}), "decode.beam = 'wide'"),
+        (json.dumps({**settings, "decode": {"beam": 10**6}}), "decode.beam = 1000000"),
+        (json.dumps([settings]), "should be a valid dictionary"),
+        ('{"decode": ', "(not JSON); export the run again"),
+    ]
+    for text, fragment in edits:
+        (exported / "seq2seq.json").write_text(text)
+        args = ("translate", "--engine", "ctranslate2", "--run", exported, "-i", source)
+        assert run_cli(*args) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert "seq2seq.json is not what `seq2seq export` wrote" in err
+        assert fragment in err, err
+
+    (exported / "seq2seq.json").write_text(json.dumps({**settings, "tokenizer": "0" * 16}))
+    damages = [
+        (lambda: None, "tokenizer is not the tokenizer exported with the model"),
+        (lambda: shutil.rmtree(exported / "tokenizer"), "has no tokenizer/ directory"),
+        (lambda: (exported / "config.json").write_text("{"), "parse error"),
+    ]
+    for damage, fragment in damages:
+        damage()
+        assert run_cli("translate", "--engine", "ctranslate2", "--run", exported, "-i", source) == 2
+        err = capsys.readouterr().err.strip()
+        assert fragment in err and "export the run again" in err and "\n" not in err, err
 
 
 def test_attention_types_that_ctranslate2_lacks_are_named(transformer, tmp_path, capsys):

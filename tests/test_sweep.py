@@ -4,7 +4,9 @@ sweep end to end through the command line (the report's arithmetic: test_sweep_r
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ import torch
 from cli_helpers import run_cli
 from sweep_helpers import BASE, SWEEP, write_sweep
 
+from seq2seq.checkpoint import RunDir, training_lock
 from seq2seq.config import ATTENTION_TYPES, load_config
 from seq2seq.errors import UserError
 from seq2seq.sweep import SweepDir, load_sweep, parse_shard
@@ -254,6 +257,28 @@ def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, caps
     assert "[1/2] data.max_len=1,seed=1 failed: no training pair is at most 1 pieces" in err
     assert "1 run(s) of sweep s failed (data.max_len=1,seed=1)" in err.splitlines()[-1]
     assert (tmp_path / "runs/sweeps/s/runs/data.max_len=40,seed=1/test/scores.json").is_file()
+
+
+def test_a_run_another_process_trains_is_skipped_and_named(toy, tmp_path, monkeypatch, capsys):
+    """The same sweep started twice on one directory: the second leaves the first's run
+    alone, trains the rest, and says who holds the run."""
+    monkeypatch.chdir(tmp_path)
+    path = write_sweep(
+        tmp_path,
+        base_config=load_config(toy / "run.yaml").to_dict(),
+        grid={"data.max_len": [40, 50]},
+        seeds=[1],
+        set={"train.max_steps": 2, "train.threads": 1, "decode.beam": 1},
+    )
+    runs = tmp_path / "runs/sweeps/s/runs"
+    with training_lock(RunDir(runs / "data.max_len=40,seed=1")):
+        assert run_cli("sweep", "--config", path) == 2
+    err = capsys.readouterr().err
+    holder = f"process {os.getpid()} on {socket.gethostname()}"
+    assert "[1/2] data.max_len=40,seed=1 skipped: " in err and holder in err
+    assert "1 run(s) of sweep s are being trained by another process" in err.splitlines()[-1]
+    assert not (runs / "data.max_len=40,seed=1/checkpoints").exists()
+    assert (runs / "data.max_len=50,seed=1/test/scores.json").is_file()
 
 
 def test_runs_record_the_commit_the_process_started_with(monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from typing import Annotated
 
@@ -56,7 +57,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"seq2seq: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)
     except Interrupted as stop:
-        print(f"seq2seq: {stop}", file=sys.stderr)
+        # A signal reaches every process torchrun started; rank 0 says what was saved.
+        if os.environ.get("RANK", "0") == "0":
+            print(f"seq2seq: {stop}", file=sys.stderr)
         sys.exit(stop.exit_code)
     except typer.Abort:
         print("seq2seq: interrupted", file=sys.stderr)
@@ -64,6 +67,13 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as error:  # the file system refused: one line, never a traceback
         print(f"seq2seq: error: {_os_problem(error)}", file=sys.stderr)
         sys.exit(1 if error.errno in (errno.ENOSPC, errno.EDQUOT) else 2)
+    except (MemoryError, RuntimeError) as error:  # where no command said what to lower
+        from seq2seq.device import out_of_memory
+
+        if not out_of_memory(error):
+            raise
+        print("seq2seq: error: out of memory; free memory and try again", file=sys.stderr)
+        sys.exit(1)
     except typer.TyperException as error:  # usage errors: unknown options, bad values
         ctx = getattr(error, "ctx", None)
         where = ctx.command_path if ctx else "seq2seq"

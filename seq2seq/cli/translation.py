@@ -25,6 +25,8 @@ from seq2seq.cli.options import (
 from seq2seq.errors import UserError
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from seq2seq.decode.translate import LineTranslator
 
 
@@ -32,6 +34,25 @@ def _read_lines(path: Path) -> list[str]:
     from seq2seq.data.corpus import read_lines
 
     return read_lines(path)
+
+
+def _within_memory(beam: int | None, batch_tokens: int | None) -> AbstractContextManager[None]:
+    """Loading a model and decoding with it: running out of memory is one line saying what
+    to lower (the options given, or the run's decode section)."""
+    from seq2seq.device import out_of_memory_reported
+
+    given = ", ".join(
+        f"{name} {value}"
+        for name, value in (("--beam", beam), ("--batch-tokens", batch_tokens))
+        if value is not None
+    )
+    return out_of_memory_reported(
+        lambda: (
+            f"out of memory while translating{f' ({given})' if given else ''}; lower "
+            "--beam or --batch-tokens (default: the run's decode section), or use a device with "
+            "more memory"
+        )
+    )
 
 
 @app.command()
@@ -66,10 +87,22 @@ def translate(
     to that; stderr counts and names such lines. On a terminal, stdin is translated
     interactively: one line in, one translation out.
     """
+    options = _decoding(beam, length_penalty, batch_tokens)
+    with _within_memory(beam, batch_tokens):
+        translator = _translator(engine, run, checkpoint, device, alignments, options)
+        _translate_input(translator, input, output, nbest, alignments)
+
+
+def _translate_input(
+    translator: LineTranslator,
+    input: Path | None,
+    output: Path | None,
+    nbest: int,
+    alignments: Path | None,
+) -> None:
+    """Translate a file, piped stdin or a terminal session."""
     from seq2seq.decode.line_io import translate_file, translate_interactively
 
-    options = _decoding(beam, length_penalty, batch_tokens)
-    translator = _translator(engine, run, checkpoint, device, alignments, options)
     if nbest > translator.decode.beam:
         raise UserError(f"--nbest {nbest} needs a beam at least as wide; pass --beam {nbest}")
     if input is None and sys.stdin is None:
@@ -162,6 +195,8 @@ def evaluate(
     from seq2seq.evaluate import score_corpus
 
     references = _read_lines(ref)
+    if not references:
+        raise UserError(f"{ref} is empty: nothing to score; give one reference per line")
     if hyp is not None:
         if run is not None or src is not None:
             raise UserError("--hyp scores a translation as it is; drop --run and --src")
@@ -176,8 +211,9 @@ def evaluate(
                 "give one reference per source line"
             )
         options = _decoding(beam, length_penalty, batch_tokens)
-        translator = _translator(Engine.torch, run, checkpoint, device, None, options)
-        hypotheses = translator.translate(sources, progress=True)
+        with _within_memory(beam, batch_tokens):
+            translator = _translator(Engine.torch, run, checkpoint, device, None, options)
+            hypotheses = translator.translate(sources, progress=True)
     scores = score_corpus(hypotheses, references)
     print(json.dumps(scores.to_dict()) if as_json else str(scores))
 
@@ -199,7 +235,8 @@ def plot_attention(
     from seq2seq.files import atomic_write_bytes
     from seq2seq.plots import attention_figure, figure_png
 
-    amap = Translator.load(run, checkpoint, device_name(device)).attention_map(src)
+    with _within_memory(None, None):
+        amap = Translator.load(run, checkpoint, device_name(device)).attention_map(src)
     if amap is None:
         raise UserError(
             f"the model of {run} finished no translation of this sentence (its outputs are "

@@ -341,10 +341,17 @@ class TrainConfig(Section):
         return None if value is None else parse_duration(value)
 
 
+# Wider beams find no better translations (they grow shorter) and cost memory in
+# proportion: a beam of 100,000 took 5 GB for one line.
+MAX_BEAM = 256
+
+
 class DecodeConfig(Section):
     """How `translate`, `evaluate` and the test sets decode (validation is always greedy)."""
 
-    beam: PositiveInt = Field(5, description="beam size; 1 is greedy search")
+    beam: PositiveInt = Field(
+        5, le=MAX_BEAM, description="beam size; 1 is greedy search (time and memory grow with it)"
+    )
     length_penalty: float = Field(
         1.0, ge=0, le=10, description="GNMT alpha: score = log P / ((5 + length) / 6) ** alpha"
     )

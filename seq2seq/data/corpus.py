@@ -3,6 +3,7 @@ sentence per line, strict UTF-8, line-aligned across the two languages."""
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import zlib
 from collections.abc import Iterator
@@ -27,14 +28,18 @@ def corpus_path(prefix: str, lang: str) -> Path:
 
 
 def raw_lines(path: Path) -> Iterator[bytes]:
-    """The lines of a plain or gzipped (by `.gz` suffix) file as bytes, without line endings."""
+    """The lines of a plain or gzipped (by `.gz` suffix) file as bytes, without line endings
+    and without the UTF-8 byte order mark that some editors put first (it is not text: a
+    reference that kept it would not match its hypothesis)."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         # Binary iteration splits on b"\n" only; text mode would also split on \x85, \u2028
         # and friends, which would break line alignment with the other language.
         with opener(path, "rb") as handle:
-            for raw in handle:
+            for number, raw in enumerate(handle):
+                if number == 0:
+                    raw = raw.removeprefix(codecs.BOM_UTF8)
                 if raw.endswith(b"\r\n"):
                     yield raw[:-2]
                 elif raw.endswith(b"\n"):

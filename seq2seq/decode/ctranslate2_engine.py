@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel, PositiveInt, ValidationError
 
-from seq2seq.config import DecodeConfig
+from seq2seq.config import DecodeConfig, describe_validation_error
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.export import SETTINGS, TOKENIZER, require_ctranslate2
 from seq2seq.decode.search import Hypothesis, output_limits
@@ -25,6 +26,34 @@ from seq2seq.decode.translate import LineTranslator, decode_options
 from seq2seq.errors import UserError
 
 _NO_ATTENTION = torch.empty(0)
+
+
+class ExportSettings(BaseModel):
+    """What `seq2seq.json` of an exported model holds (see decode.export) and the engine
+    reads."""
+
+    decode: DecodeConfig
+    max_source: PositiveInt
+    tokenizer: str | None = None  # its fingerprint (None: exported before it was recorded)
+
+
+def _read_settings(directory: Path) -> ExportSettings:
+    """The exported model's decoding settings; a missing or edited file is one line."""
+    path = directory / SETTINGS
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        raise UserError(
+            f"{directory} is not a model that `seq2seq export` wrote (no readable "
+            f"{SETTINGS}); export the run first, or use the PyTorch engine with --run RUN"
+        ) from None
+    try:
+        return ExportSettings.model_validate(json.loads(text))
+    except ValidationError as error:
+        why = describe_validation_error(error, ExportSettings).removeprefix("config error: ")
+    except ValueError:
+        why = "not JSON"
+    raise UserError(f"{path} is not what `seq2seq export` wrote ({why}); export the run again")
 
 
 class CTranslate2Translator(LineTranslator):
@@ -44,20 +73,17 @@ class CTranslate2Translator(LineTranslator):
         import ctranslate2
 
         directory = Path(directory)
-        try:
-            settings = json.loads((directory / SETTINGS).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            raise UserError(
-                f"{directory} is not a model that `seq2seq export` wrote (no readable "
-                f"{SETTINGS}); export the run first, or use the PyTorch engine with --run RUN"
-            ) from None
+        settings = _read_settings(directory)
         try:
             engine = ctranslate2.Translator(str(directory), device=device, intra_threads=threads)
         except (RuntimeError, ValueError) as error:
-            raise UserError(f"CTranslate2 cannot load {directory}: {error}") from None
-        base = DecodeConfig.model_validate(settings["decode"])
-        tokenizer = Tokenizer.load(directory / TOKENIZER)
-        return cls(engine, tokenizer, decode_options(base, decode), settings["max_source"])
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise UserError(
+                f"CTranslate2 cannot load {directory}: {reason}; export the run again"
+            ) from None
+        tokenizer = _load_tokenizer(directory, settings)
+        options = decode_options(settings.decode, decode)
+        return cls(engine, tokenizer, options, settings.max_source)
 
     def search(
         self, src_ids: list[list[int]], nbest: int, decode: DecodeConfig
@@ -88,3 +114,16 @@ class CTranslate2Translator(LineTranslator):
                     for tokens, score in zip(result.hypotheses, result.scores, strict=True)
                 ]
         return found
+
+
+def _load_tokenizer(directory: Path, settings: ExportSettings) -> Tokenizer:
+    """The exported SentencePiece models, which must be the ones exported with the model."""
+    if not (directory / TOKENIZER).is_dir():
+        raise UserError(f"{directory} has no {TOKENIZER}/ directory; export the run again")
+    tokenizer = Tokenizer.load(directory / TOKENIZER)
+    if settings.tokenizer not in (None, tokenizer.fingerprint):
+        raise UserError(
+            f"{directory / TOKENIZER} is not the tokenizer exported with the model (fingerprint "
+            f"{tokenizer.fingerprint}, not {settings.tokenizer}); export the run again"
+        )
+    return tokenizer

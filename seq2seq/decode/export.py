@@ -98,7 +98,11 @@ def export_ctranslate2(
     origin, tokenizer, model = load_trained_model(run, checkpoint)
     cfg = origin.config
     spec = _spec(model, cfg, tokenizer)
-    settings = {"decode": cfg.decode.model_dump(), "max_source": max_source_pieces(cfg)}
+    settings = {
+        "decode": cfg.decode.model_dump(),
+        "max_source": max_source_pieces(cfg),
+        "tokenizer": tokenizer.fingerprint,
+    }
 
     def write(tmp: Path) -> None:
         tmp.mkdir()
@@ -109,7 +113,7 @@ def export_ctranslate2(
         (tmp / SETTINGS).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(_readme(run, quantization), encoding="utf-8")
 
-    publish_directory(Path(output), write)
+    publish_directory(Path(output), write, new=True)
 
 
 def _spec(model: TransformerSeq2Seq, cfg: Config, tokenizer: Tokenizer):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from seq2seq.checkpoint import RunBusy
 from seq2seq.errors import UserError
 from seq2seq.sweep.directory import RunState, SweepDir
 from seq2seq.sweep.report import write_report
@@ -25,7 +26,7 @@ def run_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> Path:
     runs = shard.select(sweep.runs) if shard else sweep.runs
     part = f"shard {shard.index}/{shard.count}: " if shard else ""
     _note(sweep, f"{root}: {part}{len(runs)} of {len(sweep.runs)} runs")
-    failed = []
+    failed, busy = [], []
     for number, run in enumerate(runs, start=1):
         state = directory.state(run)
         where = f"[{number}/{len(runs)}] {run.name}"
@@ -36,6 +37,9 @@ def run_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> Path:
         directory.share_tokenizer(sweep, run)  # bad data fails every run: stop here
         try:
             train(run.config, directory.run(run).root)
+        except RunBusy as error:
+            _note(sweep, f"{where} skipped: {error}")
+            busy.append(run.name)
         except UserError as error:
             _note(sweep, f"{where} failed: {error}")
             failed.append(run.name)
@@ -44,6 +48,12 @@ def run_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> Path:
         raise UserError(
             f"{len(failed)} run(s) of sweep {sweep.name} failed ({', '.join(failed[:3])}); "
             "see the messages above, fix the cause and run the same command again"
+        )
+    if busy:
+        raise UserError(
+            f"{len(busy)} run(s) of sweep {sweep.name} are being trained by another process "
+            f"({', '.join(busy[:3])}; see above which); run the same command again when it "
+            "has finished, for the full report"
         )
     return report
 

@@ -133,6 +133,14 @@ def start_world(device_name: str) -> World:
     return world
 
 
+def lost_peer(error: BaseException) -> bool:
+    """Whether a collective failed because another process of the world went away (killed,
+    crashed): gloo reports a reset connection, newer backends a `DistError`."""
+    return isinstance(error, dist.DistError) or (
+        isinstance(error, RuntimeError) and "gloo/transport" in str(error)
+    )
+
+
 def stop_world(world: World) -> None:
     if world.distributed and dist.is_initialized():
         dist.destroy_process_group()

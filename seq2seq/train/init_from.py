@@ -38,8 +38,13 @@ class Parent:
         path = Path(where)
         if path.is_dir():
             run = RunDir(path)
-        elif path.is_file():
+        elif path.is_file() and path.suffix == ".pt":
             run = RunDir(path.parent.parent)  # RUN/checkpoints/NAME.pt
+        elif path.is_file():
+            raise UserError(
+                f"train.init_from {where} is a file but not a checkpoint (.pt); give the run "
+                f"directory ({path.parent}) or a .pt file in its checkpoints/"
+            )
         else:
             raise UserError(
                 f"train.init_from {where}: no such run directory or checkpoint file; give "
@@ -50,8 +55,7 @@ class Parent:
                 f"train.init_from {where}: {run.root} is not a run directory (no config.yaml "
                 "or tokenizer/); give a trained run directory or a checkpoint inside one"
             )
-        checkpoint = path if path.is_file() else run.resolve_checkpoint("best")
-        return cls(run, checkpoint)
+        return cls(run, path if path.is_file() else _best(run, where))
 
     def check_fits(self, cfg: Config) -> None:
         """The child's model and tokenizer sections must be the parent's (dropout aside)."""
@@ -94,3 +98,19 @@ class Parent:
             "checkpoint": str(self.checkpoint),
             "sha256": digest.hexdigest(),
         }
+
+
+def _best(run: RunDir, where: str) -> Path:
+    """The run's best checkpoint; a run without one (still in its first validation) names
+    the checkpoints it has."""
+    best = run.checkpoint("best")
+    if best.is_file():
+        return best
+    others = sorted(path.name for path in run.checkpoints.glob("*.pt"))
+    choice = (
+        f"name one of its checkpoints ({', '.join(others[:4])}): "
+        f"train.init_from={run.checkpoints}/{others[0]}"
+        if others
+        else "train it first"
+    )
+    raise UserError(f"train.init_from {where}: {run.root} has no best checkpoint yet; {choice}")

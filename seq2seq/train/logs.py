@@ -15,6 +15,9 @@ from tqdm import tqdm
 from seq2seq.config import flatten
 
 LOGGER_NAME = "seq2seq"
+# `log.info(message, extra=FILE_ONLY)`: for the log file only, where the command prints the
+# same line itself as it ends (a stop on a signal).
+FILE_ONLY = {"file_only": True}
 
 
 class _TqdmHandler(logging.StreamHandler):
@@ -50,6 +53,7 @@ def setup_logging(log_file: Path | None = None, rank: int = 0) -> logging.Logger
     console.setFormatter(
         logging.Formatter("%(message)s" if rank == 0 else f"rank {rank}: %(message)s")
     )
+    console.addFilter(lambda record: not getattr(record, "file_only", False))
     logger.addHandler(console)
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -18,21 +19,21 @@ from pathlib import Path
 
 import torch
 
-from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
+from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights, training_lock
 from seq2seq.config import Config, config_differences
 from seq2seq.data.corpus import read_parallel
-from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.data.tokenizer import PAD_ID, SETTINGS, trained_settings
 from seq2seq.decode.translate import Translator, max_source_pieces
-from seq2seq.device import check_precision, out_of_memory, pick_device
+from seq2seq.device import check_precision, out_of_memory, out_of_memory_reported, pick_device
 from seq2seq.errors import ResourceError, UserError
 from seq2seq.evaluate import Scores, score_corpus
 from seq2seq.files import atomic_write_text
 from seq2seq.models import Seq2Seq, build_model, count_parameters
 from seq2seq.train.datasets import Datasets, load_datasets
-from seq2seq.train.distributed import World, start_world, stop_world
+from seq2seq.train.distributed import World, lost_peer, start_world, stop_world
 from seq2seq.train.init_from import Parent
 from seq2seq.train.interrupt import Interrupted, StopSignals
-from seq2seq.train.logs import TensorBoardLog, setup_logging
+from seq2seq.train.logs import FILE_ONLY, TensorBoardLog, setup_logging
 from seq2seq.train.trainer import Trainer
 
 # Fields that may change when a run is resumed: budgets, and what does not change the
@@ -103,6 +104,26 @@ def _check_same_run(run: RunDir, cfg: Config) -> None:
         )
 
 
+def _check_tokenizer_kept(run: RunDir, cfg: Config) -> None:
+    """A run's checkpoints read the pieces of its tokenizer: refuse to start where training
+    would make another one (the tokenizer is gone, or tokenizer.json records other
+    settings), since the checkpoints could never translate again."""
+    fix = "restore it from a copy of the run, or train into a new --run-dir"
+    if not run.tokenizer.is_dir():
+        raise UserError(
+            f"{run.root} has checkpoints but no tokenizer/ (they need the one they were "
+            f"trained with); {fix}"
+        )
+    recorded, own = trained_settings(run.tokenizer), cfg.tokenizer.model_dump()
+    if recorded not in (None, own):
+        old = recorded if isinstance(recorded, dict) else {}
+        changed = sorted(k for k in old.keys() | own.keys() if old.get(k) != own.get(k))
+        raise UserError(
+            f"{run.tokenizer / SETTINGS} records other settings than the run's config "
+            f"({', '.join(changed)}), and a run with checkpoints keeps its tokenizer; {fix}"
+        )
+
+
 def score_test_sets(cfg: Config, run: RunDir, translator: Translator, log: logging.Logger) -> dict:
     """Translate every `data.test` set into test/NAME.hyp and score them into
     test/scores.json."""
@@ -165,25 +186,35 @@ def train(cfg: Config, run_dir: Path) -> dict:
     Under torchrun every process runs this; rank 0 alone writes the run directory.
     """
     world = start_world(cfg.train.device)
+    run = RunDir(Path(run_dir))
+    created = _outermost_missing(run.root)
     try:
-        scores = _fit_and_test(_set_up(cfg, RunDir(Path(run_dir)), world))
-        # The other ranks wait while rank 0 scores the test sets, so that no rank tears
-        # down its gloo connections while a peer still holds them (a CI run saw rank 1
-        # abort as rank 0 finished).
-        world.barrier()
-        return scores
+        with training_lock(run) if world.is_main else contextlib.nullcontext():
+            scores = _fit_and_test(_set_up(cfg, run, world, created))
+            # The other ranks wait while rank 0 scores the test sets, so that no rank
+            # tears down its gloo connections while a peer still holds them (a CI run saw
+            # rank 1 abort as rank 0 finished).
+            world.barrier()
+            return scores
+    except RuntimeError as error:
+        if not (world.distributed and lost_peer(error)):
+            raise
+        raise ResourceError(
+            f"process {world.rank} of {world.size} lost contact with the others (one stopped "
+            "or died: see its message); what it saved is kept: run the same "
+            "torchrun command to resume"
+        ) from None
     finally:
         stop_world(world)
 
 
-def _set_up(cfg: Config, run: RunDir, world: World) -> Trainer:
+def _set_up(cfg: Config, run: RunDir, world: World, created: Path | None) -> Trainer:
     """The run directory, data, model and trainer, resumed if the run has a checkpoint.
 
     A problem found here (bad data, an unusable checkpoint, a full disk) removes the
-    directories this call created (all of a new `a/b/run`, not only `run`): a failed start
-    leaves nothing half-made behind.
+    directories that this start `created` (all of a new `a/b/run`, not only `run`): a
+    failed start leaves nothing half-made behind.
     """
-    created = _outermost_missing(run.root)
     try:
         return build_trainer(cfg, run, world)
     except (UserError, OSError):
@@ -207,6 +238,8 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     resuming = run.checkpoint("last").is_file() or run.checkpoint("previous").is_file()
     if resuming:
         _check_same_run(run, cfg)
+    if run.has_checkpoints():
+        _check_tokenizer_kept(run, cfg)
     parent = None if resuming or cfg.train.init_from is None else Parent.find(cfg.train.init_from)
     if parent is not None:
         parent.check_fits(cfg)
@@ -305,17 +338,17 @@ def _fit_and_test(trainer: Trainer) -> dict:
     cfg, run, log, world = trainer.cfg, trainer.run, trainer.log, trainer.world
     board = TensorBoardLog(run.tensorboard if world.is_main else None)
     board.add_config(cfg.to_dict(), ["valid/bleu", "valid/chrf", "valid/loss"])
-    try:
-        with StopSignals() as signals:
-            trainer.fit(board, signals)
-    except (RuntimeError, MemoryError) as error:
-        if not out_of_memory(error):
-            raise
-        raise ResourceError(
+
+    def exhausted() -> str:
+        return (
             f"out of memory at step {trainer.progress.step} with train.batch_tokens="
             f"{cfg.train.batch_tokens}; {run.checkpoint('last')} is kept: free memory and run "
             "the same command to resume, or train a new run with smaller batches"
-        ) from None
+        )
+
+    try:
+        with out_of_memory_reported(exhausted), StopSignals() as signals:
+            trainer.fit(board, signals)
     finally:
         board.close()
     if trainer.stopped_by is not None:
@@ -323,23 +356,35 @@ def _fit_and_test(trainer: Trainer) -> dict:
             f"training stopped by {signal.Signals(trainer.stopped_by).name} at step "
             f"{trainer.progress.step}; saved {run.checkpoint('last')}; resume with the same command"
         )
-        log.info(message)
+        log.info(message, extra=FILE_ONLY)  # the command prints it as it ends
         raise Interrupted(trainer.stopped_by, message)
     if not world.is_main:
         return {}
     atomic_write_text(run.summary, json.dumps(trainer.summary(), indent=2) + "\n")
+    return _score_best(trainer)
+
+
+def _score_best(trainer: Trainer) -> dict:
+    """Score the test sets with the best checkpoint. Training is over and saved: a signal
+    now stops at once, and running out of memory stops too, each saying how to finish."""
+    cfg, run = trainer.cfg, trainer.run
     best = run.resolve_checkpoint("best")
     load_model_weights(trainer.model, load_checkpoint(best), cfg.model, best)
     translator = Translator(
         trainer.model, trainer.data.tokenizer, cfg.decode, trainer.device, max_source_pieces(cfg)
     )
-    # Training is over and saved: a signal now stops at once, saying how to finish.
-    during_test = (
-        "during the test decode; training is finished and saved: "
-        "run the same command again to score the test sets"
-    )
-    with StopSignals(at_once=during_test):
-        return score_test_sets(cfg, run, translator, log)
+    finish = "training is finished and saved: run the same command again to score the test sets"
+
+    def exhausted() -> str:
+        return (
+            f"out of memory in the test decode with decode.beam={cfg.decode.beam} and "
+            f"decode.batch_tokens={cfg.decode.batch_tokens}; {finish}, lowering them "
+            "(--set decode.batch_tokens=N)"
+        )
+
+    with out_of_memory_reported(exhausted):
+        with StopSignals(at_once=f"during the test decode; {finish}"):
+            return score_test_sets(cfg, run, translator, trainer.log)
 
 
 def _cores_per_process(world: World) -> int:

@@ -21,7 +21,7 @@ from seq2seq.plots import attention_figure, figure_png
 from seq2seq.train.datasets import Datasets
 from seq2seq.train.distributed import World, data_parallel
 from seq2seq.train.interrupt import StopSignals
-from seq2seq.train.logs import TensorBoardLog, progress_bar
+from seq2seq.train.logs import FILE_ONLY, TensorBoardLog, progress_bar
 from seq2seq.train.loss import perplexity, token_cross_entropy
 from seq2seq.train.optim import LearningRate, build_optimizer
 from seq2seq.train.progress import Progress, TrainWindow, budget_spent, expected_last_step
@@ -315,7 +315,9 @@ class Trainer:
             self.save_last()  # no validation: a stop signal asks to be quick
         elif progress.last_validation != progress.step:
             self.validate(board)
-        self.log.info("training stopped at step %d: %s", progress.step, reason)
+        # A stop on a signal: the command's last line says it, with what was saved.
+        quiet = FILE_ONLY if self.stopped_by is not None else None
+        self.log.info("training stopped at step %d: %s", progress.step, reason, extra=quiet)
 
     def log_train(self, window: TrainWindow, board: TensorBoardLog) -> None:
         lr = self.optimizer.param_groups[0]["lr"]
