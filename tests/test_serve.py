@@ -194,33 +194,6 @@ def test_a_full_queue_is_503_and_a_slow_answer_504(trained):
     assert late.status_code == 504 and "no answer within 0.2 s" in late.json()["error"]
 
 
-@pytest.fixture(scope="module")
-def server(trained):
-    process, url = start_server(trained, "--batch-wait-ms", "300")
-    yield url
-    process.terminate()
-    process.wait(30)
-
-
-def test_eight_concurrent_clients_are_answered_correctly_in_shared_batches(server, translator):
-    sentences = [f"{a} {b}" for a in ("boka", "mimi", "toto", "tape") for b in ("podo", "toto")]
-    barrier = threading.Barrier(8)
-
-    def ask(sentence: str) -> str:
-        barrier.wait()
-        answer = httpx2.post(server + "translate", json={"text": [sentence]}, timeout=60)
-        assert answer.status_code == 200
-        return answer.json()["translations"][0]["text"]
-
-    before = httpx2.get(server + "health").json()["batches"]
-    started = time.monotonic()
-    with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(ask, sentences))
-    assert time.monotonic() - started < 30
-    assert answers == [translator.translate([s])[0] for s in sentences]
-    assert httpx2.get(server + "health").json()["batches"] - before < 8  # some were shared
-
-
 def test_sigterm_lets_the_request_in_flight_finish_and_refuses_new_ones(trained, translator):
     process, url = start_server(trained, "--batch-wait-ms", "1500")
     port = int(url.rsplit(":", 1)[1].strip("/"))
