@@ -99,7 +99,7 @@ def test_a_huge_body_gets_a_short_error_and_health_answers_meanwhile(server):
         answer = huge.result()
     assert answer.status_code == 413
     assert answer.json() == {"error": "700000 lines in one request; send at most 64"}
-    assert max(waits) < 1.0, waits
+    assert max(waits) < 2.0, waits  # main: 7 s and more
 
 
 def exchange(url: str, data: bytes, wait: float = 5 * READ_TIMEOUT) -> tuple[bytes, float | None]:
