@@ -19,6 +19,7 @@ pytest.importorskip("httpx2", reason="the serve extra is not installed: pip inst
 import httpx2  # noqa: E402
 
 from seq2seq.decode.translate import Translator  # noqa: E402
+from seq2seq.serve.server import allowed_hosts  # noqa: E402
 
 READ_TIMEOUT = 1.0
 JSON = {"content-type": "application/json"}
@@ -182,3 +183,22 @@ def test_an_http_1_0_request_without_host_is_refused_in_json(server):
     received, _ = exchange(server, b"GET /health HTTP/1.0\r\n\r\n")
     status, body = answer_of(received)
     assert status == 400 and body["error"].startswith("no Host header: this server answers to")
+
+
+@pytest.mark.parametrize(
+    "host, address, allowed, names",
+    [
+        ("127.0.0.1", "127.0.0.1", (), {"127.0.0.1", "localhost"}),
+        ("localhost", "::1", (), {"localhost", "[::1]"}),
+        ("::1", "::1", ("[::1]", "Translate.Example:8080"),
+         {"[::1]", "localhost", "translate.example"}),
+        ("10.1.2.3", "10.1.2.3", (), {"10.1.2.3"}),
+        ("0.0.0.0", "0.0.0.0", (), None),
+        ("0.0.0.0", "0.0.0.0", ("box.lan",), {"box.lan", "0.0.0.0", "127.0.0.1", "localhost"}),
+        ("127.0.0.1", "127.0.0.1", ("*",), None),
+    ],
+)  # fmt: skip
+def test_the_allowed_hosts_are_the_bound_address_its_names_and_those_given(
+    host, address, allowed, names
+):
+    assert allowed_hosts(host, address, allowed) == (names and frozenset(names))

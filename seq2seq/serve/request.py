@@ -39,7 +39,7 @@ def read_request(body: bytes, content_type: str | None, limits: ServeLimits) -> 
         request = TranslateRequest.model_validate(data)
     except ValidationError as error:
         raise HTTPException(422, describe_request_error(error)) from None
-    check_lines(request.text, limits)
+    check_text(request.text, limits)
     return request
 
 
@@ -71,7 +71,7 @@ def check_fields(data: dict[str, Any], limits: ServeLimits) -> None:
         )
 
 
-def check_lines(text: list[str], limits: ServeLimits) -> None:
+def check_text(text: list[str], limits: ServeLimits) -> None:
     """Each line fits the limits and the tokenizer can read it."""
     for number, line in enumerate(text):
         if len(line) > limits.max_chars:

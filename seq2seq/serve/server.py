@@ -108,6 +108,8 @@ def allowed_hosts(host: str, address: str, allowed: Sequence[str]) -> frozenset[
     wildcard address (0.0.0.0, ::) and nothing `allowed`: the names of a server open to the
     network cannot be known. A local server that answers any name can be reached by a web
     page through DNS rebinding: its own name made to point at 127.0.0.1."""
+    from seq2seq.serve.guards import host_name
+
     if "*" in allowed:
         return None
     ip = ipaddress.ip_address(address.split("%")[0])
@@ -116,7 +118,9 @@ def allowed_hosts(host: str, address: str, allowed: Sequence[str]) -> frozenset[
     names = {host, address, *allowed}
     if ip.is_loopback or ip.is_unspecified:
         names |= {"localhost", "::1" if ip.version == 6 else "127.0.0.1"}
-    return frozenset(f"[{name}]" if ":" in name else name.lower() for name in names)
+    # As a Host header gives them: an IPv6 address in brackets, no port, lower case.
+    bare = [name.strip().strip("[]") for name in names]
+    return frozenset(f"[{b.lower()}]" if b.count(":") > 1 else host_name(b) for b in bare)
 
 
 def listen(host: str, port: int) -> socket.socket:
