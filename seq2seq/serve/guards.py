@@ -14,6 +14,7 @@ import time
 
 from fastapi import HTTPException
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq.serve.request import short
@@ -39,6 +40,8 @@ class AnswerFailures:
 
         try:
             await self.app(scope, receive, watched)
+        except ClientDisconnect:  # the client left before its body came: no one to answer
+            return
         except Exception as error:  # noqa: BLE001 - the one place every failure ends
             what = f"{type(error).__name__}: {short(str(error), 200)}"
             log.error("%s %s failed: %s", scope.get("method"), scope.get("path"), what)

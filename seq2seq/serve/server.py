@@ -140,4 +140,5 @@ def listen(host: str, port: int) -> socket.socket:
         raise UserError(
             f"cannot listen on {host}:{port} ({error.strerror}); pass another --port or --host"
         ) from None
+    listener.listen()  # a client of the printed address waits for uvicorn, not refused
     return listener
