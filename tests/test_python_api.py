@@ -90,6 +90,13 @@ def test_wrong_lines_and_nbest_are_a_type_error_or_a_user_error(
             call(lines, **options)
 
 
+def test_a_wrong_line_for_the_attention_map_is_a_type_error_or_a_user_error(translator):
+    with pytest.raises(TypeError, match=re.escape("line is NoneType, not str")):
+        translator.attention_map(None)
+    with pytest.raises(UserError, match=re.escape("line: character 4 is a lone surrogate")):
+        translator.attention_map("toto\udc80")
+
+
 def test_wrong_load_arguments_are_a_type_error_or_a_user_error(trained):
     with pytest.raises(UserError, match=re.escape("device 'tpu' is not one of auto, cpu, cuda")):
         Translator.load(trained, device="tpu")

@@ -35,12 +35,17 @@ def check_lines(lines: Any) -> None:
     if not isinstance(lines, list | tuple):
         raise TypeError(f"lines must be a list of strings, not {type(lines).__name__}")
     for number, line in enumerate(lines):
-        if not isinstance(line, str):
-            hint = "; decode bytes first (bytes.decode())" if isinstance(line, bytes) else ""
-            raise TypeError(f"lines[{number}] is {type(line).__name__}, not str{hint}")
-        problem = text_problem(line)
-        if problem is not None:
-            raise UserError(f"lines[{number}]: {problem}")
+        check_line(line, f"lines[{number}]")
+
+
+def check_line(line: Any, name: str = "line") -> None:
+    """`line` is a string the tokenizer can read; errors call it `name`."""
+    if not isinstance(line, str):
+        hint = "; decode bytes first (bytes.decode())" if isinstance(line, bytes) else ""
+        raise TypeError(f"{name} is {type(line).__name__}, not str{hint}")
+    problem = text_problem(line)
+    if problem is not None:
+        raise UserError(f"{name}: {problem}")
 
 
 def check_nbest(nbest: Any) -> None:

@@ -17,7 +17,7 @@ from seq2seq.config import Config, DecodeConfig, describe_validation_error
 from seq2seq.data.batching import make_batch, token_batches
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
-from seq2seq.decode.inputs import check_lines, check_load_arguments, check_nbest
+from seq2seq.decode.inputs import check_line, check_lines, check_load_arguments, check_nbest
 from seq2seq.decode.search import Hypothesis, beam_search, output_limits
 from seq2seq.device import pick_device
 from seq2seq.errors import UserError
@@ -262,6 +262,7 @@ class Translator(LineTranslator):
     def attention_map(self, line: str) -> AttentionMap | None:
         """Translate one line and return its attention with the pieces that label it; None
         when the search finished no hypothesis (a model whose outputs are not finite)."""
+        check_line(line)
         if not line.strip():
             raise UserError("nothing to translate: the source sentence is empty")
         found = self.hypotheses([line])[0]
