@@ -11,6 +11,7 @@ cut short.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from fastapi import HTTPException
@@ -51,8 +52,10 @@ def parse_json(body: bytes) -> Any:
         problem = f"the body is not UTF-8 (byte 0x{body[error.start]:02x} at {error.start})"
     except RecursionError:
         problem = "the body nests arrays or objects too deeply to be a request"
-    except ValueError as error:  # json.JSONDecodeError, or an integer over 4300 digits
+    except json.JSONDecodeError as error:
         problem = f"the body is not valid JSON ({short(str(error), 120)})"
+    except ValueError:  # Python's limit on converting digits to an int
+        problem = f"the body has a number of more than {sys.get_int_max_str_digits()} digits"
     raise HTTPException(422, f'{problem}; send a JSON object such as {{"text": ["..."]}}')
 
 
