@@ -31,6 +31,9 @@ class AnswerFailures:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # the lifespan: its failures are uvicorn's to report
+            await self.app(scope, receive, send)
+            return
         started = False
 
         async def watched(message: Message) -> None:
@@ -45,7 +48,7 @@ class AnswerFailures:
         except Exception as error:  # noqa: BLE001 - the one place every failure ends
             what = f"{type(error).__name__}: {short(str(error), 200)}"
             log.error("%s %s failed: %s", scope.get("method"), scope.get("path"), what)
-            if scope["type"] == "http" and not started:
+            if not started:
                 message = f"the server failed on this request ({what}); report it if it recurs"
                 await JSONResponse({"error": message}, status_code=500)(scope, receive, send)
 
