@@ -130,7 +130,9 @@ def test_health_info_and_the_page(client, translator):
         ({"text": []}, 422, "text: List should have at least 1 item"),
         ({}, 422, "text: Field required"),
         ({"text": ["toto"], "run": "/etc"}, 422, "unknown field 'run'; allowed: text, beam"),
-        (["toto"], 422, "Input should be a valid dictionary"),
+        (["toto"], 422, "the body is an array, not a JSON object; send one such as {"),
+        ("toto", 422, "the body is a string, not a JSON object"),
+        (5, 422, "the body is a number, not a JSON object"),
     ],
 )
 def test_bad_requests_get_one_line_naming_the_field(client, body, status, fragment):

@@ -22,6 +22,7 @@ from seq2seq.serve.schema import ServeLimits, TranslateRequest
 
 MAX_PROBLEMS = 3
 MAX_NAME = 40  # characters of a field name an error quotes
+EXAMPLE = '{"text": ["..."]}'
 
 
 def read_request(body: bytes, content_type: str | None, limits: ServeLimits) -> TranslateRequest:
@@ -34,8 +35,14 @@ def read_request(body: bytes, content_type: str | None, limits: ServeLimits) -> 
             f"(this one came as {short(media) or 'no content type'!r})",
         )
     data = parse_json(body)
-    if isinstance(data, dict):
-        check_fields(data, limits)
+    if not isinstance(data, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+        raise HTTPException(
+            422,
+            f"the body is {kind.get(type(data), 'a number')}, not a JSON object; "
+            f"send one such as {EXAMPLE}",
+        )
+    check_fields(data, limits)
     try:
         request = TranslateRequest.model_validate(data)
     except ValidationError as error:
@@ -56,7 +63,7 @@ def parse_json(body: bytes) -> Any:
         problem = f"the body is not valid JSON ({short(str(error), 120)})"
     except ValueError:  # Python's limit on converting digits to an int
         problem = f"the body has a number of more than {sys.get_int_max_str_digits()} digits"
-    raise HTTPException(422, f'{problem}; send a JSON object such as {{"text": ["..."]}}')
+    raise HTTPException(422, f"{problem}; send a JSON object such as {EXAMPLE}")
 
 
 def check_fields(data: dict[str, Any], limits: ServeLimits) -> None:
