@@ -12,6 +12,8 @@ from seq2seq.errors import ResourceError, UserError
 
 def pick_device(name: str = "auto") -> torch.device:
     """`auto` (CUDA when available, else the CPU), `cpu` or `cuda`."""
+    if name not in ("auto", "cpu", "cuda"):
+        raise UserError(f"device {name!r} is not one of auto, cpu, cuda; pick one of those")
     if name == "cuda" and not torch.cuda.is_available():
         raise UserError("the device is cuda but no CUDA device is available; use auto or cpu")
     if name == "auto":

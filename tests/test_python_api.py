@@ -59,6 +59,57 @@ def test_bad_calls_name_the_problem(trained, call, error, fragment):
         call(Translator.load(trained))
 
 
+@pytest.fixture(scope="module")
+def translator(trained) -> Translator:
+    return Translator.load(trained)
+
+
+@pytest.mark.parametrize(
+    "lines, options, error, message",
+    [
+        (b"boka mimi", {}, TypeError, "lines must be a list of strings, not bytes"),
+        ({"boka": 1}, {}, TypeError, "lines must be a list of strings, not dict"),
+        ([None], {}, TypeError, "lines[0] is NoneType, not str"),
+        (["toto", b"boka"], {}, TypeError, "lines[1] is bytes, not str; decode bytes first"),
+        (
+            ["toto", "a\ud800"],
+            {},
+            UserError,
+            "lines[1]: character 1 is a lone surrogate (U+D800), which is not text",
+        ),
+        (LINES, {"nbest": 0}, UserError, "nbest 0: ask for at least 1 hypothesis per line"),
+        (LINES, {"nbest": -2}, UserError, "nbest -2: ask for at least 1"),
+        (LINES, {"nbest": 1.5}, TypeError, "nbest must be an int, not float"),
+    ],  # fmt: skip
+)
+def test_wrong_lines_and_nbest_are_a_type_error_or_a_user_error(
+    translator, lines, options, error, message
+):
+    for call in (translator.translate, translator.hypotheses):
+        with pytest.raises(error, match=re.escape(message)):
+            call(lines, **options)
+
+
+def test_a_wrong_line_for_the_attention_map_is_a_type_error_or_a_user_error(translator):
+    with pytest.raises(TypeError, match=re.escape("line is NoneType, not str")):
+        translator.attention_map(None)
+    with pytest.raises(UserError, match=re.escape("line: character 4 is a lone surrogate")):
+        translator.attention_map("toto\udc80")
+
+
+def test_wrong_load_arguments_are_a_type_error_or_a_user_error(trained):
+    with pytest.raises(UserError, match=re.escape("device 'tpu' is not one of auto, cpu, cuda")):
+        Translator.load(trained, device="tpu")
+    with pytest.raises(TypeError, match="device must be 'cpu', 'cuda' or 'auto', not int"):
+        Translator.load(trained, device=0)
+    with pytest.raises(TypeError, match="checkpoint must be a str or a path, not int"):
+        Translator.load(trained, checkpoint=5)
+    with pytest.raises(TypeError, match="run_dir must be a str or a path, not NoneType"):
+        Translator.load(None)
+    by_path = Translator.load(trained, checkpoint=Path(trained) / "checkpoints/best.pt")
+    assert by_path.translate(LINES) == Translator.load(trained).translate(LINES)
+
+
 def test_bad_loads_name_the_problem(trained, tmp_path):
     with pytest.raises(UserError, match="nowhere"):
         Translator.load(tmp_path / "nowhere")

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,6 +31,7 @@ from seq2seq.serve.schema import ServeLimits  # noqa: E402
 from seq2seq.serve.server import model_info  # noqa: E402
 
 LINES = ["boka mimi toto tape podo", "", "toto", "mimi tape podo boka"]
+DOC = Path(__file__).resolve().parent.parent / "docs/serve.md"
 
 
 def client_of(translator: Translator, **limits) -> TestClient:
@@ -128,7 +130,9 @@ def test_health_info_and_the_page(client, translator):
         ({"text": []}, 422, "text: List should have at least 1 item"),
         ({}, 422, "text: Field required"),
         ({"text": ["toto"], "run": "/etc"}, 422, "unknown field 'run'; allowed: text, beam"),
-        (["toto"], 422, "Input should be a valid dictionary"),
+        (["toto"], 422, "the body is an array, not a JSON object; send one such as {"),
+        ("toto", 422, "the body is a string, not a JSON object"),
+        (5, 422, "the body is a number, not a JSON object"),
     ],
 )
 def test_bad_requests_get_one_line_naming_the_field(client, body, status, fragment):
@@ -137,14 +141,82 @@ def test_bad_requests_get_one_line_naming_the_field(client, body, status, fragme
     assert fragment in answer.json()["error"] and "\n" not in answer.json()["error"]
 
 
-def test_malformed_json_and_wrong_routes_are_json_errors(client):
-    answer = client.post("/translate", content=b'{"text": [', headers=JSON)
-    assert answer.status_code == 422 and "not valid JSON" in answer.json()["error"]
-    assert client.get("/translate").status_code == 405
+JSON = {"content-type": "application/json"}
+ENDS_RIGHT = '; send a JSON object such as {"text": ["..."]}'
+
+
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        (b'{"text": [', "the body is not valid JSON (Expecting value: line 1 column 11 (char 10))"),
+        (b'{"text": ["\xff"]}', "the body is not UTF-8 (byte 0xff at 11)"),
+        (b"[" * 5000 + b"]" * 5000, "the body nests arrays or objects too deeply"),
+        (
+            b'{"text": ["a"], "beam": ' + b"9" * 5000 + b"}",
+            "the body has a number of more than 4300 digits",
+        ),
+    ],
+    ids=["truncated", "not UTF-8", "5,000 deep", "5,000 digits"],
+)
+def test_an_unreadable_body_is_422_naming_why(client, body, error):
+    answer = client.post("/translate", content=body, headers=JSON)
+    assert answer.status_code == 422
+    assert answer.json()["error"].startswith(error) and answer.json()["error"].endswith(ENDS_RIGHT)
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_body_not_sent_as_json_is_415_saying_so(client, content_type):
+    headers = {"content-type": content_type} if content_type else {}
+    answer = client.post("/translate", content=b'{"text": ["toto"]}', headers=headers)
+    assert answer.status_code == 415
+    assert answer.json()["error"] == (
+        "the body must be JSON, sent with the header Content-Type: application/json (this one "
+        f"came as {content_type or 'no content type'!r})"
+    )
+    with_charset = {"content-type": "application/json; charset=utf-8"}
+    assert client.post("/translate", json={"text": ["toto"]}, headers=with_charset).is_success
+
+
+@pytest.mark.parametrize(
+    "body, status, error",
+    [
+        (
+            {"text": [5] * 8},
+            422,
+            "text.0: Input should be a valid string; text.1: Input should be a valid string; "
+            "text.2: Input should be a valid string; and 5 more",
+        ),
+        ({"text": [5] * 1000}, 413, "1000 lines in one request; send at most 8"),
+        (
+            {"text": ["a"], "x" * 5000: 1, "y": 2},
+            422,
+            f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, beam, nbest, attention",
+        ),
+    ],
+    ids=["8 wrong lines", "1,000 lines", "a 5,000-character field"],
+)
+def test_errors_stay_short_however_much_is_wrong(client, body, status, error):
+    answer = client.post("/translate", json=body)
+    assert (answer.status_code, answer.json()["error"]) == (status, error)
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"])
+def test_only_the_documented_paths_are_served(client, path):
+    answer = client.get(path)
+    assert answer.status_code == 404 and answer.json() == {"error": "Not Found"}
+
+
+def test_wrong_routes_are_json_errors(client):
+    assert client.get("/translate").json() == {"error": "Method Not Allowed"}
     assert client.get("/nothing").json() == {"error": "Not Found"}
 
 
-JSON = {"content-type": "application/json"}
+def test_health_has_one_status_and_the_docs_promise_no_other(client):
+    """After SIGTERM the server stops listening at once, so no request can see it stop."""
+    assert client.get("/health").json()["status"] == "ok"
+    documented = re.findall(r'"status": "(\w+)"', DOC.read_text(encoding="utf-8"))
+    assert documented and set(documented) == {"ok"}
+    assert '"stopping"' not in DOC.read_text(encoding="utf-8")
 
 
 def test_a_body_over_the_limit_is_refused_whether_declared_or_streamed(client):
@@ -194,31 +266,51 @@ def test_a_full_queue_is_503_and_a_slow_answer_504(trained):
     assert late.status_code == 504 and "no answer within 0.2 s" in late.json()["error"]
 
 
-@pytest.fixture(scope="module")
-def server(trained):
-    process, url = start_server(trained, "--batch-wait-ms", "300")
-    yield url
-    process.terminate()
-    process.wait(30)
+def test_a_request_that_timed_out_stops_costing_decoder_time(trained):
+    """60 lines searched one at a time, 0.1 s each: the request gives up after 2 s, and
+    the next one is answered at once instead of after the other 4 s."""
+    translator = Translator.load(trained, batch_tokens=1)  # one line per search
+    searched, search = [], translator.search
+
+    def slow(src_ids, nbest, decode):
+        searched.append(len(src_ids))
+        time.sleep(0.1)
+        return search(src_ids, nbest, decode)
+
+    translator.search = slow
+    with client_of(translator, timeout=2.0, max_lines=60) as client:
+        late = client.post("/translate", json={"text": ["toto"] * 60})
+        assert late.status_code == 504
+        after = client.post("/translate", json={"text": ["boka"]})
+        assert after.status_code == 200
+    assert len(searched) < 40  # 60 + 1 had the first request kept the decoder
 
 
-def test_eight_concurrent_clients_are_answered_correctly_in_shared_batches(server, translator):
-    sentences = [f"{a} {b}" for a in ("boka", "mimi", "toto", "tape") for b in ("podo", "toto")]
-    barrier = threading.Barrier(8)
+def test_an_unexpected_failure_is_a_json_500_for_its_request_alone(trained):
+    translator = Translator.load(trained)
+    batches, hypotheses = [], translator.hypotheses
 
-    def ask(sentence: str) -> str:
-        barrier.wait()
-        answer = httpx2.post(server + "translate", json={"text": [sentence]}, timeout=60)
-        assert answer.status_code == 200
-        return answer.json()["translations"][0]["text"]
+    def failing(lines, **options):
+        batches.append(lines)
+        if "boom" in lines:
+            raise RuntimeError("boom")
+        if "huge" in lines:
+            raise MemoryError
+        return hypotheses(lines, **options)
 
-    before = httpx2.get(server + "health").json()["batches"]
-    started = time.monotonic()
-    with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(ask, sentences))
-    assert time.monotonic() - started < 30
-    assert answers == [translator.translate([s])[0] for s in sentences]
-    assert httpx2.get(server + "health").json()["batches"] - before < 8  # some were shared
+    translator.hypotheses = failing
+    texts = ["toto", "boom", "mimi", "huge"]
+    with client_of(translator, batch_wait=1.0) as client, ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda t: client.post("/translate", json={"text": [t]}), texts))
+    assert len(batches[0]) > 1  # some shared a batch
+    assert [answer.status_code for answer in answers] == [200, 500, 200, 503]
+    assert answers[1].json()["error"] == (
+        "the server failed on this request (RuntimeError: boom); report it if it recurs"
+    )
+    assert answers[3].json()["error"].startswith("the server ran out of memory on this request")
+    good = [answers[0].json(), answers[2].json()]
+    expected = [found[0].text for found in hypotheses(["toto", "mimi"])]
+    assert [answer["translations"][0]["text"] for answer in good] == expected
 
 
 def test_sigterm_lets_the_request_in_flight_finish_and_refuses_new_ones(trained, translator):

@@ -18,7 +18,7 @@ class Recorder:
         self.gate = gate
         self.started = threading.Event()
 
-    def __call__(self, lines: list[str], beam: int, nbest: int) -> list[list[str]]:
+    def __call__(self, lines: list[str], beam: int, nbest: int, skip=None) -> list[list[str]]:
         self.started.set()
         if self.gate is not None:
             self.gate.wait(5)
@@ -98,8 +98,11 @@ def test_a_full_queue_refuses_and_a_stopping_batcher_finishes_what_it_holds():
     assert run(scenario()) == ([["a/1/0"]], [["b/1/0"]])
 
 
-def test_a_failed_search_fails_every_request_of_its_batch_and_the_next_batch_works():
-    def search(lines, beam, nbest):
+def test_a_request_whose_search_fails_fails_alone_and_the_next_batch_works():
+    calls = []
+
+    def search(lines, beam, nbest, skip):
+        calls.append(lines)
         if "boom" in lines:
             raise RuntimeError("boom")
         return [[line] for line in lines]
@@ -107,17 +110,43 @@ def test_a_failed_search_fails_every_request_of_its_batch_and_the_next_batch_wor
     async def scenario():
         batcher = MicroBatcher(search, max_lines=10, max_wait=0.1, max_queue=10)
         batcher.start()
-        failed = await asyncio.gather(
-            batcher.translate(["boom"], 1, 1), batcher.translate(["x"], 1, 1),
-            return_exceptions=True,
+        answers = await asyncio.gather(
+            batcher.translate(["x"], 1, 1), batcher.translate(["boom"], 1, 1),
+            batcher.translate(["y", "z"], 1, 1), return_exceptions=True,
         )  # fmt: skip
-        after = await batcher.translate(["y"], 1, 1)
+        after = await batcher.translate(["w"], 1, 1)
         await batcher.stop()
-        return failed, after
+        return answers, after
 
-    failed, after = run(scenario())
-    assert all(isinstance(error, RuntimeError) for error in failed)
-    assert after == [["y"]]
+    (first, failed, third), after = run(scenario())
+    assert first == [["x"]] and third == [["y"], ["z"]] and after == [["w"]]
+    assert isinstance(failed, RuntimeError)
+    # The shared search failed; then each request was searched on its own.
+    assert calls == [["x", "boom", "y", "z"], ["x"], ["boom"], ["y", "z"], ["w"]]
+
+
+def test_the_search_is_told_which_lines_belong_to_a_request_that_gave_up():
+    gate = threading.Event()
+    seen = []
+
+    def search(lines, beam, nbest, skip):
+        gate.wait(5)  # both requests are in this search when the first gives up
+        seen.append([skip(i) for i in range(len(lines))])
+        return [[line] for line in lines]
+
+    async def scenario():
+        batcher = MicroBatcher(search, max_lines=10, max_wait=0.1, max_queue=10)
+        batcher.start()
+        kept = asyncio.ensure_future(batcher.translate(["c"], 1, 1))
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(batcher.translate(["a", "b"], 1, 1), 0.3)
+        gate.set()
+        answer = await kept
+        await batcher.stop()
+        return answer
+
+    assert run(scenario()) == [["c"]]
+    assert seen == [[False, True, True]]  # c came first; a and b gave up
 
 
 def test_a_request_that_gave_up_while_queued_is_not_searched():

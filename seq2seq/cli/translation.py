@@ -272,6 +272,13 @@ def serve(
     batch_wait_ms: Annotated[
         float, typer.Option(min=0.0, help="how long a batch waits for more requests")
     ] = 10.0,
+    read_timeout: Annotated[
+        float, typer.Option(min=0.1, help="seconds a client may take to send headers, or body")
+    ] = 10.0,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(help="a name the Host header may give besides --host (repeat; * for any)"),
+    ] = None,
 ) -> None:
     """Serve the model over HTTP: POST /translate, GET /health, GET /info, and a page at /
     that translates what you type and draws its attention. Stop with Ctrl-C or SIGTERM:
@@ -286,5 +293,6 @@ def serve(
         max_queue=max_queue,
         batch_lines=batch_lines,
         batch_wait=batch_wait_ms / 1000,
+        read_timeout=read_timeout,
     )
-    run_server(run, checkpoint, host, port, device_name(device), limits)
+    run_server(run, checkpoint, host, port, device_name(device), limits, allowed_host or ())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -16,6 +17,7 @@ from seq2seq.config import Config, DecodeConfig, describe_validation_error
 from seq2seq.data.batching import make_batch, token_batches
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
+from seq2seq.decode.inputs import check_line, check_lines, check_load_arguments, check_nbest
 from seq2seq.decode.search import Hypothesis, beam_search, output_limits
 from seq2seq.device import pick_device
 from seq2seq.errors import UserError
@@ -148,12 +150,20 @@ class LineTranslator:
         return [[h.text for h in hyps] for hyps in found]
 
     def hypotheses(
-        self, lines: list[str], *, nbest: int = 1, progress: bool = False, **decode: Any
+        self,
+        lines: list[str],
+        *,
+        nbest: int = 1,
+        progress: bool = False,
+        skip: Callable[[int], bool] | None = None,
+        **decode: Any,
     ) -> list[list[Translation]]:
         """The `nbest` best hypotheses of each line with their scores, tokens and attention,
-        best first; [] for a blank line. `decode` and `progress` as in `translate`."""
-        if isinstance(lines, str):
-            raise TypeError("pass a list of lines; for one sentence: [sentence]")
+        best first; [] for a blank line. `decode` and `progress` as in `translate`. `skip`:
+        lines `i` for which `skip(i)` holds when their batch comes are not searched (they get
+        []): how the server stops decoding a request that gave up."""
+        check_lines(lines)
+        check_nbest(nbest)
         options = decode_options(self.decode, decode)
         if nbest > options.beam:
             raise UserError(f"nbest {nbest} needs a beam at least as wide; set beam={nbest}")
@@ -168,8 +178,9 @@ class LineTranslator:
         with tqdm(total=len(lines), unit="sent", disable=None if progress else True) as bar:
             bar.update(len(lines) - len(keep))  # blank lines: nothing to do
             for group in token_batches([len(s) for s in src_ids], None, budget):
-                found = self.search([src_ids[i] for i in group], nbest, options)
-                for position, hyps in zip(group, found, strict=True):
+                wanted = [i for i in group if skip is None or not skip(keep[i])]
+                found = self.search([src_ids[i] for i in wanted], nbest, options) if wanted else []
+                for position, hyps in zip(wanted, found, strict=True):
                     texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
                     outputs[keep[position]] = [
                         Translation(text, h.score, h.tokens, h.attention, cut[position])
@@ -217,19 +228,18 @@ class Translator(LineTranslator):
         for every call (beam, length_penalty, min_len, max_len_ratio, max_len_offset,
         batch_tokens); a field given None keeps the run's value.
         """
-        origin, tokenizer, model = load_trained_model(RunDir(Path(run_dir)), checkpoint)
+        check_load_arguments(run_dir, checkpoint, device)
+        origin, tokenizer, model = load_trained_model(RunDir(Path(run_dir)), str(checkpoint))
         cfg = origin.config
         decode_cfg = decode_options(cfg.decode, decode)
         target = pick_device(device or cfg.train.device)
         return cls(model, tokenizer, decode_cfg, target, max_source_pieces(cfg), origin)
 
-    def hypotheses(
-        self, lines: list[str], *, nbest: int = 1, progress: bool = False, **decode: Any
-    ) -> list[list[Translation]]:
+    def hypotheses(self, lines: list[str], **options: Any) -> list[list[Translation]]:
         was_training = self.model.training
         self.model.eval()
         try:
-            return super().hypotheses(lines, nbest=nbest, progress=progress, **decode)
+            return super().hypotheses(lines, **options)
         finally:
             self.model.train(was_training)
 
@@ -249,6 +259,7 @@ class Translator(LineTranslator):
     def attention_map(self, line: str) -> AttentionMap | None:
         """Translate one line and return its attention with the pieces that label it; None
         when the search finished no hypothesis (a model whose outputs are not finite)."""
+        check_line(line)
         if not line.strip():
             raise UserError("nothing to translate: the source sentence is empty")
         found = self.hypotheses([line])[0]

@@ -5,7 +5,8 @@ products get wider, the per-step overhead is paid once), so the server does not 
 request as soon as it arrives. A request waits in a bounded queue; one worker takes the
 oldest, keeps taking whatever else arrives within `max_wait` seconds up to `max_lines`
 lines, and decodes the lines of requests with equal search options in one call, in a
-thread of its own so that the event loop keeps answering.
+thread of its own so that the event loop keeps answering. A request that gives up (its
+timeout) is skipped from the next batch of its lines on, so that it stops costing time.
 
 That thread should be the one that loaded the model (`executor`): PyTorch run from a thread
 other than the one whose operations set its CPU threads up decoded at half the speed here
@@ -21,8 +22,9 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-# lines, beam, nbest -> for each line, its hypotheses; called in the worker thread
-Search = Callable[[list[str], int, int], list[list[Any]]]
+# lines, beam, nbest, skip -> for each line, its hypotheses; called in the worker thread.
+# skip(i): line i's request gave up, so its line need not be searched (it may get []).
+Search = Callable[[list[str], int, int, Callable[[int], bool]], list[list[Any]]]
 
 
 class QueueFull(Exception):
@@ -122,20 +124,30 @@ class MicroBatcher:
         return jobs
 
     async def _decode(self, jobs: list[_Job]) -> None:
-        """One search over the lines of jobs with equal options; each job gets its share,
-        or the search's exception."""
+        """One search over the lines of jobs with equal options; each job gets its share.
+        When the search fails, each job is searched alone, so that a request that makes it
+        fail fails alone."""
         jobs = [job for job in jobs if not job.done.done()]  # timed out while queued
         if not jobs:
             return
         lines = [line for job in jobs for line in job.lines]
+        owners = [job for job in jobs for _ in job.lines]
         beam, nbest = jobs[0].options
+
+        def gave_up(line: int) -> bool:  # read in the worker thread: a flag, no callback
+            return owners[line].done.done()
+
         try:
             loop = asyncio.get_running_loop()
-            found = await loop.run_in_executor(self.executor, self.search, lines, beam, nbest)
-        except Exception as error:  # every request of the batch gets the search's error
-            for job in jobs:
-                if not job.done.done():
-                    job.done.set_exception(error)
+            found = await loop.run_in_executor(
+                self.executor, self.search, lines, beam, nbest, gave_up
+            )
+        except Exception as error:
+            if len(jobs) > 1:
+                for job in jobs:
+                    await self._decode([job])
+            elif not jobs[0].done.done():
+                jobs[0].done.set_exception(error)
             return
         self.batches += 1
         start = 0

@@ -15,6 +15,7 @@ class ServeLimits:
     max_chars: int = 2000  # characters per line
     max_beam: int = 16
     timeout: float = 60.0  # seconds from arrival to answer, queueing included
+    read_timeout: float = 10.0  # seconds a client may take to send headers, then the body
     max_queue: int = 256  # requests waiting to be decoded
     batch_lines: int = 64  # lines decoded together at most
     batch_wait: float = 0.01  # seconds a batch waits for more requests

@@ -7,11 +7,14 @@ app's shutdown, which drains the batch queue.
 
 from __future__ import annotations
 
+import ipaddress
 import platform
 import socket
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -72,22 +75,52 @@ def serve(
     port: int,
     device: str | None,
     limits: ServeLimits,
+    allowed: Sequence[str] = (),
 ) -> None:
-    """Serve a run's model at http://HOST:PORT/ until SIGTERM or SIGINT."""
+    """Serve a run's model at http://HOST:PORT/ until SIGTERM or SIGINT, to requests whose
+    Host header names HOST, its address or one of `allowed` (see `allowed_hosts`)."""
     require_server()
     import uvicorn
 
     from seq2seq.serve.app import create_app
+    from seq2seq.serve.protocol import GuardedH11Protocol
 
     listener = listen(host, port)  # before loading: a port in use is found at once
+    address = listener.getsockname()
+    hosts = allowed_hosts(host, address[0], allowed)
     decoder = ThreadPoolExecutor(1, thread_name_prefix="decode")  # loads and decodes
     translator = decoder.submit(Translator.load, run, checkpoint, device).result()
-    app = create_app(translator, model_info(translator, limits), limits, decoder)
-    config = uvicorn.Config(app, timeout_graceful_shutdown=int(limits.timeout) + 5)
-    address = listener.getsockname()
+    app = create_app(translator, model_info(translator, limits), limits, decoder, hosts)
+    config = uvicorn.Config(
+        app,
+        http=partial(GuardedH11Protocol, read_timeout=limits.read_timeout),
+        ws="none",  # no WebSocket upgrades: the API has none
+        timeout_graceful_shutdown=int(limits.timeout) + 5,
+    )
     where = f"[{address[0]}]" if listener.family == socket.AF_INET6 else address[0]
     print(f"serving {run} at http://{where}:{address[1]}/ (Ctrl-C stops)", file=sys.stderr)
     uvicorn.Server(config).run(sockets=[listener])
+
+
+def allowed_hosts(host: str, address: str, allowed: Sequence[str]) -> frozenset[str] | None:
+    """The names a request's Host header may give: HOST and the address it bound (and
+    `localhost` for a loopback one) and `allowed`. None (any name) for `*`, or for a
+    wildcard address (0.0.0.0, ::) and nothing `allowed`: the names of a server open to the
+    network cannot be known. A local server that answers any name can be reached by a web
+    page through DNS rebinding: its own name made to point at 127.0.0.1."""
+    from seq2seq.serve.guards import host_name
+
+    if "*" in allowed:
+        return None
+    ip = ipaddress.ip_address(address.split("%")[0])
+    if ip.is_unspecified and not allowed:
+        return None
+    names = {host, address, *allowed}
+    if ip.is_loopback or ip.is_unspecified:
+        names |= {"localhost", "::1" if ip.version == 6 else "127.0.0.1"}
+    # As a Host header gives them: an IPv6 address in brackets, no port, lower case.
+    bare = [name.strip().strip("[]") for name in names]
+    return frozenset(f"[{b.lower()}]" if b.count(":") > 1 else host_name(b) for b in bare)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -107,4 +140,5 @@ def listen(host: str, port: int) -> socket.socket:
         raise UserError(
             f"cannot listen on {host}:{port} ({error.strerror}); pass another --port or --host"
         ) from None
+    listener.listen()  # a client of the printed address waits for uvicorn, not refused
     return listener

@@ -1,0 +1,66 @@
+"""What a translator accepts, checked before any work: a wrong type is a `TypeError`, a
+wrong value a `UserError`, each one line naming the argument and the fix.
+
+The server checks each request with `text_problem` before the request joins a batch, so
+that one unreadable line fails its own request and never the batch it would have shared.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from seq2seq.errors import UserError
+
+
+def text_problem(line: str) -> str | None:
+    """Why the tokenizer cannot read a string, or None. The one such string is one with a
+    lone surrogate (U+D800 to U+DFFF: half of a UTF-16 pair, which JSON's \\uXXXX escapes
+    and Python allow but which is not text and has no UTF-8)."""
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(line[error.start])
+        return (
+            f"character {error.start} is a lone surrogate (U+{code:04X}), which is not text; "
+            "send valid Unicode"
+        )
+    return None
+
+
+def check_lines(lines: Any) -> None:
+    """`lines` is a list (or tuple) of strings the tokenizer can read."""
+    if isinstance(lines, str):
+        raise TypeError("pass a list of lines; for one sentence: [sentence]")
+    if not isinstance(lines, list | tuple):
+        raise TypeError(f"lines must be a list of strings, not {type(lines).__name__}")
+    for number, line in enumerate(lines):
+        check_line(line, f"lines[{number}]")
+
+
+def check_line(line: Any, name: str = "line") -> None:
+    """`line` is a string the tokenizer can read; errors call it `name`."""
+    if not isinstance(line, str):
+        hint = "; decode bytes first (bytes.decode())" if isinstance(line, bytes) else ""
+        raise TypeError(f"{name} is {type(line).__name__}, not str{hint}")
+    problem = text_problem(line)
+    if problem is not None:
+        raise UserError(f"{name}: {problem}")
+
+
+def check_nbest(nbest: Any) -> None:
+    """`nbest` is a whole number of hypotheses, at least one."""
+    if isinstance(nbest, bool) or not isinstance(nbest, int):
+        raise TypeError(f"nbest must be an int, not {type(nbest).__name__}")
+    if nbest < 1:
+        raise UserError(f"nbest {nbest}: ask for at least 1 hypothesis per line")
+
+
+def check_load_arguments(run_dir: Any, checkpoint: Any, device: Any) -> None:
+    """`Translator.load`'s run directory and checkpoint are paths or names, its device a
+    name (its value is `pick_device`'s to check)."""
+    for name, value in (("run_dir", run_dir), ("checkpoint", checkpoint)):
+        if not isinstance(value, str | os.PathLike):
+            raise TypeError(f"{name} must be a str or a path, not {type(value).__name__}")
+    if device is not None and not isinstance(device, str):
+        raise TypeError(f"device must be 'cpu', 'cuda' or 'auto', not {type(device).__name__}")

@@ -1,0 +1,122 @@
+"""Reading a `POST /translate` body into a `TranslateRequest`, or one bounded line saying
+what is wrong with it (an `HTTPException`: 415, 413 or 422).
+
+The work is bounded by the body limit and done in an order that keeps it small: the JSON
+is parsed once (the standard library's parser, which takes a lone surrogate as the string
+it is, so that the line check below can name it), `text` is counted before any of its
+items is validated, and an error names at most `MAX_PROBLEMS` problems, each field name
+cut short.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from fastapi import HTTPException
+from pydantic import ValidationError
+
+from seq2seq.decode.inputs import text_problem
+from seq2seq.serve.schema import ServeLimits, TranslateRequest
+
+MAX_PROBLEMS = 3
+MAX_NAME = 40  # characters of a field name an error quotes
+EXAMPLE = '{"text": ["..."]}'
+
+
+def read_request(body: bytes, content_type: str | None, limits: ServeLimits) -> TranslateRequest:
+    """The request a body holds, checked against `limits`."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise HTTPException(
+            415,
+            f"the body must be JSON, sent with the header Content-Type: application/json "
+            f"(this one came as {short(media) or 'no content type'!r})",
+        )
+    data = parse_json(body)
+    if not isinstance(data, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+        raise HTTPException(
+            422,
+            f"the body is {kind.get(type(data), 'a number')}, not a JSON object; "
+            f"send one such as {EXAMPLE}",
+        )
+    check_fields(data, limits)
+    try:
+        request = TranslateRequest.model_validate(data)
+    except ValidationError as error:
+        raise HTTPException(422, describe_request_error(error)) from None
+    check_text(request.text, limits)
+    return request
+
+
+def parse_json(body: bytes) -> Any:
+    """The body's JSON value; 422 naming why there is none."""
+    try:
+        return json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        problem = f"the body is not UTF-8 (byte 0x{body[error.start]:02x} at {error.start})"
+    except RecursionError:
+        problem = "the body nests arrays or objects too deeply to be a request"
+    except json.JSONDecodeError as error:
+        problem = f"the body is not valid JSON ({short(str(error), 120)})"
+    except ValueError:  # Python's limit on converting digits to an int
+        problem = f"the body has a number of more than {sys.get_int_max_str_digits()} digits"
+    raise HTTPException(422, f"{problem}; send a JSON object such as {EXAMPLE}")
+
+
+def check_fields(data: dict[str, Any], limits: ServeLimits) -> None:
+    """No unknown field, and no more lines than allowed: checked before validation, whose
+    work (and errors) would grow with their number."""
+    unknown = [key for key in data if key not in TranslateRequest.model_fields]
+    if unknown:
+        allowed = ", ".join(TranslateRequest.model_fields)
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        raise HTTPException(422, f"unknown field {short(unknown[0])!r}{more}; allowed: {allowed}")
+    text = data.get("text")
+    if isinstance(text, list) and len(text) > limits.max_lines:
+        raise HTTPException(
+            413, f"{len(text)} lines in one request; send at most {limits.max_lines}"
+        )
+
+
+def check_text(text: list[str], limits: ServeLimits) -> None:
+    """Each line fits the limits and the tokenizer can read it."""
+    for number, line in enumerate(text):
+        if len(line) > limits.max_chars:
+            raise HTTPException(
+                413,
+                f"text.{number} has {len(line)} characters; send lines of at most "
+                f"{limits.max_chars}",
+            )
+        problem = text_problem(line)
+        if problem is not None:
+            raise HTTPException(422, f"text.{number}: {problem}")
+
+
+def check_search(request: TranslateRequest, limits: ServeLimits, default_beam: int) -> int:
+    """The beam the request is decoded with; 422 for a search over the server's limits."""
+    beam = request.beam or default_beam
+    if beam > limits.max_beam:
+        raise HTTPException(
+            422, f"beam: {beam} is wider than this server allows ({limits.max_beam})"
+        )
+    if request.nbest > beam:
+        raise HTTPException(422, f"nbest: {request.nbest} needs a beam at least as wide ({beam})")
+    return beam
+
+
+def describe_request_error(error: ValidationError) -> str:
+    """A malformed request's first problems as one line, each naming its field."""
+    problems = []
+    for item in error.errors(include_url=False, include_input=False)[:MAX_PROBLEMS]:
+        field = ".".join(str(part) for part in item["loc"]) or "body"
+        problems.append(f"{field}: {item['msg']}")
+    more = error.error_count() - len(problems)
+    return "; ".join(problems) + (f"; and {more} more" if more > 0 else "")
+
+
+def short(text: str, limit: int = MAX_NAME) -> str:
+    """`text`, cut to `limit` characters (an ellipsis says so)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
