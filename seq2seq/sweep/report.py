@@ -1,4 +1,5 @@
-"""A sweep's report, DIR/report/: results.csv, results.md, bleu.png, curves.png,
+"""A sweep's report, DIR/report/: results.md (a table per test set with every
+comparison against the baseline, then training statistics), results.csv, bleu.png, curves.png,
 length-TESTSET.png, attention.png and TensorBoard's HParams view (tensorboard/), from
 whatever has finished.
 
@@ -19,7 +20,7 @@ import torch
 
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.decode.translate import Translator
-from seq2seq.evaluate import length_buckets
+from seq2seq.evaluate import METRICS, length_buckets
 from seq2seq.files import atomic_write_text, publish_directory
 from seq2seq.plots import (
     attention_grid_figure,
@@ -27,9 +28,9 @@ from seq2seq.plots import (
     curves_figure,
     figure_png,
 )
+from seq2seq.significance import ALPHA, Comparison, smallest_exact_p
 from seq2seq.sweep.directory import SweepDir
 from seq2seq.sweep.results import (
-    ALPHA,
     LENGTH_EDGES,
     SAMPLES,
     STATISTICS,
@@ -55,10 +56,14 @@ def write_report(directory: SweepDir) -> Path:
     results = collect(directory)
     publish_directory(directory.report, lambda tmp: _write(results, tmp), replace=True)
     total = len(results.sweep.runs)
-    done = total - len(results.unfinished)
-    print(f"sweep {results.sweep.name}: {done} of {total} runs finished", file=sys.stderr)
+    print(
+        f"sweep {results.sweep.name}: {_finished(results)} of {total} runs finished",
+        file=sys.stderr,
+    )
     for run, state in results.unfinished:
         print(f"  {run.name}: {state.value}", file=sys.stderr)
+    for run, problem in results.damaged:
+        print(f"  {run.name}: damaged: {problem}; the sweep command redoes it", file=sys.stderr)
     print(f"report: {directory.report}/results.md", file=sys.stderr)
     return directory.report / "results.md"
 
@@ -81,7 +86,7 @@ def _charts(results: SweepResults) -> dict[str, bytes]:
     unscored = Spread(0.0, None)  # a test set that a cell's runs did not score: no bar
     series = {}
     for name in results.test_sets:
-        spreads = [c.scores.get(name, {}).get("bleu", unscored) for c in cells]
+        spreads = [c.spread(name, "bleu") or unscored for c in cells]
         series[name] = ([s.mean for s in spreads], [s.std or 0.0 for s in spreads])
     figures = {"bleu.png": bar_figure(labels, series, "test BLEU (error bars: std over seeds)")}
     curves = {c.cell.title: ([s for s, _ in c.curve], [b for _, b in c.curve]) for c in cells}
@@ -100,27 +105,12 @@ def _charts(results: SweepResults) -> dict[str, bytes]:
     return {name: figure_png(figure) for name, figure in figures.items()}
 
 
-def _spread(spread: Spread | None) -> str:
-    if spread is None:
-        return ""
-    return f"{spread.mean:.2f} ± {'-' if spread.std is None else f'{spread.std:.2f}'}"
-
-
-def _p(result: CellResult, baseline: bool, name: str, metric: str) -> str:
-    if baseline:
-        return "baseline"
-    test = result.significance.get(name)
-    if test is None:
-        return "-"
-    p = getattr(test, f"{metric}_p")
-    return f"{p:.3f}{' *' if p < ALPHA else ''}"
-
-
 def results_markdown(results: SweepResults, charts: list[str] | None = None) -> str:
     """The report's text; `charts` names the PNG files beside it to show (see `_charts`)."""
     sweep = results.sweep
     definition = sweep.definition
     fixed = ", ".join(f"{k}={format_value(v)}" for k, v in definition.set.items())
+    rules = " and ".join(results.checkpoint_rules) or "-"
     lines = [
         f"# Sweep {sweep.name}",
         "",
@@ -129,19 +119,27 @@ def results_markdown(results: SweepResults, charts: list[str] | None = None) -> 
         + "; grid: "
         + " x ".join(f"{k} ({len(v)})" for k, v in definition.grid.items())
         + f"; seeds {', '.join(map(str, definition.seeds))}; baseline `{sweep.baseline.key}`.",
-        f"{len(sweep.runs) - len(results.unfinished)} of {len(sweep.runs)} runs finished.",
+        f"{_finished(results)} of {len(sweep.runs)} runs finished. Checkpoint rule: each run's "
+        f"test sets were translated with its checkpoint of the {rules} (`train.metric`).",
         "",
-        *_markdown_table(results),
     ]
     if results.cells and results.baseline is None:
-        lines += ["", f"The baseline `{sweep.baseline.key}` has no finished run yet: no p-values."]
-    lines += ["", _how_to_read(results), ""]
+        lines += [
+            f"The baseline `{sweep.baseline.key}` has no finished run yet: no comparisons.",
+            "",
+        ]
+    for name in results.test_sets:
+        lines += [f"## {name}", "", *_scores_table(results, name), "", _how_to_read(results), ""]
+    if results.test_sets:
+        lines += [_ranking(results), ""]
+    lines += ["## Training", "", *_training_table(results), "", _TRAINING_NOTE, ""]
     for name in results.test_sets:
         lines += _length_table(results, name)
     if charts:
         lines += [f"![{_chart_caption(chart)}]({chart})" for chart in charts] + [""]
         if "attention.png" not in charts:
             lines += ["No attention heatmaps: no cell has a best checkpoint here.", ""]
+    lines += _damaged(results)
     if results.unfinished:
         lines += ["## Not finished", ""]
         lines += [f"- `{run.name}`: {state.value}" for run, state in results.unfinished]
@@ -149,7 +147,29 @@ def results_markdown(results: SweepResults, charts: list[str] | None = None) -> 
     return "\n".join(lines)
 
 
+def _finished(results: SweepResults) -> int:
+    return len(results.sweep.runs) - len(results.unfinished) - len(results.damaged)
+
+
+def _damaged(results: SweepResults) -> list[str]:
+    if not results.damaged:
+        return []
+    lines = ["## Damaged", ""]
+    lines += [f"- `{run.name}`: {problem}" for run, problem in results.damaged]
+    return [
+        *lines,
+        "",
+        "Left out of the tables above. Run the sweep command again to redo them; if that "
+        "fails too, delete the run directories named (runs/NAME) and run it again.",
+        "",
+    ]
+
+
 _CAPTIONS = {"bleu.png": "test BLEU", "curves.png": "validation BLEU", "attention.png": "attention"}
+_TRAINING_NOTE = (
+    "Means over the seeds (summary.json); best step: the checkpoint that translated the "
+    "test sets; valid ppl: the validation perplexity at that step."
+)
 
 
 def _chart_caption(chart: str) -> str:
@@ -184,27 +204,108 @@ def _bucket_bleu(result: CellResult, name: str, bucket: int) -> float | None:
     return scored[bucket][1] if scored else None
 
 
-def _markdown_table(results: SweepResults) -> list[str]:
-    """A row per cell: grid values, seeds, each test set's scores with p, statistics."""
-    sweep = results.sweep
-    fields = list(sweep.definition.grid)
-    heading = [*fields, "seeds"]
-    for name in results.test_sets:
-        heading += [f"{name} BLEU", "p", f"{name} chrF", "p"]
-    heading += [_HEADINGS[k] for k in STATISTICS]
-    lines = [
+def _cell_columns(results: SweepResults, result: CellResult) -> list[str]:
+    """The grid values of a cell (the baseline's marked) and its number of seeds."""
+    row = [format_value(v) for _, v in result.cell.values]
+    row[0] += " (baseline)" if result.cell == results.sweep.baseline else ""
+    return [*row, str(len(result.seeds))]
+
+
+def _table_head(results: SweepResults, columns: list[str]) -> list[str]:
+    fields = list(results.sweep.definition.grid)
+    heading = [*fields, "seeds", *columns]
+    return [
         "| " + " | ".join(heading) + " |",
         "|" + "---|" * len(fields) + "---:|" * (len(heading) - len(fields)),
     ]
+
+
+def _scores_table(results: SweepResults, name: str) -> list[str]:
+    """A row per cell that scored test set `name`: each metric's mean ± deviation over
+    the seeds and its comparison with the baseline."""
+    columns = []
+    for metric in METRICS:
+        columns += [metric.title, f"Δ {metric.title} [95% CI]", "p (Holm)", "wins"]
+    lines = _table_head(results, columns)
     for result in results.cells:
-        is_baseline = result.cell == sweep.baseline
-        row = [format_value(v) for _, v in result.cell.values]
-        row[0] += " (baseline)" if is_baseline else ""
-        row.append(str(len(result.seeds)))
-        for name in results.test_sets:
-            scores = result.scores.get(name, {})
-            for metric in ("bleu", "chrf"):
-                row += [_spread(scores.get(metric)), _p(result, is_baseline, name, metric)]
+        if name not in result.scores:
+            continue
+        row = _cell_columns(results, result)
+        for metric in METRICS:
+            spread = result.spread(name, metric.key)
+            compared = result.comparisons.get(name, {}).get(metric.key)
+            row += [_spread(spread), *_comparison(results, result, compared)]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _spread(spread: Spread | None) -> str:
+    if spread is None:
+        return ""
+    return f"{spread.mean:.2f} ± {'-' if spread.std is None else f'{spread.std:.2f}'}"
+
+
+def _comparison(
+    results: SweepResults, result: CellResult, compared: Comparison | None
+) -> list[str]:
+    """Δ [CI], p (Holm) with its mark, wins: the columns of one metric's comparison."""
+    if result.cell == results.sweep.baseline:
+        return ["baseline", "", ""]
+    if compared is None:
+        return ["-", "-", "-"]
+    mark = " *" if compared.significant else "" if compared.decidable else " †"
+    return [
+        f"{compared.difference:+.2f} [{compared.low:+.2f}, {compared.high:+.2f}]",
+        f"{compared.p:.3f} ({compared.p_holm:.3f}){mark}",
+        f"{compared.wins}/{compared.paired}",
+    ]
+
+
+def _how_to_read(results: SweepResults) -> str:
+    compared = [c for r in results.cells for by in r.comparisons.values() for c in by.values()]
+    family = len(compared) // len(METRICS)
+    undecidable = sorted({c.seeds for c in compared if not c.decidable})
+    seeds = ", ".join(f"{a} vs {b} seeds {smallest_exact_p(a, b):.2f}" for a, b in undecidable)
+    titles = ", ".join(m.title for m in METRICS)
+    lower = ", ".join(m.title for m in METRICS if not m.higher_is_better)
+    return (
+        f"{titles} (sacrebleu; {lower}: lower is better) of each run's test translations: "
+        "mean ± sample standard deviation over the cell's seeds (- with one seed). "
+        "Δ: the cell's mean minus the baseline's, with its 95% confidence interval. p: "
+        "two-sided, from a bootstrap that resamples both the seeds of each cell and the test "
+        f"sentences ({SAMPLES} resamples); in brackets, adjusted by Holm over the {family} "
+        f"comparisons with the baseline in this report on that metric; * marks an adjusted p "
+        f"below {ALPHA}. † marks a comparison its seeds cannot decide: even an exact test of "
+        f"that few seeds cannot go below p {ALPHA} ("
+        + (seeds or "none here")
+        + "), so it is called neither way. wins: the seeds in which the cell beats the "
+        "baseline's run of the same seed, of the seeds both finished."
+    )
+
+
+def _ranking(results: SweepResults) -> str:
+    """Whether the cells rank alike, by the first metric's means, on every test set."""
+    metric = METRICS[0]
+    if len(results.test_sets) == 1:
+        return (
+            f"One test set: whether the ranking by {metric.title} holds on other sentences "
+            "cannot be checked here."
+        )
+    orders = {}
+    for name in results.test_sets:
+        cells = [c for c in results.cells if name in c.scores]
+        ranked = sorted(cells, key=lambda c: -c.spread(name, metric.key).mean)
+        orders[name] = " > ".join(c.cell.title for c in ranked)
+    if len(set(orders.values())) == 1:
+        return f"The ranking by mean {metric.title} is the same on all {len(orders)} test sets."
+    shown = "; ".join(f"{name}: {order}" for name, order in orders.items())
+    return f"The ranking by mean {metric.title} differs between the test sets: {shown}."
+
+
+def _training_table(results: SweepResults) -> list[str]:
+    lines = _table_head(results, [_HEADINGS[k] for k in STATISTICS])
+    for result in results.cells:
+        row = _cell_columns(results, result)
         row += [_statistic(k, result.statistics[k].mean) for k in STATISTICS]
         lines.append("| " + " | ".join(row) + " |")
     return lines
@@ -214,27 +315,12 @@ def _statistic(name: str, value: float) -> str:
     return f"{value:.2f}" if name == "valid_ppl" else f"{value:,.0f}"
 
 
-def _how_to_read(results: SweepResults) -> str:
-    signature = next((t.signature for c in results.cells for t in c.significance.values()), None)
-    return (
-        "BLEU and chrF (sacrebleu) of each test set, translated with each run's best "
-        "checkpoint: mean ± sample standard deviation over the finished seeds (- with one "
-        f"seed). p: paired bootstrap resampling (sacrebleu, {SAMPLES} resamples) of the cell "
-        "against the baseline on the concatenated hypotheses of the seeds finished in both "
-        "(seed k paired with the baseline's seed k, the references repeated once per seed); "
-        f"* marks p < {ALPHA}."
-        + (f" Signature: `{signature}`." if signature else "")
-        + " The last columns are means over the seeds (summary.json); valid ppl is the"
-        " validation perplexity at the best step."
-    )
-
-
 def results_csv(results: SweepResults) -> str:
     fields = list(results.sweep.definition.grid)
     heading = [*fields, "baseline", "seeds"]
     for name in results.test_sets:
-        for metric in ("bleu", "chrf"):
-            heading += [f"{name}_{metric}_{x}" for x in ("mean", "std", "p")]
+        for metric in METRICS:
+            heading += [f"{name}_{metric.key}_{x}" for x in _CSV_COLUMNS]
     heading += list(STATISTICS)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -243,17 +329,27 @@ def results_csv(results: SweepResults) -> str:
         row: list[Any] = [format_value(v) for _, v in result.cell.values]
         row += [result.cell == results.sweep.baseline, " ".join(map(str, result.seeds))]
         for name in results.test_sets:
-            scores, test = result.scores.get(name, {}), result.significance.get(name)
-            for metric in ("bleu", "chrf"):
-                spread = scores.get(metric)
-                row += [
-                    "" if spread is None else round(spread.mean, 4),
-                    "" if spread is None or spread.std is None else round(spread.std, 4),
-                    "" if test is None else round(getattr(test, f"{metric}_p"), 4),
-                ]
+            for metric in METRICS:
+                spread = result.spread(name, metric.key)
+                compared = result.comparisons.get(name, {}).get(metric.key)
+                row += _csv_values(spread, compared)
         row += [round(result.statistics[k].mean, 2) for k in STATISTICS]
         writer.writerow(row)
     return buffer.getvalue()
+
+
+_CSV_COLUMNS = ("mean", "std", "diff", "low", "high", "p", "p_holm", "wins")
+
+
+def _csv_values(spread: Spread | None, compared: Comparison | None) -> list[Any]:
+    """The _CSV_COLUMNS of one metric of one test set; empty where there is none."""
+    values: list[Any] = [None] * len(_CSV_COLUMNS)
+    if spread is not None:
+        values[:2] = [spread.mean, spread.std]
+    if compared is not None:
+        values[2:] = [compared.difference, compared.low, compared.high, compared.p]
+        values[6:] = [compared.p_holm, compared.wins]
+    return ["" if v is None else round(v, 4) for v in values]
 
 
 def _attention(results: SweepResults, result: CellResult) -> tuple | None:
@@ -262,7 +358,7 @@ def _attention(results: SweepResults, result: CellResult) -> tuple | None:
     cell). It is kept in that run's best-attention.json, which is read once the checkpoints
     are gone, so a rebuilt report draws the same picture; None where no seed has either."""
     for seed in result.seeds:
-        run = result.runs[seed]
+        run = result.runs[seed].root
         if not run.best_attention.is_file() and run.checkpoint("best").is_file():
             _save_best_attention(results, result, seed)
         if run.best_attention.is_file():
@@ -278,7 +374,7 @@ def _save_best_attention(results: SweepResults, result: CellResult, seed: int) -
     cfg = results.sweep.run(result.cell, seed).config
     sources = read_lines(corpus_path(cfg.data.valid, cfg.data.src))
     sentence = next(line for line in sources if line.strip())
-    run_dir = result.runs[seed]
+    run_dir = result.runs[seed].root
     amap = Translator.load(run_dir.root, "best", beam=1).attention_map(sentence)
     if amap is not None:
         saved = {
@@ -302,9 +398,9 @@ def _tensorboard(results: SweepResults, directory: Path) -> None:
                 for field, value in result.cell.values
             }
             metrics = {
-                f"test/{name}/{metric}": spread.mean
-                for name, scores in result.scores.items()
-                for metric, spread in scores.items()
+                f"test/{name}/{metric.key}": float(scored[metric.key].observed.mean())
+                for name, scored in result.scores.items()
+                for metric in METRICS
             }
             metrics |= {f"train/{k}": result.statistics[k].mean for k in STATISTICS}
             writer.add_hparams(
