@@ -136,7 +136,7 @@ def test_report_tables_show_the_aggregates(hand_made):
     bleu = results.cells[1].comparisons["test"]["bleu"]
     mean = results.cells[0].spread("test", "bleu")
     table = results_markdown(results)
-    assert "## test\n" in table and "Checkpoint rule: " in table
+    assert "## test\n" in table and "Checkpoint rule " in table
     assert f"| bahdanau (baseline) | 2 | {mean.mean:.2f} ± {mean.std:.2f} | baseline |" in table
     interval = f"{bleu.difference:+.2f} [{bleu.low:+.2f}, {bleu.high:+.2f}]"
     assert (
@@ -203,3 +203,19 @@ def test_every_table_derives_from_the_metrics_table(hand_made, monkeypatch):
 
 def chrf_pp() -> CHRF:
     return CHRF(word_order=2)
+
+
+def test_the_last_checkpoints_scores_stand_beside_the_rules(hand_made):
+    sweep, results = hand_made
+    table = results_markdown(results)
+    assert "Checkpoint rule (`train.test_checkpoint`)" in table
+    assert "`best` (the best by validation bleu)" in table
+    assert "| test BLEU, last checkpoint | best step |" in table
+    assert results.cells[1].last_bleu["test"] is None  # best step 20 of 100: last unknown
+    directory = SweepDir(Path("sweep"))
+    for seed, bleu in ((1, 90.0), (2, 80.0)):
+        last = directory.run(sweep.run(sweep.cells[1], seed)).test / "last"
+        last.mkdir()
+        (last / "scores.json").write_text(json.dumps({"test": {"bleu": bleu}}))
+    dot = collect(directory).cells[1]
+    assert dot.last_bleu["test"] == Spread(85.0, statistics.stdev([90.0, 80.0]))

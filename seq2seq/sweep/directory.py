@@ -46,6 +46,7 @@ class Validation(BaseModel):
 class Summary(BaseModel):
     """The fields of a finished run's summary.json that reports read."""
 
+    steps: int
     best_step: int
     train_seconds: float
     target_tokens_per_s: float
@@ -64,6 +65,9 @@ class FinishedRun:
     root: RunDir
     summary: Summary
     hypotheses: dict[str, list[str]]  # test set name -> its translations, a line each
+    # Test set name -> the scores of the last checkpoint (test/last/scores.json), where the
+    # test sets were translated with another one; runs trained before that lack them.
+    last_scores: dict[str, dict[str, float]]
 
 
 class NotFinished(Exception):
@@ -173,10 +177,20 @@ def read_finished(run: RunDir, cfg: Config) -> FinishedRun:
                 f"{path} has {len(lines)} lines, not one per test sentence ({expected}): truncated"
             )
         hypotheses[name] = lines
+    last = run.test / "last" / "scores.json"
+    last_scores = _read_json(last) if last.is_file() else {}
+    if not isinstance(last_scores, dict) or not all(
+        isinstance(v, dict) for v in last_scores.values()
+    ):
+        raise ValueError(f"{last} is not a mapping of test sets to scores")
     try:
-        return FinishedRun(run, Summary.model_validate(summary), hypotheses)
+        return FinishedRun(run, Summary.model_validate(summary), hypotheses, last_scores)
     except ValidationError as error:
         raise ValueError(f"{run.summary}: {describe_validation_error(error, Summary)}") from None
+
+
+def _is_mapping(value: object) -> bool:
+    return isinstance(value, dict)
 
 
 def _read_json(path: Path) -> object:

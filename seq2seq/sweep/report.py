@@ -110,7 +110,7 @@ def results_markdown(results: SweepResults, charts: list[str] | None = None) -> 
     sweep = results.sweep
     definition = sweep.definition
     fixed = ", ".join(f"{k}={format_value(v)}" for k, v in definition.set.items())
-    rules = " and ".join(results.checkpoint_rules) or "-"
+    rules = "; ".join(results.checkpoint_rules) or "-"
     lines = [
         f"# Sweep {sweep.name}",
         "",
@@ -119,8 +119,9 @@ def results_markdown(results: SweepResults, charts: list[str] | None = None) -> 
         + "; grid: "
         + " x ".join(f"{k} ({len(v)})" for k, v in definition.grid.items())
         + f"; seeds {', '.join(map(str, definition.seeds))}; baseline `{sweep.baseline.key}`.",
-        f"{_finished(results)} of {len(sweep.runs)} runs finished. Checkpoint rule: each run's "
-        f"test sets were translated with its checkpoint of the {rules} (`train.metric`).",
+        f"{_finished(results)} of {len(sweep.runs)} runs finished. Checkpoint rule "
+        f"(`train.test_checkpoint`), the checkpoint of each run that translated the test "
+        f"sets: {rules}.",
         "",
     ]
     if results.cells and results.baseline is None:
@@ -167,8 +168,12 @@ def _damaged(results: SweepResults) -> list[str]:
 
 _CAPTIONS = {"bleu.png": "test BLEU", "curves.png": "validation BLEU", "attention.png": "attention"}
 _TRAINING_NOTE = (
-    "Means over the seeds (summary.json); best step: the checkpoint that translated the "
-    "test sets; valid ppl: the validation perplexity at that step."
+    "BLEU, last checkpoint: the test BLEU of each run's last checkpoint (mean ± standard "
+    "deviation over the seeds), beside the checkpoint rule's above, to show how much the "
+    "rule matters; - where a run translated the test sets with another checkpoint and kept "
+    "no scores of its last (runs trained before test/last/ was written). The other columns "
+    "are means over the seeds (summary.json); best step: the best validation step by "
+    "`train.metric`; valid ppl: the validation perplexity at that step."
 )
 
 
@@ -303,9 +308,11 @@ def _ranking(results: SweepResults) -> str:
 
 
 def _training_table(results: SweepResults) -> list[str]:
-    lines = _table_head(results, [_HEADINGS[k] for k in STATISTICS])
+    last = [f"{name} BLEU, last checkpoint" for name in results.test_sets]
+    lines = _table_head(results, [*last, *(_HEADINGS[k] for k in STATISTICS)])
     for result in results.cells:
         row = _cell_columns(results, result)
+        row += [_spread(result.last_bleu.get(name)) or "-" for name in results.test_sets]
         row += [_statistic(k, result.statistics[k].mean) for k in STATISTICS]
         lines.append("| " + " | ".join(row) + " |")
     return lines

@@ -62,6 +62,8 @@ class CellResult:
     comparisons: dict[str, dict[str, Comparison]] = field(default_factory=dict)
     # Test set -> (sentences, BLEU of the seeds' hypotheses pooled) per LENGTH_EDGES bucket.
     by_length: dict[str, list[tuple[int, float | None]]] = field(default_factory=dict)
+    # Test set -> BLEU of the seeds' last checkpoints; None where a seed's is not known.
+    last_bleu: dict[str, Spread | None] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
@@ -87,10 +89,19 @@ class SweepResults:
     @property
     def checkpoint_rules(self) -> list[str]:
         """How the runs picked the checkpoint that translated the test sets."""
-        metrics = {
-            self.sweep.run(c.cell, s).config.train.metric for c in self.cells for s in c.runs
-        }
-        return [f"best validation {metric}" for metric in sorted(metrics)]
+        configs = [self.sweep.run(c.cell, s).config for c in self.cells for s in c.runs]
+        return list(dict.fromkeys(checkpoint_rule(cfg) for cfg in configs))
+
+
+def checkpoint_rule(cfg: Config) -> str:
+    """`train.test_checkpoint` in words."""
+    train = cfg.train
+    by = f"by validation {train.metric}"
+    return {
+        "best": f"`best` (the best {by})",
+        "last": "`last` (the last, after the whole budget)",
+        "average": f"`average` (the mean of the {train.keep_best} best step-N checkpoints {by})",
+    }[train.test_checkpoint]
 
 
 def collect(directory: SweepDir) -> SweepResults:
@@ -168,6 +179,7 @@ def _score_test_set(results: SweepResults, name: str) -> None:
             )
             for metric in METRICS
         }
+        result.last_bleu[name] = _last_bleu(results.sweep, result, name)
         sources = read_lines(corpus_path(prefix, cfg.data.src))
         result.by_length[name] = bleu_by_source_length(
             sources, list(hypotheses.values()), references, LENGTH_EDGES
@@ -187,6 +199,25 @@ def _score_test_set(results: SweepResults, name: str) -> None:
             )
             for metric in METRICS
         }
+
+
+def _last_bleu(sweep: Sweep, result: CellResult, name: str) -> Spread | None:
+    """BLEU of the seeds' last checkpoints on test set `name`: test/last/scores.json, or the
+    test scores themselves where the checkpoint that translated them was the last."""
+    found = []
+    chosen = result.scores[name]["bleu"]
+    for seed, observed in zip(chosen.seeds, chosen.observed, strict=True):
+        run, train = result.runs[seed], sweep.run(result.cell, seed).config.train
+        is_last = train.test_checkpoint == "last" or (
+            train.test_checkpoint == "best" and run.summary.best_step == run.summary.steps
+        )
+        if name in run.last_scores:
+            found.append(float(run.last_scores[name]["bleu"]))
+        elif is_last:
+            found.append(float(observed))
+        else:
+            return None
+    return Spread.of(found)
 
 
 def _adjust(results: SweepResults) -> None:
