@@ -280,8 +280,8 @@ def _how_to_read(results: SweepResults) -> str:
         "two-sided, from a bootstrap that resamples both the seeds of each cell and the test "
         f"sentences ({SAMPLES} resamples); in brackets, adjusted by Holm over the {family} "
         f"comparisons with the baseline in this report on that metric; * marks an adjusted p "
-        f"below {ALPHA}. † marks a comparison its seeds cannot decide: even an exact test of "
-        f"that few seeds cannot go below p {ALPHA} ("
+        f"below {ALPHA}. † marks a comparison its seeds cannot decide: with that few seeds "
+        f"even an exact test cannot give a p below {ALPHA} (its smallest: "
         + (seeds or "none here")
         + "), so it is called neither way. wins: the seeds in which the cell beats the "
         "baseline's run of the same seed, of the seeds both finished."
