@@ -179,9 +179,7 @@ def read_finished(run: RunDir, cfg: Config) -> FinishedRun:
         hypotheses[name] = lines
     last = run.test / "last" / "scores.json"
     last_scores = _read_json(last) if last.is_file() else {}
-    if not isinstance(last_scores, dict) or not all(
-        isinstance(v, dict) for v in last_scores.values()
-    ):
+    if not isinstance(last_scores, dict) or not all(map(_is_mapping, last_scores.values())):
         raise ValueError(f"{last} is not a mapping of test sets to scores")
     try:
         return FinishedRun(run, Summary.model_validate(summary), hypotheses, last_scores)

@@ -157,25 +157,24 @@ def _score_test_set(results: SweepResults, name: str) -> None:
     comparison with the baseline where both translated the same sentences. The resamples
     are drawn in a fixed order from a fixed seed: a rebuilt report is the same."""
     rng = np.random.default_rng(SEED)
-    counts: dict[int, np.ndarray] = {}  # the same resamples for every cell
-    references_of = {}
+    counts: dict[int, np.ndarray] = {}  # by number of sentences: the same for every cell
+    sentences = {}  # cell -> the test set's (prefix, target language)
     for result in results.cells:
         cfg = _config(results.sweep, result)
         prefix = _test_prefix(cfg, name)
         if prefix is None:
             continue
+        sentences[result.cell] = (prefix, cfg.data.tgt)
         references = read_lines(corpus_path(prefix, cfg.data.tgt))
-        references_of[result.cell] = (prefix, cfg.data.tgt)
-        drawn = counts.setdefault(
-            len(references), sentence_resamples(len(references), SAMPLES, rng)
-        )
+        if len(references) not in counts:
+            counts[len(references)] = sentence_resamples(len(references), SAMPLES, rng)
         hypotheses = {seed: run.hypotheses[name] for seed, run in result.runs.items()}
         result.scores[name] = {
             metric.key: resample_system(
                 list(hypotheses),
                 [metric.sentence_statistics(h, references) for h in hypotheses.values()],
                 metric.score_sums,
-                drawn,
+                counts[len(references)],
             )
             for metric in METRICS
         }
@@ -185,19 +184,16 @@ def _score_test_set(results: SweepResults, name: str) -> None:
             sources, list(hypotheses.values()), references, LENGTH_EDGES
         )
     baseline = results.baseline
-    if baseline is None or baseline.cell not in references_of:
-        return
     for result in results.cells:
-        if result is baseline or references_of.get(result.cell) != references_of[baseline.cell]:
-            continue  # the baseline, or not the same sentences (the grid varies data.*)
+        if baseline is None or result is baseline or baseline.cell not in sentences:
+            continue
+        if sentences.get(result.cell) != sentences[baseline.cell]:
+            continue  # not the same sentences (the grid varies data.*)
         result.comparisons[name] = {
-            metric.key: compare(
-                baseline.scores[name][metric.key],
-                result.scores[name][metric.key],
-                rng,
-                metric.higher_is_better,
+            m.key: compare(
+                baseline.scores[name][m.key], result.scores[name][m.key], rng, m.higher_is_better
             )
-            for metric in METRICS
+            for m in METRICS
         }
 
 
