@@ -54,10 +54,11 @@ class Scores:
     signatures: dict[str, str]  # metric key -> signature
 
     def __getattr__(self, name: str) -> float | str:
-        found = self.__dict__["values"].get(name)
+        # Through __dict__: copy and pickle ask for attributes before the fields are set.
+        found = self.__dict__.get("values", {}).get(name)
         signature = next((m.key for m in METRICS if m.signature_key == name), None)
         if found is None and signature is not None:
-            found = self.__dict__["signatures"].get(signature)
+            found = self.__dict__.get("signatures", {}).get(signature)
         if found is None:
             raise AttributeError(name)
         return found

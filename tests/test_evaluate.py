@@ -1,5 +1,8 @@
 """Scoring with sacrebleu, through the table of metrics."""
 
+import copy
+import pickle
+
 import pytest
 from sacrebleu.metrics import BLEU
 
@@ -38,6 +41,7 @@ def test_scores_follow_the_metrics_table():
         "bleu", "chrf", "ter", "signature", "chrf_signature", "ter_signature"
     ]  # fmt: skip
     assert str(scores).startswith(f"BLEU {scores.bleu:.2f}  chrF {scores.chrf:.2f}  TER")
+    assert pickle.loads(pickle.dumps(scores)) == copy.deepcopy(scores) == scores
 
 
 def test_scores_need_aligned_lines():

@@ -22,6 +22,7 @@ from seq2seq.sweep import tables as tables_module
 from seq2seq.sweep.directory import RunState
 from seq2seq.sweep.report import results_csv, results_markdown
 from seq2seq.sweep.results import Spread, collect
+from seq2seq.sweep.tables import ranking
 
 REFERENCES = [f"sentence number {i} with some words in it" for i in range(30)]
 
@@ -220,3 +221,17 @@ def test_the_last_checkpoints_scores_stand_beside_the_rules(hand_made):
         (last / "scores.json").write_text(json.dumps({"test": {"bleu": bleu}}))
     dot = collect(directory).cells[1]
     assert dot.last_bleu["test"] == Spread(85.0, statistics.stdev([90.0, 80.0]))
+
+
+def test_the_report_says_whether_the_ranking_holds_across_test_sets(hand_made):
+    _, results = hand_made
+    base, dot, _ = results.cells
+    results.test_sets.append("other")
+    for cell in results.cells:
+        cell.scores["other"] = dict(cell.scores["test"])
+    assert ranking(results) == "The ranking by mean BLEU is the same on all 2 test sets."
+    base.scores["other"], dot.scores["other"] = dot.scores["test"], base.scores["test"]
+    assert ranking(results) == (
+        "The ranking by mean BLEU differs between the test sets: "
+        "test: dot > general > bahdanau; other: bahdanau > general > dot."
+    )
