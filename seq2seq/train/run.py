@@ -19,14 +19,15 @@ from pathlib import Path
 
 import torch
 
-from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights, training_lock
+from seq2seq.checkpoint import (
+    RunDir,
+    load_checkpoint,
+    training_lock,
+)
 from seq2seq.config import Config, config_differences
-from seq2seq.data.corpus import read_parallel
 from seq2seq.data.tokenizer import PAD_ID, SETTINGS, trained_settings
-from seq2seq.decode.translate import Translator, max_source_pieces
 from seq2seq.device import check_precision, out_of_memory, out_of_memory_reported, pick_device
 from seq2seq.errors import ResourceError, UserError
-from seq2seq.evaluate import Scores, score_corpus
 from seq2seq.files import atomic_write_text
 from seq2seq.models import Seq2Seq, build_model, count_parameters
 from seq2seq.train.datasets import Datasets, load_datasets
@@ -34,6 +35,7 @@ from seq2seq.train.distributed import World, lost_peer, start_world, stop_world
 from seq2seq.train.init_from import Parent
 from seq2seq.train.interrupt import Interrupted, StopSignals
 from seq2seq.train.logs import FILE_ONLY, TensorBoardLog, setup_logging
+from seq2seq.train.scoring import score_test
 from seq2seq.train.trainer import Trainer
 
 # Fields that may change when a run is resumed: budgets, and what does not change the
@@ -41,7 +43,7 @@ from seq2seq.train.trainer import Trainer
 # sections only the test decode reads); never the model, the data or the arithmetic.
 RESUMABLE_CHANGES = {
     "train.max_time", "train.max_steps", "train.max_epochs", "train.patience",
-    "train.log_every", "train.keep_best", "train.max_skipped_updates",
+    "train.log_every", "train.keep_best", "train.max_skipped_updates", "train.test_checkpoint",
 }  # fmt: skip
 RESUMABLE_SECTIONS = ("decode.",)
 ONEDNN_KERNEL_CACHE = 64
@@ -122,32 +124,6 @@ def _check_tokenizer_kept(run: RunDir, cfg: Config) -> None:
             f"{run.tokenizer / SETTINGS} records other settings than the run's config "
             f"({', '.join(changed)}), and a run with checkpoints keeps its tokenizer; {fix}"
         )
-
-
-def score_test_sets(cfg: Config, run: RunDir, translator: Translator, log: logging.Logger) -> dict:
-    """Translate every `data.test` set into test/NAME.hyp and score them into
-    test/scores.json."""
-    scores: dict[str, dict] = {}
-    for prefix in cfg.data.test:
-        corpus = read_parallel(prefix, cfg.data.src, cfg.data.tgt)
-        name = Path(prefix).name
-        found = translator.hypotheses(corpus.src, progress=True)
-        hypotheses = [hyps[0].text if hyps else "" for hyps in found]
-        cut = sum(1 for hyps in found if hyps and hyps[0].truncated)
-        if cut:
-            log.warning(
-                "test %s: %d sources longer than %d pieces were cut",
-                name,
-                cut,
-                translator.max_source,
-            )
-        result: Scores = score_corpus(hypotheses, corpus.tgt)
-        atomic_write_text(run.test_hypotheses(name), "".join(h + "\n" for h in hypotheses))
-        scores[name] = result.to_dict()
-        log.info("test %s: %s", name, result)
-    if scores:
-        atomic_write_text(run.test / "scores.json", json.dumps(scores, indent=2) + "\n")
-    return scores
 
 
 def resume_state(run: RunDir, log: logging.Logger) -> tuple[dict, Path] | None:
@@ -361,30 +337,7 @@ def _fit_and_test(trainer: Trainer) -> dict:
     if not world.is_main:
         return {}
     atomic_write_text(run.summary, json.dumps(trainer.summary(), indent=2) + "\n")
-    return _score_best(trainer)
-
-
-def _score_best(trainer: Trainer) -> dict:
-    """Score the test sets with the best checkpoint. Training is over and saved: a signal
-    now stops at once, and running out of memory stops too, each saying how to finish."""
-    cfg, run = trainer.cfg, trainer.run
-    best = run.resolve_checkpoint("best")
-    load_model_weights(trainer.model, load_checkpoint(best), cfg.model, best)
-    translator = Translator(
-        trainer.model, trainer.data.tokenizer, cfg.decode, trainer.device, max_source_pieces(cfg)
-    )
-    finish = "training is finished and saved: run the same command again to score the test sets"
-
-    def exhausted() -> str:
-        return (
-            f"out of memory in the test decode with decode.beam={cfg.decode.beam} and "
-            f"decode.batch_tokens={cfg.decode.batch_tokens}; {finish}, lowering them "
-            "(--set decode.batch_tokens=N)"
-        )
-
-    with out_of_memory_reported(exhausted):
-        with StopSignals(at_once=f"during the test decode; {finish}"):
-            return score_test_sets(cfg, run, translator, trainer.log)
+    return score_test(trainer)
 
 
 def _cores_per_process(world: World) -> int:
