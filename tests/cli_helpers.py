@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from seq2seq.cli import main
+from seq2seq.train import validation
 
 
 def run_cli(*args) -> int:
@@ -14,7 +15,16 @@ def run_cli(*args) -> int:
     return exit_info.value.code
 
 
-def train(toy: Path, run_dir: Path, *overrides: str) -> int:
+def draw_one_heatmap(patch: pytest.MonkeyPatch) -> None:
+    """Validations draw one attention heatmap, not the library's three: drawing them takes
+    most of a toy run's time. The shared runs of conftest.py draw all three."""
+    patch.setattr(validation, "HEATMAP_SENTENCES", 1)
+
+
+def train(toy: Path, run_dir: Path, *overrides: str, all_heatmaps: bool = False) -> int:
     """`seq2seq train` on the toy fixture's config with `--set` overrides."""
     sets = [x for o in overrides for x in ("--set", o)]
-    return run_cli("train", "--config", toy / "run.yaml", "--run-dir", run_dir, *sets)
+    with pytest.MonkeyPatch.context() as patch:
+        if not all_heatmaps:
+            draw_one_heatmap(patch)
+        return run_cli("train", "--config", toy / "run.yaml", "--run-dir", run_dir, *sets)

@@ -59,8 +59,18 @@ def toy(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def six_steps(toy, tmp_path_factory) -> Path:
+    """The toy config trained for 6 steps without a stop (validations and resume checkpoints
+    at 2, 4 and 6): the uninterrupted run that resumed and interrupted ones must equal."""
+    run_dir = tmp_path_factory.mktemp("six_steps") / "straight"
+    assert train(toy, run_dir, "train.max_steps=6", all_heatmaps=True) == 0
+    return run_dir
+
+
+@pytest.fixture(scope="session")
 def trained(toy, tmp_path_factory) -> Path:
-    """A run of the toy config trained for 30 steps: for tests that translate with one."""
+    """A run of the toy config trained for 30 steps: for tests that translate with one, and
+    the uninterrupted run a stopped and resumed one must equal."""
     run_dir = tmp_path_factory.mktemp("trained") / "run"
-    assert train(toy, run_dir, "train.max_steps=30", "train.valid_every=10") == 0
+    assert train(toy, run_dir, "train.max_steps=30", "train.valid_every=10", all_heatmaps=True) == 0
     return run_dir

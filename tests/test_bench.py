@@ -13,15 +13,16 @@ from seq2seq.models import build_model
 
 
 def test_train_prints_one_consistent_json_line(toy):
+    # One thread: two would wait on each other whenever another process holds a core.
     command = [sys.executable, str(SCRIPTS / "bench.py"), "train",
-               "--config", str(toy / "run.yaml"),
-               "--steps", "4", "--warmup", "1", "--profile", "5"]  # fmt: skip
+               "--config", str(toy / "run.yaml"), "--threads", "1",
+               "--steps", "2", "--warmup", "1", "--profile", "5"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1
     row = json.loads(lines[0])
-    assert row["mode"] == "train" and row["steps"] == 4
+    assert row["mode"] == "train" and row["steps"] == 2 and row["threads"] == 1
     assert row["tokens_per_s"] > row["target_tokens_per_s"] > 0
     assert 0 <= row["padding_ratio"] < 1
     assert "profile of 10 updates" in result.stderr and "aten::" in result.stderr

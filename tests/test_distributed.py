@@ -39,13 +39,13 @@ def final(run_dir: Path) -> dict:
 def test_two_processes_match_one_and_resume_under_ddp(toy, tmp_path, arch):
     model = [f"model.arch={arch}", "model.ff_dim=32"] if arch == "transformer" else []
     single, double = tmp_path / "single", tmp_path / "double"
-    assert train(toy, single, *SAME_MATH, *model, "train.max_steps=12") == 0
+    assert train(toy, single, *SAME_MATH, *model, "train.max_steps=4") == 0
 
     # The Transformer stops halfway and resumes; the RNN trains straight through.
     budgets = (
-        ["train.max_steps=6", "train.max_steps=12"]
+        ["train.max_steps=2", "train.max_steps=4"]
         if arch == "transformer"
-        else ["train.max_steps=12"]
+        else ["train.max_steps=4"]
     )
     for budget in budgets:
         done = torchrun(toy, double, *SAME_MATH, *model, budget)
@@ -55,10 +55,11 @@ def test_two_processes_match_one_and_resume_under_ddp(toy, tmp_path, arch):
     assert "rank 1" not in log  # only rank 0 writes the log
 
     one, two = final(single), final(double)
-    assert one["progress"]["step"] == two["progress"]["step"] == 12
+    assert one["progress"]["step"] == two["progress"]["step"] == 4
     assert len(two["rng"]) == 2  # every rank's generators, for an exact resume
     for name, tensor in one["model"].items():
-        # Float sums in another order, through 12 Adam updates: agreement to ~1e-6.
+        # Float sums in another order, through 4 Adam updates: agreement to ~1e-6. Past the
+        # first update, Adam's steps depend on the gradients' sizes, not only their signs.
         torch.testing.assert_close(two["model"][name], tensor, rtol=1e-4, atol=1e-5)
 
 

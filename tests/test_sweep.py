@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import run_cli
+from cli_helpers import draw_one_heatmap, run_cli
 from sweep_helpers import BASE, SWEEP, write_sweep
 
 from seq2seq.checkpoint import RunDir, training_lock
@@ -157,6 +157,7 @@ def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):
     """2 cells x 2 seeds on the tiny corpus: in two shards (one run interrupted and
     resumed), then again with nothing left to do."""
     monkeypatch.chdir(tmp_path)
+    draw_one_heatmap(monkeypatch)
     path = write_sweep(
         tmp_path,
         base_config=load_config(toy / "run.yaml").to_dict(),
@@ -190,11 +191,10 @@ def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):
     assert err.count("finished, skipped") == 4 and "4 of 4 runs finished" in err
     assert last == {p: p.stat().st_mtime_ns for p in last}
     assert "| dot | 2 |" in out  # the table, on stdout
+    assert not list(root.glob(".report*"))  # the replaced report is cleaned up
 
     assert_runs_share_the_tokenizer(root, sweep)
     assert_report_is_complete(root / "report")
-    assert run_cli("sweep", "report", root) == 0
-    assert not list(root.glob(".report*"))  # the replaced report is cleaned up
     assert_committed_artefacts_rebuild_the_report(root, tmp_path / "kept")
     assert_run_equals_plain_training(root, sweep.runs[1], tmp_path / "alone")
 
@@ -222,7 +222,8 @@ def assert_committed_artefacts_rebuild_the_report(root: Path, kept: Path) -> Non
     heatmaps come from each run's best-attention.json once the checkpoints are gone."""
     dropped = ("checkpoints", "tokenizer", "tensorboard", "attention", "valid")
     shutil.copytree(root, kept, ignore=shutil.ignore_patterns(*dropped))
-    assert run_cli("sweep", "report", kept) == 0
+    assert run_cli("sweep", "report", kept) == 0  # over the copied report: replaced
+    assert not list(kept.glob(".report*"))
     for name in ("results.csv", "results.md", "attention.png", "bleu.png"):
         rebuilt, first = kept / "report" / name, root / "report" / name
         assert rebuilt.read_bytes() == first.read_bytes(), name
@@ -245,6 +246,7 @@ def assert_run_equals_plain_training(root: Path, run, alone: Path) -> None:
 
 def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
+    draw_one_heatmap(monkeypatch)
     path = write_sweep(
         tmp_path,
         base_config=load_config(toy / "run.yaml").to_dict(),
