@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from seq2seq.errors import UserError
@@ -14,6 +16,26 @@ def pick_device(name: str = "auto") -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
+
+
+def default_threads(processes: int = 1) -> int:
+    """The CPUs this process may use (its affinity mask, which `taskset`, cpusets and
+    container limits narrow; not every core of the machine), shared among `processes`."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (usable or 1) // processes)
+
+
+def use_threads(threads: int | None, processes: int = 1) -> int:
+    """Compute on `threads` CPU threads (None: `default_threads(processes)`); returns how
+    many. The count changes speed, not results beyond float rounding: a sum split over
+    more threads adds in another order, so the last bits of a result may differ."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
+        raise UserError(f"threads={threads!r}: give a whole number of CPU threads, 1 or more")
+    if threads is not None and threads < 1:
+        raise UserError(f"threads={threads}: give 1 or more CPU threads")
+    count = threads or default_threads(processes)
+    torch.set_num_threads(count)
+    return count
 
 
 def out_of_memory(error: BaseException) -> bool:

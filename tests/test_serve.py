@@ -105,6 +105,7 @@ def test_health_info_and_the_page(client, translator):
     assert info["model"]["attention"] == {"type": "bahdanau", "heads": 1}
     assert info["model"]["parameters"] == sum(p.numel() for p in translator.model.parameters())
     assert info["checkpoint"]["name"] == "best" and info["checkpoint"]["step"] > 0
+    assert info["threads"] == torch.get_num_threads()
     assert set(info["versions"]) >= {"seq2seq", "torch", "fastapi", "uvicorn", "python"}
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
@@ -196,7 +197,7 @@ def test_a_full_queue_is_503_and_a_slow_answer_504(trained):
 
 @pytest.fixture(scope="module")
 def server(trained):
-    process, url = start_server(trained, "--batch-wait-ms", "300")
+    process, url = start_server(trained, "--batch-wait-ms", "300", "--threads", "1")
     yield url
     process.terminate()
     process.wait(30)
@@ -219,6 +220,7 @@ def test_eight_concurrent_clients_are_answered_correctly_in_shared_batches(serve
     assert time.monotonic() - started < 30
     assert answers == [translator.translate([s])[0] for s in sentences]
     assert httpx2.get(server + "health").json()["batches"] - before < 8  # some were shared
+    assert httpx2.get(server + "info").json()["threads"] == 1  # as --threads says
 
 
 def test_sigterm_lets_the_request_in_flight_finish_and_refuses_new_ones(trained, translator):

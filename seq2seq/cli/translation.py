@@ -20,6 +20,7 @@ from seq2seq.cli.options import (
     Engine,
     LengthPenalty,
     Quantization,
+    Threads,
     device_name,
 )
 from seq2seq.errors import UserError
@@ -58,6 +59,7 @@ def translate(
     engine: Annotated[
         Engine, typer.Option(help="ctranslate2: a model that `seq2seq export` wrote")
     ] = Engine.torch,
+    threads: Threads = None,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
 
@@ -69,7 +71,7 @@ def translate(
     from seq2seq.decode.line_io import translate_file, translate_interactively
 
     options = _decoding(beam, length_penalty, batch_tokens)
-    translator = _translator(engine, run, checkpoint, device, alignments, options)
+    translator = _translator(engine, run, checkpoint, device, threads, alignments, options)
     if nbest > translator.decode.beam:
         raise UserError(f"--nbest {nbest} needs a beam at least as wide; pass --beam {nbest}")
     if input is None and sys.stdin is None:
@@ -92,14 +94,16 @@ def _translator(
     run: Path,
     checkpoint: str,
     device: Device | None,
+    threads: int | None,
     alignments: Path | None,
     options: dict,
 ) -> LineTranslator:
     from seq2seq.decode.translate import Translator
+    from seq2seq.device import use_threads
 
-    where = device_name(device)
+    where, count = device_name(device), use_threads(threads)
     if engine is Engine.torch:
-        return Translator.load(run, checkpoint, where, **options)
+        return Translator.load(run, checkpoint, where, threads=count, **options)
     from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
 
     if alignments is not None:
@@ -112,13 +116,7 @@ def _translator(
             "an exported model holds one checkpoint; pick it when exporting "
             "(seq2seq export --checkpoint) and leave out --checkpoint here"
         )
-    return CTranslate2Translator.load(run, where or "cpu", threads=_threads(), **options)
-
-
-def _threads() -> int:
-    import torch
-
-    return torch.get_num_threads()  # the PyTorch engine's default: compare like with like
+    return CTranslate2Translator.load(run, where or "cpu", threads=count, **options)
 
 
 @app.command()
@@ -154,6 +152,7 @@ def evaluate(
     length_penalty: LengthPenalty = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
+    threads: Threads = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Score a translation against --ref: BLEU, chrF and TER with sacrebleu signatures.
@@ -176,7 +175,7 @@ def evaluate(
                 "give one reference per source line"
             )
         options = _decoding(beam, length_penalty, batch_tokens)
-        translator = _translator(Engine.torch, run, checkpoint, device, None, options)
+        translator = _translator(Engine.torch, run, checkpoint, device, threads, None, options)
         hypotheses = translator.translate(sources, progress=True)
     scores = score_corpus(hypotheses, references)
     print(json.dumps(scores.to_dict()) if as_json else str(scores))
@@ -230,10 +229,12 @@ def serve(
     batch_wait_ms: Annotated[
         float, typer.Option(min=0.0, help="how long a batch waits for more requests")
     ] = 10.0,
+    threads: Threads = None,
 ) -> None:
     """Serve the model over HTTP: POST /translate, GET /health, GET /info, and a page at /
     that translates what you type and draws its attention. Stop with Ctrl-C or SIGTERM:
     requests in flight finish first."""
+    from seq2seq.device import use_threads
     from seq2seq.serve.schema import ServeLimits
     from seq2seq.serve.server import serve as run_server
 
@@ -245,4 +246,4 @@ def serve(
         batch_lines=batch_lines,
         batch_wait=batch_wait_ms / 1000,
     )
-    run_server(run, checkpoint, host, port, device_name(device), limits)
+    run_server(run, checkpoint, host, port, device_name(device), use_threads(threads), limits)

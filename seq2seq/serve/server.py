@@ -16,6 +16,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 from seq2seq.serve.schema import ServeLimits
@@ -60,6 +62,7 @@ def model_info(translator: Translator, limits: ServeLimits) -> dict[str, Any]:
         "max_source_pieces": translator.max_source,
         "limits": asdict(limits) | {"max_body": limits.max_body},
         "device": str(translator.device),
+        "threads": torch.get_num_threads(),
         "versions": {name: version(name) for name in ("seq2seq", "torch", "fastapi", "uvicorn")}
         | {"python": platform.python_version()},
     }
@@ -71,9 +74,11 @@ def serve(
     host: str,
     port: int,
     device: str | None,
+    threads: int,
     limits: ServeLimits,
 ) -> None:
-    """Serve a run's model at http://HOST:PORT/ until SIGTERM or SIGINT."""
+    """Serve a run's model at http://HOST:PORT/ until SIGTERM or SIGINT, decoding on
+    `threads` CPU threads."""
     require_server()
     import uvicorn
 
@@ -81,7 +86,7 @@ def serve(
 
     listener = listen(host, port)  # before loading: a port in use is found at once
     decoder = ThreadPoolExecutor(1, thread_name_prefix="decode")  # loads and decodes
-    translator = decoder.submit(Translator.load, run, checkpoint, device).result()
+    translator = decoder.submit(Translator.load, run, checkpoint, device, threads).result()
     app = create_app(translator, model_info(translator, limits), limits, decoder)
     config = uvicorn.Config(app, timeout_graceful_shutdown=int(limits.timeout) + 5)
     address = listener.getsockname()

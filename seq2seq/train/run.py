@@ -23,7 +23,7 @@ from seq2seq.config import Config, config_differences
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.decode.translate import Translator, max_source_pieces
-from seq2seq.device import check_precision, out_of_memory, pick_device
+from seq2seq.device import check_precision, out_of_memory, pick_device, use_threads
 from seq2seq.errors import ResourceError, UserError
 from seq2seq.evaluate import Scores, score_corpus
 from seq2seq.files import atomic_write_text
@@ -36,11 +36,12 @@ from seq2seq.train.logs import TensorBoardLog, setup_logging
 from seq2seq.train.trainer import Trainer
 
 # Fields that may change when a run is resumed: budgets, and what does not change the
-# parameters trained (logging, checkpoints kept, the guard on skipped updates, and the
-# sections only the test decode reads); never the model, the data or the arithmetic.
+# parameters trained (logging, checkpoints kept, the guard on skipped updates, the sections
+# only the test decode reads, and the CPU threads, which change speed and at most the
+# float rounding of sums); never the model, the data or the arithmetic.
 RESUMABLE_CHANGES = {
     "train.max_time", "train.max_steps", "train.max_epochs", "train.patience",
-    "train.log_every", "train.keep_best", "train.max_skipped_updates",
+    "train.log_every", "train.keep_best", "train.max_skipped_updates", "train.threads",
 }  # fmt: skip
 RESUMABLE_SECTIONS = ("decode.",)
 ONEDNN_KERNEL_CACHE = 64
@@ -226,9 +227,9 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
         log.info("resumed %s from step %d", run.root, trainer.progress.step)
     log.info(
         "model: %s with %s attention, %d parameters; source/target length ratio %.3f; "
-        "device %s; %d process(es); precision %s",
+        "device %s, %d CPU threads; %d process(es); precision %s",
         cfg.model.arch, cfg.model.attention.type, count_parameters(model), data.length_ratio,
-        device, world.size, cfg.train.precision,
+        device, torch.get_num_threads(), world.size, cfg.train.precision,
     )  # fmt: skip
     return trainer
 
@@ -274,7 +275,8 @@ def _write_run_files(
 
 def set_up_process(cfg: Config, world: World) -> torch.device:
     """This process's threads, kernel cache and random seeds; the device it trains on."""
-    torch.set_num_threads(cfg.train.threads or _cores_per_process(world))
+    on_this_machine = int(os.environ.get("LOCAL_WORLD_SIZE", world.size))  # torchrun's
+    use_threads(cfg.train.threads, on_this_machine)
     # oneDNN keeps every bf16 matmul kernel it builds, one per new batch shape, and with
     # the default of 1,024 the resident memory of a bf16 run grows by hundreds of MB over
     # its first few hundred updates. 64 bounds it for ~10% of speed; the variable is read
@@ -340,9 +342,3 @@ def _fit_and_test(trainer: Trainer) -> dict:
     )
     with StopSignals(at_once=during_test):
         return score_test_sets(cfg, run, translator, log)
-
-
-def _cores_per_process(world: World) -> int:
-    """The machine's cores shared among the processes torchrun started on it."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world.size))
-    return max(1, (os.cpu_count() or 1) // local)
