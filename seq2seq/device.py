@@ -29,10 +29,9 @@ def use_threads(threads: int | None, processes: int = 1) -> int:
     """Compute on `threads` CPU threads (None: `default_threads(processes)`); returns how
     many. The count changes speed, not results beyond float rounding: a sum split over
     more threads adds in another order, so the last bits of a result may differ."""
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
+    whole = isinstance(threads, int) and not isinstance(threads, bool)
+    if threads is not None and not (whole and threads >= 1):
         raise UserError(f"threads={threads!r}: give a whole number of CPU threads, 1 or more")
-    if threads is not None and threads < 1:
-        raise UserError(f"threads={threads}: give 1 or more CPU threads")
     count = threads or default_threads(processes)
     torch.set_num_threads(count)
     return count

@@ -9,7 +9,7 @@ import os
 
 # OpenMP threads that wait for work spin by default, and on a machine whose cores other
 # processes load, spinning threads take the cores from the threads that would compute:
-# training and translation ran 5-35x slower. Waiting threads sleep instead with the
+# two trainings side by side on 2 busy cores ran >14x slower. Waiting threads sleep instead with the
 # passive policy, which OpenMP reads once, when torch loads it, so it is set here, before
 # any command imports torch. A user's own setting wins (docs/troubleshooting.md).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
