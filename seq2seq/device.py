@@ -19,8 +19,8 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 def default_threads(processes: int = 1) -> int:
-    """The CPUs this process may use (its affinity mask, which `taskset`, cpusets and
-    container limits narrow; not every core of the machine), shared among `processes`."""
+    """The CPUs this process may use (its affinity mask, which `taskset` and cpusets
+    narrow; not every core of the machine), shared among `processes`."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, (usable or 1) // processes)
 
