@@ -20,7 +20,7 @@ demo: install
 	$(BIN)/seq2seq evaluate --run runs/demo --src data/toy/test.src --ref data/toy/test.tgt
 
 test: install
-	$(BIN)/pytest
+	$(BIN)/pytest -rs
 
 # The page of `seq2seq serve` in headless Chromium (Debian's package; root or sudo installs it).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -19,6 +20,25 @@ def pick_device(name: str = "auto") -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
+
+
+def default_threads(processes: int = 1) -> int:
+    """The CPUs this process may use (its affinity mask, which `taskset` and cpusets
+    narrow; not every core of the machine), shared among `processes`."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (usable or 1) // processes)
+
+
+def use_threads(threads: int | None, processes: int = 1) -> int:
+    """Compute on `threads` CPU threads (None: `default_threads(processes)`); returns how
+    many. The count changes speed, not results beyond float rounding: a sum split over
+    more threads adds in another order, so the last bits of a result may differ."""
+    whole = isinstance(threads, int) and not isinstance(threads, bool)
+    if threads is not None and not (whole and threads >= 1):
+        raise UserError(f"threads={threads!r}: give a whole number of CPU threads, 1 or more")
+    count = threads or default_threads(processes)
+    torch.set_num_threads(count)
+    return count
 
 
 def out_of_memory(error: BaseException) -> bool:

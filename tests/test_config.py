@@ -30,7 +30,7 @@ def test_defaults_and_overrides(tmp_path):
     assert cfg.train.max_steps == 7
     assert cfg.train.max_time == 5400.0
     assert cfg.data.test == ["x", "y"]
-    assert cfg.model.hidden_dim == 512  # a default from the schema
+    assert cfg.model.hidden_dim == 128  # a default from the schema
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,10 @@ def test_defaults_and_overrides(tmp_path):
         ("model.cell=transformer", ["model.cell", "'lstm' or 'gru'"]),
         ("model.arch=cnn", ["model.arch", "'rnn' or 'transformer'"]),
         ("model.norm=middle", ["model.norm", "'pre' or 'post'"]),
-        ("model.arch=transformer", ["embed_dim == hidden_dim", "256 and 512"]),
+        (
+            "model={arch: transformer, embed_dim: 64}",
+            ["embed_dim == hidden_dim", "64 and 128"],
+        ),
         (
             "model={arch: transformer, embed_dim: 30, hidden_dim: 30}",
             ["attention.heads = 4 must divide hidden_dim = 30"],
@@ -105,7 +108,7 @@ def test_yaml_round_trip_and_differences(tmp_path):
     again = load_config(write(tmp_path, cfg.to_yaml()))
     assert again == cfg
     other = load_config(write(tmp_path, cfg.to_yaml()), ["model.hidden_dim=64"])
-    assert config_differences(cfg, other) == [("model.hidden_dim", 512, 64)]
+    assert config_differences(cfg, other) == [("model.hidden_dim", 128, 64)]
 
 
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("25m", 1500), ("2h", 7200), (30, 30)])

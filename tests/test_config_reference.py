@@ -59,7 +59,7 @@ def test_the_config_command(tmp_path, capsys):
     assert run_cli("config", "--config", config, "--set", "decode.beam=3") == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["decode"]["beam"] == 3 and printed["model"]["cell"] == "gru"
-    assert printed["model"]["hidden_dim"] == 512  # a default, filled in
+    assert printed["model"]["hidden_dim"] == 128  # a default, filled in
     assert run_cli("config", "--markdown") == 0
     assert capsys.readouterr().out == markdown()
     assert run_cli("config", "--set", "decode.beam=3") == 2

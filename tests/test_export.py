@@ -62,11 +62,14 @@ def test_translate_with_the_engine_through_the_command_line(transformer, toy, tm
         assert (exported / name).is_file(), name
     source = tmp_path / "src.txt"
     source.write_text("".join(line + "\n" for line in ["", *read_lines(toy / "data/test.src")]))
-    out = tmp_path / "out.txt"
-    assert run_cli("translate", "--engine", "ctranslate2", "--run", exported, "-i", source,
-                   "-o", out, "--beam", "2") == 0  # fmt: skip
-    lines = out.read_text().splitlines()
-    assert len(lines) == 11 and lines[0] == "" and any(lines[1:])
+    outputs = []
+    for threads in ("1", "2"):  # CTranslate2's intra_threads: the speed, not the output
+        out = tmp_path / f"out{threads}.txt"
+        assert run_cli("translate", "--engine", "ctranslate2", "--run", exported, "-i", source,
+                       "-o", out, "--beam", "2", "--threads", threads) == 0  # fmt: skip
+        outputs.append(out.read_text().splitlines())
+    lines = outputs[0]
+    assert len(lines) == 11 and lines[0] == "" and any(lines[1:]) and outputs[1] == lines
 
 
 def test_unexportable_runs_and_bad_uses_are_one_line(trained, transformer, tmp_path, capsys):

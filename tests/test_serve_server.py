@@ -33,7 +33,7 @@ def translator(trained) -> Translator:
 @pytest.fixture(scope="module")
 def server(trained):
     process, url = start_server(
-        trained, "--batch-wait-ms", "300", "--read-timeout", str(READ_TIMEOUT)
+        trained, "--batch-wait-ms", "300", "--read-timeout", str(READ_TIMEOUT), "--threads", "1"
     )
     yield url
     process.terminate()
@@ -61,6 +61,7 @@ def test_eight_concurrent_clients_are_answered_correctly_in_shared_batches(serve
     assert time.monotonic() - started < 30
     assert answers == [translator.translate([s])[0] for s in sentences]
     assert httpx2.get(server + "health").json()["batches"] - before < 8  # some were shared
+    assert httpx2.get(server + "info").json()["threads"] == 1  # as --threads says
 
 
 def test_a_line_the_tokenizer_cannot_read_fails_its_own_request_and_no_other(server, translator):

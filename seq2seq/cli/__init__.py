@@ -5,7 +5,16 @@ the commands add themselves to it: `training.py` (train, config, average, sweep)
 `translation.py` (translate, evaluate, export, plot-attention, serve).
 """
 
-from seq2seq.cli import training, translation  # noqa: F401  (they add the commands)
-from seq2seq.cli.app import app, main
+import os
+
+# OpenMP threads that wait for work spin by default, and on a machine whose cores other
+# processes load, spinning threads take the cores from the threads that would compute:
+# two trainings side by side on 2 busy cores ran >14x slower. Waiting threads sleep instead with the
+# passive policy, which OpenMP reads once, when torch loads it, so it is set here, before
+# any command imports torch. A user's own setting wins (docs/troubleshooting.md).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from seq2seq.cli import training, translation  # noqa: E402, F401  (they add the commands)
+from seq2seq.cli.app import app, main  # noqa: E402
 
 __all__ = ["app", "main"]

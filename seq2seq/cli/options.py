@@ -47,6 +47,14 @@ BatchTokens = Annotated[
 DeviceChoice = Annotated[
     Device | None, typer.Option(help="where to compute; default: the run's train.device")
 ]
+Threads = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="CPU threads; default: the CPUs this process may use (on a shared machine, "
+        "fewer: docs/troubleshooting.md)",
+    ),
+]
 Overrides = Annotated[
     list[str] | None,
     typer.Option(

@@ -20,6 +20,7 @@ from seq2seq.cli.options import (
     Engine,
     LengthPenalty,
     Quantization,
+    Threads,
     device_name,
 )
 from seq2seq.errors import UserError
@@ -79,6 +80,7 @@ def translate(
     engine: Annotated[
         Engine, typer.Option(help="ctranslate2: a model that `seq2seq export` wrote")
     ] = Engine.torch,
+    threads: Threads = None,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
 
@@ -89,7 +91,7 @@ def translate(
     """
     options = _decoding(beam, length_penalty, batch_tokens)
     with _within_memory(beam, batch_tokens):
-        translator = _translator(engine, run, checkpoint, device, alignments, options)
+        translator = _translator(engine, run, checkpoint, device, threads, alignments, options)
         _translate_input(translator, input, output, nbest, alignments)
 
 
@@ -125,14 +127,16 @@ def _translator(
     run: Path,
     checkpoint: str,
     device: Device | None,
+    threads: int | None,
     alignments: Path | None,
     options: dict,
 ) -> LineTranslator:
     from seq2seq.decode.translate import Translator
+    from seq2seq.device import use_threads
 
-    where = device_name(device)
+    where, count = device_name(device), use_threads(threads)
     if engine is Engine.torch:
-        return Translator.load(run, checkpoint, where, **options)
+        return Translator.load(run, checkpoint, where, threads=count, **options)
     from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
 
     if alignments is not None:
@@ -145,13 +149,7 @@ def _translator(
             "an exported model holds one checkpoint; pick it when exporting "
             "(seq2seq export --checkpoint) and leave out --checkpoint here"
         )
-    return CTranslate2Translator.load(run, where or "cpu", threads=_threads(), **options)
-
-
-def _threads() -> int:
-    import torch
-
-    return torch.get_num_threads()  # the PyTorch engine's default: compare like with like
+    return CTranslate2Translator.load(run, where or "cpu", threads=count, **options)
 
 
 @app.command()
@@ -187,6 +185,7 @@ def evaluate(
     length_penalty: LengthPenalty = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
+    threads: Threads = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Score a translation against --ref: BLEU, chrF and TER with sacrebleu signatures.
@@ -212,7 +211,7 @@ def evaluate(
             )
         options = _decoding(beam, length_penalty, batch_tokens)
         with _within_memory(beam, batch_tokens):
-            translator = _translator(Engine.torch, run, checkpoint, device, None, options)
+            translator = _translator(Engine.torch, run, checkpoint, device, threads, None, options)
             hypotheses = translator.translate(sources, progress=True)
     scores = score_corpus(hypotheses, references)
     print(json.dumps(scores.to_dict()) if as_json else str(scores))
@@ -279,10 +278,12 @@ def serve(
         list[str] | None,
         typer.Option(help="a name the Host header may give besides --host (repeat; * for any)"),
     ] = None,
+    threads: Threads = None,
 ) -> None:
     """Serve the model over HTTP: POST /translate, GET /health, GET /info, and a page at /
     that translates what you type and draws its attention. Stop with Ctrl-C or SIGTERM:
     requests in flight finish first."""
+    from seq2seq.device import use_threads
     from seq2seq.serve.schema import ServeLimits
     from seq2seq.serve.server import serve as run_server
 
@@ -295,4 +296,7 @@ def serve(
         batch_wait=batch_wait_ms / 1000,
         read_timeout=read_timeout,
     )
-    run_server(run, checkpoint, host, port, device_name(device), limits, allowed_host or ())
+    run_server(
+        run, checkpoint, host, port, device_name(device), use_threads(threads), limits,
+        allowed_host or (),
+    )  # fmt: skip

@@ -200,12 +200,14 @@ class ModelConfig(Section):
 
     arch: Literal["rnn", "transformer"] = Field("rnn", description="the architecture")
     cell: Literal["lstm", "gru"] = Field("lstm", description="rnn: the recurrent cell")
-    embed_dim: PositiveInt = Field(256, description="embedding size")
-    hidden_dim: PositiveInt = Field(512, description="RNN state size; transformer: d_model")
+    # Sized for a CPU: a first result in minutes on a laptop (README, "Train on your own
+    # data"); the recipes in configs/ set larger models.
+    embed_dim: PositiveInt = Field(128, description="embedding size")
+    hidden_dim: PositiveInt = Field(128, description="RNN state size; transformer: d_model")
     encoder_layers: PositiveInt = Field(1, description="encoder layers")
     decoder_layers: PositiveInt = Field(1, description="decoder layers")
     bidirectional: bool = Field(True, description="rnn: a bidirectional encoder")
-    ff_dim: PositiveInt = Field(1024, description="transformer: feed-forward inner size")
+    ff_dim: PositiveInt = Field(512, description="transformer: feed-forward inner size")
     norm: Literal["pre", "post"] = Field("pre", description="transformer: layer-norm placement")
     dropout: float = Field(0.3, ge=0, lt=1, description="dropout probability")
     tied_embeddings: bool = Field(False, description="share target embedding and output layer")
@@ -328,7 +330,11 @@ class TrainConfig(Section):
     max_skipped_updates: PositiveInt = Field(
         10, description="stop after this many non-finite updates in a row"
     )
-    threads: PositiveInt | None = Field(None, description="CPU threads; default: all cores")
+    threads: PositiveInt | None = Field(
+        None,
+        description="CPU threads; default: the CPUs this process may use, shared among "
+        "torchrun's processes on the machine; may change on resume",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA if available")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32",

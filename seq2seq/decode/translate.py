@@ -19,7 +19,7 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
 from seq2seq.decode.inputs import check_line, check_lines, check_load_arguments, check_nbest
 from seq2seq.decode.search import Hypothesis, beam_search, output_limits
-from seq2seq.device import pick_device
+from seq2seq.device import pick_device, use_threads
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq, build_model
 
@@ -219,16 +219,21 @@ class Translator(LineTranslator):
         run_dir: str | Path,
         checkpoint: str = "best",
         device: str | None = None,
+        threads: int | None = None,
         **decode: Any,
     ) -> Translator:
         """The model of a trained run directory and its tokenizer.
 
         `checkpoint`: best, last, step-N or a .pt file. `device`: cpu, cuda or auto
-        (default: the run's train.device). `decode` sets fields of the run's decode section
-        for every call (beam, length_penalty, min_len, max_len_ratio, max_len_offset,
-        batch_tokens); a field given None keeps the run's value.
+        (default: the run's train.device). `threads`: the CPU threads of this process
+        (`torch.set_num_threads`; default: leave them as they are). `decode` sets fields
+        of the run's decode section for every call (beam, length_penalty, min_len,
+        max_len_ratio, max_len_offset, batch_tokens); a field given None keeps the run's
+        value.
         """
         check_load_arguments(run_dir, checkpoint, device)
+        if threads is not None:
+            use_threads(threads)
         origin, tokenizer, model = load_trained_model(RunDir(Path(run_dir)), str(checkpoint))
         cfg = origin.config
         decode_cfg = decode_options(cfg.decode, decode)

@@ -19,6 +19,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 from seq2seq.serve.schema import ServeLimits
@@ -63,6 +65,7 @@ def model_info(translator: Translator, limits: ServeLimits) -> dict[str, Any]:
         "max_source_pieces": translator.max_source,
         "limits": asdict(limits) | {"max_body": limits.max_body},
         "device": str(translator.device),
+        "threads": torch.get_num_threads(),
         "versions": {name: version(name) for name in ("seq2seq", "torch", "fastapi", "uvicorn")}
         | {"python": platform.python_version()},
     }
@@ -74,11 +77,13 @@ def serve(
     host: str,
     port: int,
     device: str | None,
+    threads: int,
     limits: ServeLimits,
     allowed: Sequence[str] = (),
 ) -> None:
-    """Serve a run's model at http://HOST:PORT/ until SIGTERM or SIGINT, to requests whose
-    Host header names HOST, its address or one of `allowed` (see `allowed_hosts`)."""
+    """Serve a run's model at http://HOST:PORT/ until SIGTERM or SIGINT, decoding on
+    `threads` CPU threads, to requests whose Host header names HOST, its address or one of
+    `allowed` (see `allowed_hosts`)."""
     require_server()
     import uvicorn
 
@@ -89,7 +94,7 @@ def serve(
     address = listener.getsockname()
     hosts = allowed_hosts(host, address[0], allowed)
     decoder = ThreadPoolExecutor(1, thread_name_prefix="decode")  # loads and decodes
-    translator = decoder.submit(Translator.load, run, checkpoint, device).result()
+    translator = decoder.submit(Translator.load, run, checkpoint, device, threads).result()
     app = create_app(translator, model_info(translator, limits), limits, decoder, hosts)
     config = uvicorn.Config(
         app,

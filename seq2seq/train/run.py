@@ -26,7 +26,13 @@ from seq2seq.checkpoint import (
 )
 from seq2seq.config import Config, config_differences
 from seq2seq.data.tokenizer import PAD_ID, SETTINGS, trained_settings
-from seq2seq.device import check_precision, out_of_memory, out_of_memory_reported, pick_device
+from seq2seq.device import (
+    check_precision,
+    out_of_memory,
+    out_of_memory_reported,
+    pick_device,
+    use_threads,
+)
 from seq2seq.errors import ResourceError, UserError
 from seq2seq.files import atomic_write_text
 from seq2seq.models import Seq2Seq, build_model, count_parameters
@@ -39,11 +45,13 @@ from seq2seq.train.scoring import score_test
 from seq2seq.train.trainer import Trainer
 
 # Fields that may change when a run is resumed: budgets, and what does not change the
-# parameters trained (logging, checkpoints kept, the guard on skipped updates, and the
-# sections only the test decode reads); never the model, the data or the arithmetic.
+# parameters trained (logging, checkpoints kept, the guard on skipped updates, the sections
+# only the test decode reads, and the CPU threads, which change speed and at most the
+# float rounding of sums); never the model, the data or the arithmetic.
 RESUMABLE_CHANGES = {
     "train.max_time", "train.max_steps", "train.max_epochs", "train.patience",
     "train.log_every", "train.keep_best", "train.max_skipped_updates", "train.test_checkpoint",
+    "train.threads",
 }  # fmt: skip
 RESUMABLE_SECTIONS = ("decode.",)
 ONEDNN_KERNEL_CACHE = 64
@@ -235,9 +243,9 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
         log.info("resumed %s from step %d", run.root, trainer.progress.step)
     log.info(
         "model: %s, %d parameters; %s; source/target length ratio %.3f; "
-        "device %s; %d process(es); precision %s",
+        "device %s, %d CPU threads; %d process(es); precision %s",
         cfg.model.arch, count_parameters(model), cfg.model.describe_attention(), data.length_ratio,
-        device, world.size, cfg.train.precision,
+        device, torch.get_num_threads(), world.size, cfg.train.precision,
     )  # fmt: skip
     return trainer
 
@@ -283,7 +291,8 @@ def _write_run_files(
 
 def set_up_process(cfg: Config, world: World) -> torch.device:
     """This process's threads, kernel cache and random seeds; the device it trains on."""
-    torch.set_num_threads(cfg.train.threads or _cores_per_process(world))
+    on_this_machine = int(os.environ.get("LOCAL_WORLD_SIZE", world.size))  # torchrun's
+    use_threads(cfg.train.threads, on_this_machine)
     # oneDNN keeps every bf16 matmul kernel it builds, one per new batch shape, and with
     # the default of 1,024 the resident memory of a bf16 run grows by hundreds of MB over
     # its first few hundred updates. 64 bounds it for ~10% of speed; the variable is read
@@ -338,9 +347,3 @@ def _fit_and_test(trainer: Trainer) -> dict:
         return {}
     atomic_write_text(run.summary, json.dumps(trainer.summary(), indent=2) + "\n")
     return score_test(trainer)
-
-
-def _cores_per_process(world: World) -> int:
-    """The machine's cores shared among the processes torchrun started on it."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world.size))
-    return max(1, (os.cpu_count() or 1) // local)

@@ -298,7 +298,8 @@ class Trainer:
                 progress.target_tokens += tokens
                 window.add(loss, tokens)
                 bar.update(1)
-                if progress.step % cfg.log_every == 0:
+                # The first update too: a new run says at once that it trains, and how fast.
+                if progress.step % cfg.log_every == 0 or progress.step == first_step + 1:
                     self.log_train(window, board)
                     bar.total = self.expected_last_step(len(batches), first_step)
                     bar.set_postfix(loss=f"{window.mean_loss:.3f}", tok_s=f"{window.speed:.0f}")
