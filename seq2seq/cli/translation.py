@@ -288,14 +288,9 @@ def serve(
     from seq2seq.serve.server import serve as run_server
 
     limits = ServeLimits(
-        max_lines=max_lines,
-        max_chars=max_chars,
-        timeout=timeout,
-        max_queue=max_queue,
-        batch_lines=batch_lines,
-        batch_wait=batch_wait_ms / 1000,
-        read_timeout=read_timeout,
-    )
+        max_lines=max_lines, max_chars=max_chars, timeout=timeout, max_queue=max_queue,
+        batch_lines=batch_lines, batch_wait=batch_wait_ms / 1000, read_timeout=read_timeout,
+    )  # fmt: skip
     run_server(
         run, checkpoint, host, port, device_name(device), use_threads(threads), limits,
         allowed_host or (),
