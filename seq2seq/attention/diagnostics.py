@@ -71,6 +71,7 @@ Measure = Callable[[Observation], tuple[Tensor, Tensor] | None]
 
 @dataclass(frozen=True)
 class Diagnostic:
+    heading: str  # its column in `seq2seq inspect`'s table
     measure: Measure
     reduce: Literal["mean", "max"] = "mean"
 
@@ -106,21 +107,24 @@ def _sink(o: Observation) -> tuple[Tensor, Tensor] | None:
 
 # The one table of diagnostics: a new one is one entry here (and a line in docs/attention.md).
 DIAGNOSTICS: dict[str, Diagnostic] = {
-    "entropy": Diagnostic(lambda o: (_entropy(o), o.queries)),
+    "entropy": Diagnostic("H nats", lambda o: (_entropy(o), o.queries)),
     "entropy_norm": Diagnostic(
-        lambda o: (_entropy(o) / o.real_keys.clamp(min=2).log(), o.queries & (o.real_keys > 1))
+        "H/ln n",
+        lambda o: (_entropy(o) / o.real_keys.clamp(min=2).log(), o.queries & (o.real_keys > 1)),
     ),
-    "max_weight": Diagnostic(lambda o: (_largest(o), o.queries)),
-    "saturated": Diagnostic(lambda o: ((_largest(o) > SATURATED).float(), o.queries)),
-    "energy_std": Diagnostic(lambda o: (_energy_std(o), o.queries)),
+    "max_weight": Diagnostic("max w", lambda o: (_largest(o), o.queries)),
+    "saturated": Diagnostic("w>0.9", lambda o: ((_largest(o) > SATURATED).float(), o.queries)),
+    "energy_std": Diagnostic("e std", lambda o: (_energy_std(o), o.queries)),
     "energy_max_abs": Diagnostic(
-        lambda o: (o.energies.abs().masked_fill(~o.keys_mask, 0).amax(-1), o.queries), "max"
+        "max|e|",
+        lambda o: (o.energies.abs().masked_fill(~o.keys_mask, 0).amax(-1), o.queries),
+        "max",
     ),
     "query_norm": Diagnostic(
-        lambda o: None if o.query is None else (o.query.norm(dim=-1), o.queries)
+        "|q|", lambda o: None if o.query is None else (o.query.norm(dim=-1), o.queries)
     ),
-    "key_norm": Diagnostic(_key_norms),
-    "sink_mass": Diagnostic(_sink),
+    "key_norm": Diagnostic("|k|", _key_norms),
+    "sink_mass": Diagnostic("sink", _sink),
 }
 
 
