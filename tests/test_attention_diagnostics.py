@@ -171,7 +171,8 @@ def test_training_with_diagnostics_equals_training_without_and_logs_every_valida
 
     on, off = tmp_path / "on", tmp_path / "off"
     budget = ["train.max_steps=6", "train.valid_every=3"]
-    assert train(toy, on, *budget) == 0
+    assert train(toy, on, "train.max_steps=3", "train.valid_every=3") == 0
+    assert train(toy, on, *budget) == 0  # resumed: the diagnostics at step 3 are kept
     assert train(toy, off, *budget, "train.attention_diagnostics=false") == 0
     last = [torch.load(run / "checkpoints/last.pt", weights_only=True) for run in (on, off)]
     assert identical(last[0]["model"], last[1]["model"])
