@@ -191,7 +191,7 @@ class SiteRecorder:
         heads = self.site.heads
 
         def split(x: Tensor) -> Tensor:
-            return x.view(x.size(0) // heads, heads, *x.shape[1:])
+            return x.reshape(x.size(0) // heads, heads, *x.shape[1:])
 
         with torch.no_grad():
             energies, weights = attention.energies_and_weights(
