@@ -187,3 +187,25 @@ def test_training_with_diagnostics_equals_training_without_and_logs_every_valida
     events = EventAccumulator(str(on / "tensorboard")).Reload()
     steps = [e.step for e in events.Scalars("attention_entropy_norm/decoder.attention")]
     assert steps == [3, 6]
+
+
+def test_bench_times_the_diagnostics_against_training_between_validations(toy):
+    import subprocess
+    import sys
+
+    from conftest import SCRIPTS
+
+    command = [sys.executable, str(SCRIPTS / "bench.py"), "diagnostics",
+               "--config", str(toy / "run.yaml"), "--steps", "2", "--repeats", "2",
+               "--threads", "1"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    row = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("{")))
+    between = row["update_s"] * row["valid_every"]
+    assert row["train_s_between_validations"] == pytest.approx(between, abs=0.1)
+    assert row["diagnostics_share_of_training"] == pytest.approx(
+        row["diagnostics_s"] / between,
+        rel=0.05,  # both rounded
+    )
+    low, high = row["diagnostics_s_range"]
+    assert 0 < low <= row["diagnostics_s"] <= high
