@@ -56,6 +56,7 @@ def test_the_report_averages_cross_attention_over_layers_and_seeds_at_the_best_s
         "decoder_layers.1.cross_attention": site("target", "source", 0.4, temperature=12.0),
     }
     finished_run(directory, sweep.run(cosine, 1), 10, {10: layers, 20: {}})
+    finished_run(directory, sweep.run(cosine, 2), 10, {10: layers})
 
     out = tmp_path / "report"
     out.mkdir()
@@ -64,8 +65,9 @@ def test_the_report_averages_cross_attention_over_layers_and_seeds_at_the_best_s
     heading, dot_row, cosine_row = (row(markdown, first) for first in ("cell", "dot", "cosine"))
     column = heading.index("entropy_norm")
     assert dot_row[1] == "2" and dot_row[column] == f"0.5 ± {statistics.stdev([0.6, 0.4]):.2g}"
-    assert cosine_row[1] == "1" and cosine_row[column] == "0.3"
-    assert cosine_row[heading.index("temperature")] == "10" and dot_row[-1] == "-"
+    assert cosine_row[1] == "2" and cosine_row[column] == "0.3 ± 0"
+    assert heading.count("temperature") == 1
+    assert cosine_row[heading.index("temperature")] == "10 ± 0" and dot_row[-1] == "-"
     assert dot_row[heading.index("entropy")] == "-"  # not in these summaries
     assert f"![attention diagnostics over updates]({CHART})" in markdown
 

@@ -103,7 +103,7 @@ def _table(results: SweepResults) -> list[str]:
                 at_best.append(found)
         if not at_best:
             continue
-        names += [n for v in at_best for n in v if n not in names]  # learned scales
+        names = list(dict.fromkeys([*names, *(n for v in at_best for n in v)]))  # + scales
         rows.append((result.cell.title, at_best))
     if not rows:
         return []
