@@ -110,7 +110,8 @@ def _table(results: SweepResults) -> list[str]:
     lines = [
         "## Attention diagnostics at the tested checkpoint",
         "",
-        "Each diagnostic (docs/attention.md) of the best checkpoint's last validation, "
+        "Each diagnostic (docs/attention.md) at the validation of the best checkpoint (the one "
+        "that translated the test sets), "
         "averaged over the cross-attention modules and heads: mean ± std over the seeds "
         "(- where the type has none).",
         "",
