@@ -1,4 +1,5 @@
-"""Fetch the Multi30k task-1 raw files (train, val, test_2016_flickr; de, en, fr).
+"""Fetch the Multi30k task-1 raw files (train, val and three test sets: test_2016_flickr,
+test_2017_flickr and test_2017_mscoco, the last out of domain; de, en, fr).
 
 By default they are downloaded from the official release; `--from DIR` copies them from
 a local copy holding the same `{split}.{lang}.gz` names. The corpus is never committed.
@@ -20,7 +21,7 @@ from seq2seq.data.corpus import read_lines
 from seq2seq.errors import UserError
 
 URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
-SPLITS = ("train", "val", "test_2016_flickr")
+SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
 LANGS = ("de", "en", "fr")
 TIMEOUT_S = 60
 
@@ -30,15 +31,23 @@ def file_names() -> list[str]:
 
 
 def _atomic_copy(source: BinaryIO, destination: Path) -> None:
-    """Stream a binary file object into `destination` via a temporary file and rename."""
+    """Stream a binary file object into `destination` via a temporary file and rename.
+    The file gets the mode a new file gets (0666 less the umask), not mkstemp's 0600."""
     fd, tmp = tempfile.mkstemp(prefix=f".{destination.name}.", dir=destination.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             shutil.copyfileobj(source, handle)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, destination)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
 
 
 def download(out: Path) -> None:

@@ -1,31 +1,76 @@
-"""Corpus-level BLEU, chrF and TER with their sacrebleu signatures; paired significance
-tests; BLEU by source length."""
+"""The metrics (BLEU, chrF, TER: one table, METRICS), corpus scores with their sacrebleu
+signatures, per-sentence statistics for resampling, BLEU by source length."""
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 
+import numpy as np
+import sacrebleu.metrics.base
 from sacrebleu.metrics import BLEU, CHRF, TER
-from sacrebleu.significance import PairedTest, Result
 
 from seq2seq.errors import UserError
 
 
 @dataclass(frozen=True)
+class Metric:
+    """A corpus metric of sacrebleu's, as every score, table and test of the project
+    reads it; METRICS lists them."""
+
+    key: str  # in scores.json, summaries and reports
+    title: str
+    make: Callable[[], sacrebleu.metrics.base.Metric]
+    higher_is_better: bool
+    signature_key: str  # its signature's key in scores.json
+
+    def sentence_statistics(self, hypotheses: list[str], references: list[str]) -> np.ndarray:
+        """(sentences, k): each sentence's sufficient statistics (n-gram matches, edits...),
+        whose sum over any sample of sentences gives that sample's corpus score."""
+        _check_aligned(hypotheses, references)
+        return np.array(self.make()._extract_corpus_statistics(hypotheses, [references]), float)
+
+    def score_sums(self, sums: np.ndarray) -> np.ndarray:
+        """(m, k) summed statistics -> (m,) corpus scores, by sacrebleu's own formula."""
+        metric = self.make()
+        return np.array([metric._compute_score_from_stats(list(row)).score for row in sums])
+
+
+METRICS = (
+    Metric("bleu", "BLEU", BLEU, True, "signature"),
+    Metric("chrf", "chrF", CHRF, True, "chrf_signature"),
+    # Edits per reference word, in percent: lower is better.
+    Metric("ter", "TER", TER, False, "ter_signature"),
+)
+
+
+@dataclass(frozen=True)
 class Scores:
-    bleu: float
-    chrf: float
-    ter: float  # edits per reference word, in percent: lower is better
-    signature: str  # BLEU's sacrebleu signature
-    chrf_signature: str
-    ter_signature: str
+    """A corpus's score and sacrebleu signature for each of METRICS, also read as
+    attributes named as in scores.json: `scores.bleu`, `scores.signature`."""
+
+    values: dict[str, float]  # metric key -> score
+    signatures: dict[str, str]  # metric key -> signature
+
+    def __getattr__(self, name: str) -> float | str:
+        # Through __dict__: copy and pickle ask for attributes before the fields are set.
+        found = self.__dict__.get("values", {}).get(name)
+        signature = next((m.key for m in METRICS if m.signature_key == name), None)
+        if found is None and signature is not None:
+            found = self.__dict__.get("signatures", {}).get(signature)
+        if found is None:
+            raise AttributeError(name)
+        return found
 
     def to_dict(self) -> dict[str, float | str]:
-        return asdict(self)
+        """scores.json's entry of a test set: the values, then the signatures."""
+        signatures = {m.signature_key: self.signatures[m.key] for m in METRICS}
+        return {**self.values, **signatures}
 
     def __str__(self) -> str:
-        return f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  TER {self.ter:.2f}  ({self.signature})"
+        values = "  ".join(f"{m.title} {self.values[m.key]:.2f}" for m in METRICS)
+        return f"{values}  ({self.signatures[METRICS[0].key]})"
 
 
 def _check_aligned(hypotheses: list[str], references: list[str]) -> None:
@@ -39,15 +84,12 @@ def _check_aligned(hypotheses: list[str], references: list[str]) -> None:
 def score_corpus(hypotheses: list[str], references: list[str]) -> Scores:
     """Score detokenized hypotheses against one detokenized reference each."""
     _check_aligned(hypotheses, references)
-    bleu, chrf, ter = BLEU(), CHRF(), TER()
-    return Scores(
-        bleu=round(bleu.corpus_score(hypotheses, [references]).score, 2),
-        chrf=round(chrf.corpus_score(hypotheses, [references]).score, 2),
-        ter=round(ter.corpus_score(hypotheses, [references]).score, 2),
-        signature=str(bleu.get_signature()),
-        chrf_signature=str(chrf.get_signature()),
-        ter_signature=str(ter.get_signature()),
-    )
+    values, signatures = {}, {}
+    for metric in METRICS:
+        scorer = metric.make()
+        values[metric.key] = round(scorer.corpus_score(hypotheses, [references]).score, 2)
+        signatures[metric.key] = str(scorer.get_signature())
+    return Scores(values, signatures)
 
 
 def length_buckets(edges: tuple[int, ...]) -> list[str]:
@@ -76,44 +118,3 @@ def bleu_by_source_length(
         bleu = round(BLEU().corpus_score(hypotheses, [pooled]).score, 2) if lines else None
         scores.append((len(lines), bleu))
     return scores
-
-
-@dataclass(frozen=True)
-class Significance:
-    """p-values of a system against a baseline on the same sentences (two-sided)."""
-
-    bleu_p: float
-    chrf_p: float
-    signature: str  # sacrebleu's BLEU signature of the test: resamples and seed
-
-
-def paired_bootstrap(
-    baseline: list[str], system: list[str], references: list[str], samples: int = 1000
-) -> Significance:
-    """sacrebleu's paired bootstrap resampling (Koehn, 2004) of `system` against `baseline`.
-
-    Both are resampled with the same sentence indices; p is the share of resamples whose
-    score difference is at least the observed one (after centring). sacrebleu fixes the
-    seed (12345 unless SACREBLEU_SEED says otherwise), so a table is reproducible; the
-    signature records it.
-    """
-    _check_aligned(baseline, references)
-    _check_aligned(system, references)
-    test = PairedTest(
-        [("baseline", baseline), ("system", system)],
-        {"BLEU": BLEU(), "chrF": CHRF()},
-        [references],
-        test_type="bs",
-        n_samples=samples,
-    )
-    signatures, results = test()
-    # Keyed by sacrebleu's metric names ("BLEU", "chrF2"), in the order given above.
-    bleu, chrf = (_p_value(*results[name]) for name in signatures)
-    return Significance(bleu_p=bleu, chrf_p=chrf, signature=str(next(iter(signatures.values()))))
-
-
-def _p_value(baseline: Result, system: Result) -> float:
-    # sacrebleu counts resampled differences strictly above the observed one, so equal
-    # scores (e.g. two systems that are both perfect on the toy task) would come out at
-    # p = 1 / (samples + 1), "significant"; no difference is never significant.
-    return 1.0 if system.score == baseline.score else system.p_value

@@ -2,13 +2,15 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import stat
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-LINES = {"train": 5, "val": 3, "test_2016_flickr": 2}
+LINES = {"train": 5, "val": 3, "test_2016_flickr": 2, "test_2017_flickr": 4, "test_2017_mscoco": 1}
 
 
 @pytest.fixture
@@ -37,6 +39,21 @@ def test_from_local_copy_copies_and_summarises(script, local_copy, tmp_path, cap
     assert "train: 5 lines" in printed
     assert "val: 3 lines" in printed
     assert "test_2016_flickr: 2 lines" in printed
+    assert "test_2017_flickr: 4 lines" in printed and "test_2017_mscoco: 1 lines" in printed
+
+
+def test_files_are_readable_as_the_umask_allows(script, local_copy, tmp_path) -> None:
+    out = tmp_path / "out"
+    old = os.umask(0o022)
+    try:
+        assert script.main(["--from", str(local_copy), "--out", str(out)]) == 0
+        modes = {stat.S_IMODE((out / name).stat().st_mode) for name in script.file_names()}
+        assert modes == {0o644}  # not mkstemp's 0600: readable by the group and others
+        os.umask(0o077)
+        assert script.main(["--from", str(local_copy), "--out", str(out)]) == 0
+        assert stat.S_IMODE((out / "train.de.gz").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
 
 
 def test_missing_local_file_is_a_one_line_error(script, local_copy, tmp_path, capsys) -> None:

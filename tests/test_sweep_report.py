@@ -1,5 +1,5 @@
-"""The sweep report on hand-made run directories: means and deviations over seeds,
-paired significance against the baseline, BLEU by source length, the tables."""
+"""The sweep report on hand-made run directories: means and deviations over seeds, the
+seed-aware comparison with the baseline, BLEU by source length, the tables, damaged runs."""
 
 from __future__ import annotations
 
@@ -10,12 +10,19 @@ from pathlib import Path
 
 import pytest
 from sacrebleu.metrics import BLEU, CHRF
-from sacrebleu.significance import PairedTest
 from sweep_helpers import write_sweep
 
+from seq2seq import evaluate
+from seq2seq.evaluate import Metric
+from seq2seq.significance import holm
 from seq2seq.sweep import SweepDir, load_sweep
+from seq2seq.sweep import report as report_module
+from seq2seq.sweep import results as results_module
+from seq2seq.sweep import tables as tables_module
+from seq2seq.sweep.directory import RunState
 from seq2seq.sweep.report import results_csv, results_markdown
-from seq2seq.sweep.results import collect
+from seq2seq.sweep.results import Spread, collect
+from seq2seq.sweep.tables import ranking
 
 REFERENCES = [f"sentence number {i} with some words in it" for i in range(30)]
 
@@ -81,6 +88,10 @@ def hand_made(tmp_path, monkeypatch):
     return sweep, collect(directory)
 
 
+def corpus_bleu(hypotheses: list[str]) -> float:
+    return BLEU().corpus_score(hypotheses, [REFERENCES]).score
+
+
 def test_report_aggregates_the_seeds_of_each_cell(hand_made):
     sweep, results = hand_made
     assert [c.cell for c in results.cells] == sweep.cells
@@ -88,32 +99,35 @@ def test_report_aggregates_the_seeds_of_each_cell(hand_made):
         ("attention.type=general,seed=2", "interrupted")
     ]
     base, best, single = results.cells
-    assert best.scores["test"]["bleu"].mean == pytest.approx(99.5)
-    assert best.scores["test"]["bleu"].std == pytest.approx(statistics.stdev([100.0, 99.0]))
-    assert base.scores["test"]["chrf"].mean == pytest.approx(31.5)
-    assert single.scores["test"]["bleu"].std is None  # one seed: no deviation
+    # Scored again from the hypotheses, every metric of the table.
+    assert set(best.scores["test"]) == {"bleu", "chrf", "ter"}
+    assert best.spread("test", "bleu") == Spread(pytest.approx(100.0), 0.0)
+    poor = [corpus_bleu(POOR[1]), corpus_bleu(POOR[2])]
+    assert base.spread("test", "bleu").mean == pytest.approx(statistics.mean(poor))
+    assert base.spread("test", "bleu").std == pytest.approx(statistics.stdev(poor))
+    assert single.spread("test", "bleu").std is None  # one seed: no deviation
     assert base.statistics["train_seconds"].mean == pytest.approx(15.0)
     # Both seeds' best step is the last (BLEU 20 and 24): perplexities e^4.6 and e^4.52.
     assert base.statistics["valid_ppl"].mean == pytest.approx((math.exp(4.6) + math.exp(4.52)) / 2)
     assert base.curve == [(10, statistics.mean([10.0, 6.0])), (20, 22.0)]
 
 
-def test_report_pairs_the_seeds_finished_in_both_cells(hand_made):
+def test_report_compares_each_cell_with_the_baseline_seed_by_seed(hand_made):
     _, results = hand_made
     base, best, single = results.cells
-    # The p-value is sacrebleu's paired bootstrap on both seeds' hypotheses concatenated.
-    test = PairedTest(
-        [("base", POOR[1] + POOR[2]), ("dot", REFERENCES * 2)],
-        {"BLEU": BLEU(), "chrF": CHRF()},
-        [REFERENCES * 2],
-        test_type="bs",
-        n_samples=1000,
-    )
-    expected = test()[1]["BLEU"][1].p_value
-    assert best.compared_seeds == [1, 2]
-    assert best.significance["test"].bleu_p == pytest.approx(expected) and expected < 0.05
-    assert single.compared_seeds == [1]  # general's seed 2 is not finished
-    assert base.significance == {}
+    assert base.comparisons == {}
+    bleu = best.comparisons["test"]["bleu"]
+    assert bleu.difference == pytest.approx(100.0 - base.spread("test", "bleu").mean)
+    assert (bleu.wins, bleu.paired, bleu.seeds) == (2, 2, (2, 2))
+    assert bleu.low <= bleu.difference <= bleu.high
+    assert not bleu.decidable and not bleu.significant  # 2 vs 2 seeds
+    ter = best.comparisons["test"]["ter"]
+    assert ter.difference < 0 and ter.wins == 2  # fewer edits: better
+    one = single.comparisons["test"]["bleu"]
+    assert (one.paired, one.seeds) == (1, (2, 1))  # general's seed 2 is not finished
+    # Holm over the report's two comparisons per metric.
+    ps = [c.comparisons["test"]["bleu"].p for c in (best, single)]
+    assert [c.comparisons["test"]["bleu"].p_holm for c in (best, single)] == holm(ps)
     assert best.by_length["test"] == [(20, 100.0), (10, 100.0), (0, None), (0, None)]
     short = BLEU().corpus_score(POOR[1][:20] + POOR[2][:20], [REFERENCES[:20] * 2]).score
     assert base.by_length["test"][0] == (20, pytest.approx(short, abs=0.005))
@@ -121,16 +135,103 @@ def test_report_pairs_the_seeds_finished_in_both_cells(hand_made):
 
 def test_report_tables_show_the_aggregates(hand_made):
     _, results = hand_made
-    p = results.cells[1].significance["test"].bleu_p
+    bleu = results.cells[1].comparisons["test"]["bleu"]
+    mean = results.cells[0].spread("test", "bleu")
     table = results_markdown(results)
-    assert "| bahdanau (baseline) | 2 | 22.00 ± 2.83 | baseline |" in table
-    assert f"| dot | 2 | 99.50 ± 0.71 | {p:.3f} * |" in table
-    assert "| general | 1 | 50.00 ± - |" in table
+    assert "## test\n" in table and "Checkpoint rule " in table
+    assert f"| bahdanau (baseline) | 2 | {mean.mean:.2f} ± {mean.std:.2f} | baseline |" in table
+    interval = f"{bleu.difference:+.2f} [{bleu.low:+.2f}, {bleu.high:+.2f}]"
+    assert (
+        f"| dot | 2 | 100.00 ± 0.00 | {interval} | {bleu.p:.3f} ({bleu.p_holm:.3f}) † | 2/2 |"
+        in table
+    )
+    assert "| BLEU | Δ BLEU [95% CI] | p (Holm) | wins | chrF |" in table
+    assert "(its smallest: 2 vs 1 seeds 0.67, 2 vs 2 seeds 0.33)" in table
+    assert "| general | 1 | " in table
     assert "| best step | valid ppl | train s |" in table
     assert f"| 20 | {math.exp(4.0):.2f} | 10 |" in table  # general: BLEU 50 at step 20
     assert "`attention.type=general,seed=2`: interrupted" in table
     assert "| cell | 1-9 (20) | 10-14 (10) | 15-19 (0) | 20+ (0) |" in table
     assert "| dot | 100.00 | 100.00 | - | - |" in table
+    assert "One test set" in table
     rows = results_csv(results).splitlines()
     assert rows[0].startswith("model.attention.type,baseline,seeds,test_bleu_mean,test_bleu_std")
-    assert rows[1].startswith("bahdanau,True,1 2,22.0,2.8284,,31.5,")
+    assert "test_ter_p_holm,test_ter_wins,best_step" in rows[0]
+    assert rows[1].startswith(f"bahdanau,True,1 2,{round(mean.mean, 4)},{round(mean.std, 4)},,")
+
+
+DAMAGE = {  # what breaks a finished run's files -> the problem the report names
+    "scores.json cut short": ("test/scores.json", '{"test": {"bleu"', "scores.json cannot be read"),
+    "scores.json an empty list": ("test/scores.json", "[]", "has no scores of test set test"),
+    "summary.json cut short": ("summary.json", '{"steps": 1', "summary.json cannot be read"),
+    "summary.json without its fields": ("summary.json", "{}", "summary.json: "),
+    "test.hyp truncated": ("test/test.hyp", "one line\n", "test.hyp has 1 lines, not one per"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_run_is_named_left_out_and_redone(hand_made, damage):
+    sweep, _ = hand_made
+    directory = SweepDir(Path("sweep"))
+    file, text, problem = DAMAGE[damage]
+    run = sweep.run(sweep.cells[1], 2)  # dot, seed 2
+    (directory.run(run).root / file).write_text(text)
+    assert directory.state(run) is RunState.DAMAGED  # not finished: the sweep redoes it
+    results = collect(directory)
+    [(damaged, found)] = results.damaged
+    assert damaged == run and problem in found and str(directory.run(run).root) in found
+    dot = results.cells[1]
+    assert dot.seeds == [1]  # the rest is still reported
+    assert dot.comparisons["test"]["bleu"].seeds == (2, 1)
+    table = results_markdown(results)
+    assert "4 of 6 runs finished" in table and "## Damaged" in table
+    assert f"- `{run.name}`: " in table and "delete the run directories named" in table
+
+
+def test_every_table_derives_from_the_metrics_table(hand_made, monkeypatch):
+    """Adding a metric is one entry of evaluate.METRICS: scores, comparisons, both tables
+    and the CSV all follow it."""
+    extended = (*evaluate.METRICS, Metric("chrfpp", "chrF++", chrf_pp, True, "chrfpp_signature"))
+    for module in (evaluate, results_module, report_module, tables_module):
+        monkeypatch.setattr(module, "METRICS", extended)
+    assert "chrfpp" in evaluate.score_corpus(REFERENCES, REFERENCES).to_dict()
+    results = collect(SweepDir(Path("sweep")))
+    dot = results.cells[1]
+    assert dot.spread("test", "chrfpp").mean == pytest.approx(100.0)
+    assert dot.comparisons["test"]["chrfpp"].wins == 2
+    assert "| chrF++ | Δ chrF++ [95% CI] | p (Holm) | wins |" in results_markdown(results)
+    assert "test_chrfpp_mean" in results_csv(results).splitlines()[0]
+
+
+def chrf_pp() -> CHRF:
+    return CHRF(word_order=2)
+
+
+def test_the_last_checkpoints_scores_stand_beside_the_rules(hand_made):
+    sweep, results = hand_made
+    table = results_markdown(results)
+    assert "Checkpoint rule (`train.test_checkpoint`)" in table
+    assert "`best` (the best by validation bleu)" in table
+    assert "| test BLEU, last checkpoint | best step |" in table
+    assert results.cells[1].last_bleu["test"] is None  # best step 20 of 100: last unknown
+    directory = SweepDir(Path("sweep"))
+    for seed, bleu in ((1, 90.0), (2, 80.0)):
+        last = directory.run(sweep.run(sweep.cells[1], seed)).test / "last"
+        last.mkdir()
+        (last / "scores.json").write_text(json.dumps({"test": {"bleu": bleu}}))
+    dot = collect(directory).cells[1]
+    assert dot.last_bleu["test"] == Spread(85.0, statistics.stdev([90.0, 80.0]))
+
+
+def test_the_report_says_whether_the_ranking_holds_across_test_sets(hand_made):
+    _, results = hand_made
+    base, dot, _ = results.cells
+    results.test_sets.append("other")
+    for cell in results.cells:
+        cell.scores["other"] = dict(cell.scores["test"])
+    assert ranking(results) == "The ranking by mean BLEU is the same on all 2 test sets."
+    base.scores["other"], dot.scores["other"] = dot.scores["test"], base.scores["test"]
+    assert ranking(results) == (
+        "The ranking by mean BLEU differs between the test sets: "
+        "test: dot > general > bahdanau; other: bahdanau > general > dot."
+    )

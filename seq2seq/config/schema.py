@@ -317,6 +317,12 @@ class TrainConfig(Section):
     metric: Literal["bleu", "chrf", "loss"] = Field(
         "bleu", description="what picks the best checkpoint and early stopping"
     )
+    test_checkpoint: Literal["best", "last", "average"] = Field(
+        "best",
+        description="the checkpoint that translates the test sets: best (by metric), last, or "
+        "average (the mean of the kept step-N checkpoints, the keep_best best by metric); "
+        "the last one's test scores are also kept, in test/last/",
+    )
     patience: PositiveInt | None = Field(10, description="early stopping, in validations")
     keep_best: PositiveInt = Field(3, description="step-N checkpoints kept, the best by metric")
     max_skipped_updates: PositiveInt = Field(

@@ -11,14 +11,18 @@ could write at the same time is written under a unique temporary name and rename
 from __future__ import annotations
 
 import enum
+import json
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from seq2seq.checkpoint import RunDir
-from seq2seq.config import Config, flatten
+from seq2seq.config import Config, describe_validation_error, flatten
+from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.data.training_corpus import read_training_pairs, tokenize_training_pairs
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text, publish_directory
@@ -26,9 +30,52 @@ from seq2seq.sweep.spec import Run, Sweep, SweepDefinition, expand, read_definit
 
 
 class RunState(enum.Enum):
-    FINISHED = "finished"  # test/scores.json written
+    FINISHED = "finished"  # test/scores.json written, and every file of it readable
+    DAMAGED = "damaged"  # test/scores.json written, but a file of it unreadable: redone
     INTERRUPTED = "interrupted"  # a checkpoint to resume from, no scores
     NOT_STARTED = "not started"
+
+
+class Validation(BaseModel):
+    step: int
+    bleu: float
+    chrf: float
+    loss: float
+
+
+class Summary(BaseModel):
+    """The fields of a finished run's summary.json that reports read."""
+
+    steps: int
+    best_step: int
+    train_seconds: float
+    target_tokens_per_s: float
+    parameters: int
+    validations: list[Validation] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _best_was_validated(self) -> Summary:
+        if self.best_step not in {point.step for point in self.validations}:
+            raise ValueError(f"best_step {self.best_step} is no validation's step")
+        return self
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    root: RunDir
+    summary: Summary
+    hypotheses: dict[str, list[str]]  # test set name -> its translations, a line each
+    # Test set name -> the scores of the last checkpoint (test/last/scores.json), where the
+    # test sets were translated with another one; runs trained before that lack them.
+    last_scores: dict[str, dict[str, float]]
+
+
+class NotFinished(Exception):
+    """A run that has no readable results: its state, and what is wrong where DAMAGED."""
+
+    def __init__(self, state: RunState, problem: str = "") -> None:
+        super().__init__(problem or state.value)
+        self.state = state
 
 
 class SweepDir:
@@ -47,7 +94,24 @@ class SweepDir:
         return RunDir(self.root / "runs" / run.name)
 
     def state(self, run: Run) -> RunState:
-        return run_state(self.run(run))
+        try:
+            self.finished(run)
+        except NotFinished as not_finished:
+            return not_finished.state
+        return RunState.FINISHED
+
+    def finished(self, run: Run) -> FinishedRun:
+        """The run's results, checked readable: raises NotFinished (DAMAGED naming the
+        file and the problem where test/scores.json is there but a file is not right)."""
+        run_dir = self.run(run)
+        state = run_state(run_dir)
+        if state is not RunState.FINISHED:
+            raise NotFinished(state)
+        try:
+            return read_finished(run_dir, run.config)
+        except (OSError, ValueError, ValidationError) as error:
+            problem = str(error).splitlines()[0]
+            raise NotFinished(RunState.DAMAGED, problem) from None
 
     def load(self) -> Sweep:
         return expand(read_definition(self.definition), self.definition)
@@ -90,6 +154,48 @@ def run_state(run: RunDir) -> RunState:
     if run.checkpoint("last").is_file() or run.checkpoint("previous").is_file():
         return RunState.INTERRUPTED
     return RunState.NOT_STARTED
+
+
+def read_finished(run: RunDir, cfg: Config) -> FinishedRun:
+    """Read what a finished run wrote; a file that cannot be read raises OSError or
+    ValueError naming it."""
+    scores = _read_json(run.test / "scores.json")
+    summary = _read_json(run.summary)
+    hypotheses = {}
+    for prefix in cfg.data.test:
+        name = Path(prefix).name
+        if not isinstance(scores, dict) or not isinstance(scores.get(name), dict):
+            raise ValueError(f"{run.test / 'scores.json'} has no scores of test set {name}")
+        path = run.test_hypotheses(name)
+        try:
+            lines = read_lines(path)
+        except UserError as error:  # missing, not UTF-8: the run's file, not the data
+            raise ValueError(str(error)) from None
+        expected = len(read_lines(corpus_path(prefix, cfg.data.tgt)))
+        if len(lines) != expected:
+            raise ValueError(
+                f"{path} has {len(lines)} lines, not one per test sentence ({expected}): truncated"
+            )
+        hypotheses[name] = lines
+    last = run.test / "last" / "scores.json"
+    last_scores = _read_json(last) if last.is_file() else {}
+    if not isinstance(last_scores, dict) or not all(map(_is_mapping, last_scores.values())):
+        raise ValueError(f"{last} is not a mapping of test sets to scores")
+    try:
+        return FinishedRun(run, Summary.model_validate(summary), hypotheses, last_scores)
+    except ValidationError as error:
+        raise ValueError(f"{run.summary}: {describe_validation_error(error, Summary)}") from None
+
+
+def _is_mapping(value: object) -> bool:
+    return isinstance(value, dict)
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path} cannot be read ({type(error).__name__}: {error})") from None
 
 
 def shared_tokenizer(cfg: Config, seed: int, directory: Path) -> Path:

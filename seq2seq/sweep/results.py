@@ -1,30 +1,38 @@
-"""What a sweep's finished runs say, cell by cell: test scores over seeds, significance
-against the baseline, BLEU by source length, training statistics and validation curves.
+"""What a sweep's finished runs say, cell by cell: each metric of each test set per seed,
+the comparison with the baseline (seed-aware, see seq2seq.significance), BLEU by source
+length, training statistics and validation curves.
 
-Significance is sacrebleu's paired bootstrap resampling of a cell against the baseline
-on the concatenation of the seeds finished in both: the cell's seed-k hypotheses are
-paired with the baseline's seed-k ones, and the references repeat once per seed. One test
-over all seeds pools the seeds' variation into a single p-value per test set.
+Every metric of `evaluate.METRICS` is computed again from the runs' hypotheses, as
+sentence statistics that the bootstrap resamples. Holm's adjustment runs over every
+comparison of the report on one metric: each cell against the baseline on each test set.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from seq2seq.checkpoint import RunDir
+import numpy as np
+
 from seq2seq.config import Config
 from seq2seq.data.corpus import corpus_path, read_lines
-from seq2seq.evaluate import Significance, bleu_by_source_length, paired_bootstrap
-from seq2seq.sweep.directory import RunState, SweepDir
+from seq2seq.evaluate import METRICS, bleu_by_source_length
+from seq2seq.significance import (
+    Comparison,
+    Resampled,
+    compare,
+    holm,
+    resample_system,
+    sentence_resamples,
+)
+from seq2seq.sweep.directory import FinishedRun, NotFinished, RunState, Summary, SweepDir
 from seq2seq.sweep.spec import Cell, Run, Sweep
 from seq2seq.train.loss import perplexity
 
-SAMPLES = 1000  # bootstrap resamples, sacrebleu's default
-ALPHA = 0.05  # p below this is marked significant
+SAMPLES = 1000  # bootstrap resamples
+SEED = 12345  # of the resamples, so that a report rebuilt from the same runs is the same
 # Per-run figures averaged over seeds, in table order (see run_statistics).
 STATISTICS = ("best_step", "valid_ppl", "train_seconds", "target_tokens_per_s", "parameters")
 LENGTH_EDGES = (10, 15, 20)  # source-length buckets in words: 1-9, 10-14, 15-19, 20+
@@ -45,19 +53,25 @@ class Spread:
 @dataclass
 class CellResult:
     cell: Cell
-    runs: dict[int, RunDir]  # finished runs by seed
-    scores: dict[str, dict[str, Spread]]  # test set -> {"bleu", "chrf"}
+    runs: dict[int, FinishedRun]  # finished runs by seed
     statistics: dict[str, Spread]  # STATISTICS
     curve: list[tuple[int, float]]  # (step, validation BLEU averaged over the seeds)
-    # Test set -> the paired test against the baseline; none for the baseline itself.
-    significance: dict[str, Significance] = field(default_factory=dict)
-    compared_seeds: list[int] = field(default_factory=list)
+    # Test set -> metric key -> the seeds' scores, observed and resampled.
+    scores: dict[str, dict[str, Resampled]] = field(default_factory=dict)
+    # Test set -> metric key -> the comparison with the baseline; none for the baseline.
+    comparisons: dict[str, dict[str, Comparison]] = field(default_factory=dict)
     # Test set -> (sentences, BLEU of the seeds' hypotheses pooled) per LENGTH_EDGES bucket.
     by_length: dict[str, list[tuple[int, float | None]]] = field(default_factory=dict)
+    # Test set -> BLEU of the seeds' last checkpoints; None where a seed's is not known.
+    last_bleu: dict[str, Spread | None] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
         return list(self.runs)
+
+    def spread(self, name: str, metric: str) -> Spread | None:
+        scored = self.scores.get(name, {}).get(metric)
+        return None if scored is None else Spread.of([float(x) for x in scored.observed])
 
 
 @dataclass
@@ -65,116 +79,162 @@ class SweepResults:
     sweep: Sweep
     cells: list[CellResult]  # cells with a finished run, in grid order
     unfinished: list[tuple[Run, RunState]]
+    damaged: list[tuple[Run, str]]  # runs whose files cannot be read, and why
     test_sets: list[str]
 
     @property
     def baseline(self) -> CellResult | None:
         return next((c for c in self.cells if c.cell == self.sweep.baseline), None)
 
+    @property
+    def checkpoint_rules(self) -> list[str]:
+        """How the runs picked the checkpoint that translated the test sets."""
+        configs = [self.sweep.run(c.cell, s).config for c in self.cells for s in c.runs]
+        return list(dict.fromkeys(checkpoint_rule(cfg) for cfg in configs))
+
+
+def checkpoint_rule(cfg: Config) -> str:
+    """`train.test_checkpoint` in words."""
+    train = cfg.train
+    by = f"by validation {train.metric}"
+    return {
+        "best": f"`best` (the best {by})",
+        "last": "`last` (the last, after the whole budget)",
+        "average": f"`average` (the mean of the {train.keep_best} best step-N checkpoints {by})",
+    }[train.test_checkpoint]
+
 
 def collect(directory: SweepDir) -> SweepResults:
-    """Read every finished run of the sweep in `directory` and test each cell against the
-    baseline; runs not finished are listed, not read."""
+    """Read every finished run of the sweep in `directory`, score each test set and
+    compare each cell with the baseline; runs not finished or damaged are listed."""
     sweep = directory.load()
-    finished: dict[str, dict[int, RunDir]] = defaultdict(dict)
-    unfinished = []
+    finished: dict[str, dict[int, FinishedRun]] = defaultdict(dict)
+    unfinished, damaged = [], []
     for run in sweep.runs:
-        state = directory.state(run)
-        if state is RunState.FINISHED:
-            finished[run.cell.key][run.seed] = directory.run(run)
-        else:
-            unfinished.append((run, state))
+        try:
+            finished[run.cell.key][run.seed] = directory.finished(run)
+        except NotFinished as not_finished:
+            if not_finished.state is RunState.DAMAGED:
+                damaged.append((run, str(not_finished)))
+            else:
+                unfinished.append((run, not_finished.state))
     cells = [_cell_result(cell, finished[cell.key]) for cell in sweep.cells if finished[cell.key]]
-    test_sets = list(dict.fromkeys(name for c in cells for name in c.scores))
-    results = SweepResults(sweep, cells, unfinished, test_sets)
-    for result in cells:
-        _score_by_length(sweep, result)
-    baseline = results.baseline
-    if baseline is not None:
-        for result in cells:
-            if result is not baseline:
-                _compare(sweep, baseline, result)
+    names = [
+        Path(p).name for c in cells for s in c.runs for p in sweep.run(c.cell, s).config.data.test
+    ]
+    results = SweepResults(sweep, cells, unfinished, damaged, list(dict.fromkeys(names)))
+    for name in results.test_sets:
+        _score_test_set(results, name)
+    _adjust(results)
     return results
 
 
-def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _cell_result(cell: Cell, runs: dict[int, RunDir]) -> CellResult:
-    scores = [_read_json(run.test / "scores.json") for run in runs.values()]
-    summaries = [_read_json(run.summary) for run in runs.values()]
-    spreads: dict[str, dict[str, Spread]] = {}
-    for name in dict.fromkeys(name for score in scores for name in score):
-        found = [score[name] for score in scores if name in score]
-        spreads[name] = {m: Spread.of([s[m] for s in found]) for m in ("bleu", "chrf")}
+def _cell_result(cell: Cell, runs: dict[int, FinishedRun]) -> CellResult:
+    summaries = [run.summary for run in runs.values()]
     figures = [run_statistics(summary) for summary in summaries]
     by_step: dict[int, list[float]] = defaultdict(list)
     for summary in summaries:
-        for point in summary["validations"]:
-            by_step[point["step"]].append(point["bleu"])
+        for point in summary.validations:
+            by_step[point.step].append(point.bleu)
     return CellResult(
         cell=cell,
         runs=runs,
-        scores=spreads,
         statistics={k: Spread.of([f[k] for f in figures]) for k in STATISTICS},
         curve=[(step, statistics.mean(values)) for step, values in sorted(by_step.items())],
     )
 
 
-def run_statistics(summary: dict) -> dict[str, float]:
+def run_statistics(summary: Summary) -> dict[str, float]:
     """A run's STATISTICS from its summary.json: its fields, and the validation perplexity
     at the best step (the checkpoint that translated the test sets)."""
-    loss = {point["step"]: point["loss"] for point in summary["validations"]}
-    fields = {k: summary[k] for k in STATISTICS if k != "valid_ppl"}
-    return fields | {"valid_ppl": perplexity(loss[summary["best_step"]])}
+    loss = {point.step: point.loss for point in summary.validations}
+    fields = {k: getattr(summary, k) for k in STATISTICS if k != "valid_ppl"}
+    return fields | {"valid_ppl": perplexity(loss[summary.best_step])}
 
 
-def _compare(sweep: Sweep, baseline: CellResult, result: CellResult) -> None:
-    """The paired test of `result` against the baseline on each test set both scored, over
-    the seeds finished in both."""
-    seeds = [s for s in sweep.definition.seeds if s in baseline.runs and s in result.runs]
-    result.compared_seeds = seeds
-    if not seeds:
-        return
-    cfg = sweep.run(result.cell, seeds[0]).config
-    base_cfg = sweep.run(baseline.cell, seeds[0]).config
-    for name in result.scores:
-        prefix = _test_prefix(cfg, name)
-        if prefix is None or (prefix, cfg.data.tgt) != (
-            _test_prefix(base_cfg, name),
-            base_cfg.data.tgt,
-        ):
-            continue  # not the same sentences in both cells (the grid varies data.*)
-        references = read_lines(corpus_path(prefix, cfg.data.tgt))
-        result.significance[name] = paired_bootstrap(
-            _hypotheses(baseline, seeds, name),
-            _hypotheses(result, seeds, name),
-            references * len(seeds),
-            SAMPLES,
-        )
-
-
-def _score_by_length(sweep: Sweep, result: CellResult) -> None:
-    cfg = sweep.run(result.cell, result.seeds[0]).config
-    for name in result.scores:
+def _score_test_set(results: SweepResults, name: str) -> None:
+    """Every metric of test set `name` for each cell that has it, and each cell's
+    comparison with the baseline where both translated the same sentences. The resamples
+    are drawn in a fixed order from a fixed seed: a rebuilt report is the same."""
+    rng = np.random.default_rng(SEED)
+    counts: dict[int, np.ndarray] = {}  # by number of sentences: the same for every cell
+    sentences = {}  # cell -> the test set's (prefix, target language)
+    for result in results.cells:
+        cfg = _config(results.sweep, result)
         prefix = _test_prefix(cfg, name)
         if prefix is None:
             continue
+        sentences[result.cell] = (prefix, cfg.data.tgt)
+        references = read_lines(corpus_path(prefix, cfg.data.tgt))
+        if len(references) not in counts:
+            counts[len(references)] = sentence_resamples(len(references), SAMPLES, rng)
+        hypotheses = {seed: run.hypotheses[name] for seed, run in result.runs.items()}
+        result.scores[name] = {
+            metric.key: resample_system(
+                list(hypotheses),
+                [metric.sentence_statistics(h, references) for h in hypotheses.values()],
+                metric.score_sums,
+                counts[len(references)],
+            )
+            for metric in METRICS
+        }
+        result.last_bleu[name] = _last_bleu(results.sweep, result, name)
+        sources = read_lines(corpus_path(prefix, cfg.data.src))
         result.by_length[name] = bleu_by_source_length(
-            read_lines(corpus_path(prefix, cfg.data.src)),
-            [read_lines(run.test_hypotheses(name)) for run in result.runs.values()],
-            read_lines(corpus_path(prefix, cfg.data.tgt)),
-            LENGTH_EDGES,
+            sources, list(hypotheses.values()), references, LENGTH_EDGES
         )
+    baseline = results.baseline
+    for result in results.cells:
+        if baseline is None or result is baseline or baseline.cell not in sentences:
+            continue
+        if sentences.get(result.cell) != sentences[baseline.cell]:
+            continue  # not the same sentences (the grid varies data.*)
+        result.comparisons[name] = {
+            m.key: compare(
+                baseline.scores[name][m.key], result.scores[name][m.key], rng, m.higher_is_better
+            )
+            for m in METRICS
+        }
+
+
+def _last_bleu(sweep: Sweep, result: CellResult, name: str) -> Spread | None:
+    """BLEU of the seeds' last checkpoints on test set `name`: test/last/scores.json, or the
+    test scores themselves where the checkpoint that translated them was the last."""
+    found = []
+    chosen = result.scores[name]["bleu"]
+    for seed, observed in zip(chosen.seeds, chosen.observed, strict=True):
+        run, train = result.runs[seed], sweep.run(result.cell, seed).config.train
+        is_last = train.test_checkpoint == "last" or (
+            train.test_checkpoint == "best" and run.summary.best_step == run.summary.steps
+        )
+        if name in run.last_scores:
+            found.append(float(run.last_scores[name]["bleu"]))
+        elif is_last:
+            found.append(float(observed))
+        else:
+            return None
+    return Spread.of(found)
+
+
+def _adjust(results: SweepResults) -> None:
+    """Holm's adjustment of each metric's p-values over every comparison of the report."""
+    for metric in METRICS:
+        family = [
+            (result, name)
+            for result in results.cells
+            for name, compared in result.comparisons.items()
+            if metric.key in compared
+        ]
+        adjusted = holm([result.comparisons[name][metric.key].p for result, name in family])
+        for (result, name), p in zip(family, adjusted, strict=True):
+            compared = result.comparisons[name]
+            compared[metric.key] = replace(compared[metric.key], p_holm=p)
+
+
+def _config(sweep: Sweep, result: CellResult) -> Config:
+    return sweep.run(result.cell, result.seeds[0]).config
 
 
 def _test_prefix(cfg: Config, name: str) -> str | None:
     """The `data.test` prefix whose hypotheses are test/NAME.hyp (see train.run)."""
     return next((prefix for prefix in cfg.data.test if Path(prefix).name == name), None)
-
-
-def _hypotheses(result: CellResult, seeds: list[int], name: str) -> list[str]:
-    """The test set NAME's translations of the given seeds, one after the other."""
-    runs = [result.runs[seed] for seed in seeds]
-    return [line for run in runs for line in read_lines(run.test_hypotheses(name))]

@@ -18,7 +18,13 @@ from pathlib import Path
 
 import torch
 
-from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
+from seq2seq.checkpoint import (
+    RunDir,
+    average_checkpoints,
+    load_checkpoint,
+    load_model_weights,
+    step_checkpoints,
+)
 from seq2seq.config import Config, config_differences
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.tokenizer import PAD_ID
@@ -40,7 +46,7 @@ from seq2seq.train.trainer import Trainer
 # sections only the test decode reads); never the model, the data or the arithmetic.
 RESUMABLE_CHANGES = {
     "train.max_time", "train.max_steps", "train.max_epochs", "train.patience",
-    "train.log_every", "train.keep_best", "train.max_skipped_updates",
+    "train.log_every", "train.keep_best", "train.max_skipped_updates", "train.test_checkpoint",
 }  # fmt: skip
 RESUMABLE_SECTIONS = ("decode.",)
 ONEDNN_KERNEL_CACHE = 64
@@ -103,9 +109,9 @@ def _check_same_run(run: RunDir, cfg: Config) -> None:
         )
 
 
-def score_test_sets(cfg: Config, run: RunDir, translator: Translator, log: logging.Logger) -> dict:
-    """Translate every `data.test` set into test/NAME.hyp and score them into
-    test/scores.json."""
+def score_test_sets(cfg: Config, out: Path, translator: Translator, log: logging.Logger) -> dict:
+    """Translate every `data.test` set into OUT/NAME.hyp and score them into
+    OUT/scores.json (OUT: the run's test/, or test/last/ for its last checkpoint)."""
     scores: dict[str, dict] = {}
     for prefix in cfg.data.test:
         corpus = read_parallel(prefix, cfg.data.src, cfg.data.tgt)
@@ -121,11 +127,11 @@ def score_test_sets(cfg: Config, run: RunDir, translator: Translator, log: loggi
                 translator.max_source,
             )
         result: Scores = score_corpus(hypotheses, corpus.tgt)
-        atomic_write_text(run.test_hypotheses(name), "".join(h + "\n" for h in hypotheses))
+        atomic_write_text(out / f"{name}.hyp", "".join(h + "\n" for h in hypotheses))
         scores[name] = result.to_dict()
-        log.info("test %s: %s", name, result)
+        log.info("test %s (%s): %s", name, out.name, result)
     if scores:
-        atomic_write_text(run.test / "scores.json", json.dumps(scores, indent=2) + "\n")
+        atomic_write_text(out / "scores.json", json.dumps(scores, indent=2) + "\n")
     return scores
 
 
@@ -328,8 +334,6 @@ def _fit_and_test(trainer: Trainer) -> dict:
     if not world.is_main:
         return {}
     atomic_write_text(run.summary, json.dumps(trainer.summary(), indent=2) + "\n")
-    best = run.resolve_checkpoint("best")
-    load_model_weights(trainer.model, load_checkpoint(best), cfg.model, best)
     translator = Translator(
         trainer.model, trainer.data.tokenizer, cfg.decode, trainer.device, max_source_pieces(cfg)
     )
@@ -338,8 +342,32 @@ def _fit_and_test(trainer: Trainer) -> dict:
         "during the test decode; training is finished and saved: "
         "run the same command again to score the test sets"
     )
+    rule = cfg.train.test_checkpoint
     with StopSignals(at_once=during_test):
-        return score_test_sets(cfg, run, translator, log)
+        if rule != "last":  # beside the chosen one, so a reader sees how much the rule matters
+            _load_test_weights(trainer, "last")
+            score_test_sets(cfg, run.test / "last", translator, log)
+        _load_test_weights(trainer, rule)  # its scores.json, written last, ends the run
+        return score_test_sets(cfg, run.test, translator, log)
+
+
+def _load_test_weights(trainer: Trainer, rule: str) -> None:
+    """Load the weights that `train.test_checkpoint` names into the trained model."""
+    run = trainer.run
+    if rule == "average":
+        kept = step_checkpoints(run)
+        if not kept:
+            raise UserError(
+                f"train.test_checkpoint=average: {run.checkpoints} keeps no step-N checkpoint "
+                "(none is saved before the first validation); use best or last"
+            )
+        path, state = run.checkpoints, average_checkpoints(kept)
+        trainer.log.info("testing the mean of %s", ", ".join(p.stem for p in kept))
+    else:
+        path = run.resolve_checkpoint(rule)
+        state = load_checkpoint(path)
+        trainer.log.info("testing %s (%s)", rule, path.name)
+    load_model_weights(trainer.model, state, trainer.cfg.model, path)
 
 
 def _cores_per_process(world: World) -> int:

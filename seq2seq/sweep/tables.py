@@ -1,0 +1,175 @@
+"""The tables of a sweep's report (results.md), each with the note that says what its
+numbers mean: a table per test set comparing every cell with the baseline, whether the
+ranking holds across test sets, the training table, BLEU by source length."""
+
+from __future__ import annotations
+
+from seq2seq.evaluate import METRICS, length_buckets
+from seq2seq.significance import ALPHA, Comparison, smallest_exact_p
+from seq2seq.sweep.results import (
+    LENGTH_EDGES,
+    SAMPLES,
+    STATISTICS,
+    CellResult,
+    Spread,
+    SweepResults,
+)
+from seq2seq.sweep.spec import format_value
+
+_HEADINGS = {  # STATISTICS in results.md
+    "best_step": "best step",
+    "valid_ppl": "valid ppl",
+    "train_seconds": "train s",
+    "target_tokens_per_s": "tokens/s",
+    "parameters": "parameters",
+}
+
+
+TRAINING_NOTE = (
+    "BLEU, last checkpoint: the test BLEU of each run's last checkpoint (mean ± standard "
+    "deviation over the seeds), beside the checkpoint rule's above, to show how much the "
+    "rule matters; - where a run translated the test sets with another checkpoint and kept "
+    "no scores of its last (runs trained before test/last/ was written). The other columns "
+    "are means over the seeds (summary.json); best step: the best validation step by "
+    "`train.metric`; valid ppl: the validation perplexity at that step."
+)
+
+
+def length_table(results: SweepResults, name: str) -> list[str]:
+    """A row per cell: BLEU of each source-length bucket of test set `name`."""
+    cells = [c for c in results.cells if name in c.by_length]
+    if not cells:
+        return []
+    counts = [count for count, _ in cells[0].by_length[name]]
+    buckets = [f"{b} ({n})" for b, n in zip(length_buckets(LENGTH_EDGES), counts, strict=True)]
+    lines = [
+        f"### {name}: BLEU by source length",
+        "",
+        "Source length in words (sentences per bucket); BLEU of the seeds' hypotheses pooled.",
+        "",
+        "| cell | " + " | ".join(buckets) + " |",
+        "|---|" + "---:|" * len(buckets),
+    ]
+    for result in cells:
+        scores = [bucket_bleu(result, name, i) for i in range(len(buckets))]
+        row = ["-" if b is None else f"{b:.2f}" for b in scores]
+        lines.append(f"| {result.cell.title} | " + " | ".join(row) + " |")
+    return [*lines, ""]
+
+
+def bucket_bleu(result: CellResult, name: str, bucket: int) -> float | None:
+    scored = result.by_length.get(name)
+    return scored[bucket][1] if scored else None
+
+
+def _cell_columns(results: SweepResults, result: CellResult) -> list[str]:
+    """The grid values of a cell (the baseline's marked) and its number of seeds."""
+    row = [format_value(v) for _, v in result.cell.values]
+    row[0] += " (baseline)" if result.cell == results.sweep.baseline else ""
+    return [*row, str(len(result.seeds))]
+
+
+def _table_head(results: SweepResults, columns: list[str]) -> list[str]:
+    fields = list(results.sweep.definition.grid)
+    heading = [*fields, "seeds", *columns]
+    return [
+        "| " + " | ".join(heading) + " |",
+        "|" + "---|" * len(fields) + "---:|" * (len(heading) - len(fields)),
+    ]
+
+
+def scores_table(results: SweepResults, name: str) -> list[str]:
+    """A row per cell that scored test set `name`: each metric's mean ± deviation over
+    the seeds and its comparison with the baseline."""
+    columns = []
+    for metric in METRICS:
+        columns += [metric.title, f"Δ {metric.title} [95% CI]", "p (Holm)", "wins"]
+    lines = _table_head(results, columns)
+    for result in results.cells:
+        if name not in result.scores:
+            continue
+        row = _cell_columns(results, result)
+        for metric in METRICS:
+            spread = result.spread(name, metric.key)
+            compared = result.comparisons.get(name, {}).get(metric.key)
+            row += [_spread(spread), *_comparison(results, result, compared)]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _spread(spread: Spread | None) -> str:
+    if spread is None:
+        return ""
+    return f"{spread.mean:.2f} ± {'-' if spread.std is None else f'{spread.std:.2f}'}"
+
+
+def _comparison(
+    results: SweepResults, result: CellResult, compared: Comparison | None
+) -> list[str]:
+    """Δ [CI], p (Holm) with its mark, wins: the columns of one metric's comparison."""
+    if result.cell == results.sweep.baseline:
+        return ["baseline", "", ""]
+    if compared is None:
+        return ["-", "-", "-"]
+    mark = " *" if compared.significant else "" if compared.decidable else " †"
+    return [
+        f"{compared.difference:+.2f} [{compared.low:+.2f}, {compared.high:+.2f}]",
+        f"{compared.p:.3f} ({compared.p_holm:.3f}){mark}",
+        f"{compared.wins}/{compared.paired}",
+    ]
+
+
+def how_to_read(results: SweepResults) -> str:
+    compared = [c for r in results.cells for by in r.comparisons.values() for c in by.values()]
+    family = len(compared) // len(METRICS)
+    undecidable = sorted({c.seeds for c in compared if not c.decidable})
+    seeds = ", ".join(f"{a} vs {b} seeds {smallest_exact_p(a, b):.2f}" for a, b in undecidable)
+    titles = ", ".join(m.title for m in METRICS)
+    lower = ", ".join(m.title for m in METRICS if not m.higher_is_better)
+    return (
+        f"{titles} (sacrebleu; {lower}: lower is better) of each run's test translations: "
+        "mean ± sample standard deviation over the cell's seeds (- with one seed). "
+        "Δ: the cell's mean minus the baseline's, with its 95% confidence interval. p: "
+        "two-sided, from a bootstrap that resamples both the seeds of each cell and the test "
+        f"sentences ({SAMPLES} resamples); in brackets, adjusted by Holm over the {family} "
+        f"comparisons with the baseline in this report on that metric; * marks an adjusted p "
+        f"below {ALPHA}. † marks a comparison its seeds cannot decide: with that few seeds "
+        f"even an exact test cannot give a p below {ALPHA} (its smallest: "
+        + (seeds or "none here")
+        + "), so it is called neither way. wins: the seeds in which the cell beats the "
+        "baseline's run of the same seed, of the seeds both finished."
+    )
+
+
+def ranking(results: SweepResults) -> str:
+    """Whether the cells rank alike, by the first metric's means, on every test set."""
+    metric = METRICS[0]
+    if len(results.test_sets) == 1:
+        return (
+            f"One test set: whether the ranking by {metric.title} holds on other sentences "
+            "cannot be checked here."
+        )
+    orders = {}
+    for name in results.test_sets:
+        cells = [c for c in results.cells if name in c.scores]
+        ranked = sorted(cells, key=lambda c: -c.spread(name, metric.key).mean)
+        orders[name] = " > ".join(c.cell.title for c in ranked)
+    if len(set(orders.values())) == 1:
+        return f"The ranking by mean {metric.title} is the same on all {len(orders)} test sets."
+    shown = "; ".join(f"{name}: {order}" for name, order in orders.items())
+    return f"The ranking by mean {metric.title} differs between the test sets: {shown}."
+
+
+def training_table(results: SweepResults) -> list[str]:
+    last = [f"{name} BLEU, last checkpoint" for name in results.test_sets]
+    lines = _table_head(results, [*last, *(_HEADINGS[k] for k in STATISTICS)])
+    for result in results.cells:
+        row = _cell_columns(results, result)
+        row += [_spread(result.last_bleu.get(name)) or "-" for name in results.test_sets]
+        row += [_statistic(k, result.statistics[k].mean) for k in STATISTICS]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _statistic(name: str, value: float) -> str:
+    return f"{value:.2f}" if name == "valid_ppl" else f"{value:,.0f}"
