@@ -18,6 +18,14 @@ trained into a temporary run directory first (or reused with --tokenizer DIR).
         [--beam 1 5] [--threads 2] [--limit N] [--length-penalty A] \\
         [--engine torch ct2-float32 ct2-int8]
 
+    python scripts/bench.py diagnostics --config configs/multi30k_rnn.yaml [--steps 10] \\
+        [--repeats 3] [--threads 2] [--set ...]
+
+`diagnostics` times the attention diagnostics' pass over the validation set (what a
+validation with them adds to one without) against the training between two validations
+(train.valid_every updates) and against the validation's teacher-forced loss pass, in
+--repeats interleaved rounds, and reports medians and ranges.
+
 `decode` translates the input with each engine and beam size after a warm-up (the first
 50 lines), each in a fresh process so that its peak memory is its own, and reports
 sentences/s, target tokens/s (output pieces + EOS), the peak resident memory, and with
@@ -251,6 +259,55 @@ def measure_train(args: argparse.Namespace) -> dict:
     }
 
 
+def measure_diagnostics(args: argparse.Namespace) -> dict:
+    """Runs in its own process: the attention diagnostics' cost (train.attention_diagnostics)
+    against the training between two validations (train.valid_every updates). --repeats
+    rounds, interleaved: --steps updates, the validation's teacher-forced loss pass, the
+    diagnostics' pass over the validation set (what validating with them adds); medians
+    and ranges."""
+    import statistics
+
+    from seq2seq.attention.diagnostics import measure_attention
+    from seq2seq.checkpoint import RunDir
+    from seq2seq.config import load_config
+    from seq2seq.train.distributed import World
+    from seq2seq.train.run import build_trainer
+
+    cfg = load_config(args.config, [*args.set, f"train.threads={args.threads}"])
+    times: dict[str, list[float]] = {"update": [], "loss_pass": [], "diagnostics": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = build_trainer(cfg, RunDir(Path(tmp) / "run"), World())
+        validator = trainer.validator
+        batches = training_batches(trainer, cfg.train.max_epochs, args.steps * args.repeats + 1)
+        trainer.model.train()
+        trainer.train_step(batches.pop())  # warm-up
+        for rep in range(args.repeats):
+            started = time.perf_counter()
+            for indices in batches[rep * args.steps : (rep + 1) * args.steps]:
+                trainer.train_step(indices)
+            times["update"].append((time.perf_counter() - started) / args.steps)
+            started = time.perf_counter()
+            validator.teacher_forced_loss(trainer.model)
+            times["loss_pass"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            measure_attention(trainer.model, validator.pairs())
+            times["diagnostics"].append(time.perf_counter() - started)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    between = median["update"] * cfg.train.valid_every
+    return {
+        "mode": "diagnostics",
+        "config": str(args.config),
+        "threads": args.threads,
+        "valid_every": cfg.train.valid_every,
+        "validation_pairs": len(trainer.data.valid_src),
+        **{f"{name}_s": round(value, 3) for name, value in median.items()},
+        **{f"{name}_s_range": [round(min(v), 3), round(max(v), 3)] for name, v in times.items()},
+        "train_s_between_validations": round(between, 1),
+        "diagnostics_share_of_training": round(median["diagnostics"] / between, 5),
+        "diagnostics_over_loss_pass": round(median["diagnostics"] / median["loss_pass"], 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     modes = parser.add_subparsers(dest="mode", required=True)
@@ -279,12 +336,19 @@ def main() -> None:
         "--profile", type=int, default=0, metavar="ROWS",
         help=f"then profile {PROFILED_STEPS} more updates; print the ROWS costliest operators",
     )  # fmt: skip
+    diagnostics = modes.add_parser("diagnostics", help="attention diagnostics' cost")
+    diagnostics.add_argument("--config", type=Path, required=True, help="a run config")
+    diagnostics.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    diagnostics.add_argument("--steps", type=int, default=10, help="timed updates per round")
+    diagnostics.add_argument("--repeats", type=int, default=3, help="interleaved rounds")
+    diagnostics.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
     context = multiprocessing.get_context("spawn")
-    if args.mode == "train":
+    measure = {"train": measure_train, "diagnostics": measure_diagnostics}.get(args.mode)
+    if measure is not None:
         with context.Pool(1) as pool:
-            print(json.dumps(pool.apply(measure_train, (args,))), flush=True)
+            print(json.dumps(pool.apply(measure, (args,))), flush=True)
         return
     with tempfile.TemporaryDirectory() as directory:
         for engine in args.engine:

@@ -106,6 +106,28 @@ def curves_figure(
     return figure
 
 
+Band = tuple[list[int], list[float], list[float]]  # x values, means, spreads (e.g. std)
+
+
+def band_panels_figure(panels: dict[str, dict[str, Band]], xlabel: str) -> Figure:
+    """A panel per title (title -> name -> band) side by side, a line per name with a
+    shaded band of +- its spread, e.g. a diagnostic's mean and std over seeds per step."""
+    figure, grid = plt.subplots(
+        1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False, layout="constrained"
+    )
+    for axes, (title, bands) in zip(grid.flat, panels.items(), strict=True):
+        for name, (xs, means, spreads) in bands.items():
+            (line,) = axes.plot(xs, means, marker=".", label=name)
+            low = [m - s for m, s in zip(means, spreads, strict=True)]
+            high = [m + s for m, s in zip(means, spreads, strict=True)]
+            axes.fill_between(xs, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        axes.set_title(title, fontsize=10)
+        axes.set_xlabel(xlabel)
+        axes.grid(alpha=0.3)
+    grid.flat[0].legend(fontsize=8)
+    return figure
+
+
 def figure_png(figure: Figure) -> bytes:
     """The figure as PNG bytes; the figure is closed (matplotlib keeps open ones alive)."""
     buffer = io.BytesIO()

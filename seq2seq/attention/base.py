@@ -11,7 +11,7 @@ gets the same guarantees: weights are exactly 0 at masked keys and sum to 1 over
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -24,6 +24,19 @@ class AttentionOutput(NamedTuple):
     # (B, Tq, Tk), or (B, H, Tq, Tk) for multi-head; None only when the caller passed
     # need_weights=False and the type took a fused path that never forms them.
     weights: Tensor | None
+
+
+class AttentionRecorder(Protocol):
+    """What `attend` tells while diagnostics are measured (see `attention.diagnostics`)."""
+
+    def observe(
+        self,
+        attention: Attention,
+        query: Tensor,
+        prepared_keys: Tensor,
+        mask: Tensor,
+        positions: Tensor | None,
+    ) -> None: ...
 
 
 def register_attention(name: str) -> Callable[[type[Attention]], type[Attention]]:
@@ -78,6 +91,8 @@ class Attention(nn.Module):
     is_multi_head_scaled_dot: bool = False
     # The AttentionConfig fields this type reads, besides `type` and `heads`.
     options: ClassVar[frozenset[str]] = frozenset()
+    # Set only while diagnostics are measured: then `attend` shows it each call's inputs.
+    recorder: AttentionRecorder | None = None
 
     @classmethod
     def max_source_positions(cls, cfg: AttentionConfig) -> int | None:
@@ -119,6 +134,18 @@ class Attention(nn.Module):
         """
         return weights
 
+    def scored_inputs(
+        self, query: Tensor, prepared_keys: Tensor
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """The query and keys as `score` compares them, for diagnostics of their norms;
+        None for a side the energies do not read."""
+        return query, prepared_keys
+
+    def learned_scales(self) -> dict[str, Tensor]:
+        """Learned scalars that set the scale of the energies, by name (cosine: its
+        temperature), for diagnostics."""
+        return {}
+
     def forward(
         self,
         query: Tensor,
@@ -147,11 +174,19 @@ class Attention(nn.Module):
         `need_weights=False` lets a type skip forming the weights (scaled-dot then runs
         the fused `F.scaled_dot_product_attention`); the context is the same.
         """
-        allowed = self.allowed(query, mask, positions)
-        energies = self.score(query, prepared_keys).masked_fill(~allowed, float("-inf"))
-        weights = torch.softmax(energies, dim=-1)
-        weights = self.shape_weights(weights, query, mask, positions)
+        if self.recorder is not None:
+            self.recorder.observe(self, query, prepared_keys, mask, positions)
+        _, weights = self.energies_and_weights(query, prepared_keys, mask, positions)
         return AttentionOutput(torch.bmm(weights, prepared_values), weights)
+
+    def energies_and_weights(
+        self, query: Tensor, prepared_keys: Tensor, mask: Tensor, positions: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """The energies score(q, k) (B, Tq, Tk), before masking, and the weights."""
+        allowed = self.allowed(query, mask, positions)
+        energies = self.score(query, prepared_keys)
+        weights = torch.softmax(energies.masked_fill(~allowed, float("-inf")), dim=-1)
+        return energies, self.shape_weights(weights, query, mask, positions)
 
 
 def source_lengths(mask: Tensor) -> Tensor:

@@ -35,6 +35,14 @@ class LocalAttention(Attention):
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
         return self.inner.score(query, keys)
 
+    def scored_inputs(
+        self, query: Tensor, prepared_keys: Tensor
+    ) -> tuple[Tensor | None, Tensor | None]:
+        return self.inner.scored_inputs(query, prepared_keys)
+
+    def learned_scales(self) -> dict[str, Tensor]:
+        return self.inner.learned_scales()
+
     def centre(self, query: Tensor, mask: Tensor, positions: Tensor | None) -> Tensor:
         """(B, Tq) window centre, inside [0, S_b - 1] so that the window is never empty."""
         raise NotImplementedError

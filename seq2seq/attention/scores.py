@@ -49,6 +49,8 @@ class ScaledDotAttention(DotAttention):
     ) -> AttentionOutput:
         if need_weights:
             return super().attend(query, prepared_keys, prepared_values, mask, positions)
+        if self.recorder is not None:
+            self.recorder.observe(self, query, prepared_keys, mask, positions)
         context = F.scaled_dot_product_attention(
             query, prepared_keys, prepared_values, attn_mask=mask
         )
@@ -73,6 +75,12 @@ class CosineAttention(DotAttention):
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
         return self.log_scale.exp() * super().score(F.normalize(query, dim=-1), keys)
+
+    def scored_inputs(self, query: Tensor, prepared_keys: Tensor) -> tuple[Tensor, Tensor]:
+        return F.normalize(query, dim=-1), prepared_keys
+
+    def learned_scales(self) -> dict[str, Tensor]:
+        return {"temperature": self.log_scale.exp()}
 
 
 @register_attention("general")
@@ -106,6 +114,13 @@ class ConcatAttention(Attention):
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
         hidden = torch.tanh(self.query_proj(query).unsqueeze(2) + keys.unsqueeze(1))
         return self.v(hidden).squeeze(-1)
+
+    def scored_inputs(self, query: Tensor, prepared_keys: Tensor) -> tuple[Tensor, Tensor]:
+        return self.query_proj(query), prepared_keys
+
+    def learned_scales(self) -> dict[str, Tensor]:
+        # |energy| <= ||v||_1, since tanh is bounded by 1: v sets the energies' scale.
+        return {"v_norm": self.v.weight.norm()}
 
 
 @register_attention("bahdanau")
@@ -143,6 +158,9 @@ class LocationAttention(Attention):
             )
         return self.proj(query)[..., :length]
 
+    def scored_inputs(self, query: Tensor, prepared_keys: Tensor) -> tuple[Tensor, None]:
+        return query, None  # W_a q scores positions; no key enters the energies
+
 
 @register_attention("none")
 class NoAttention(Attention):
@@ -156,3 +174,6 @@ class NoAttention(Attention):
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
         return query.new_zeros(query.size(0), query.size(1), keys.size(1))
+
+    def scored_inputs(self, query: Tensor, prepared_keys: Tensor) -> tuple[None, None]:
+        return None, None

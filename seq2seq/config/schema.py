@@ -313,6 +313,11 @@ class TrainConfig(Section):
     clip_grad_norm: float = Field(1.0, ge=0, le=1e6, description="0 disables clipping")
     label_smoothing: float = Field(0.1, ge=0, lt=1, description="of the cross-entropy loss")
     valid_every: PositiveInt = Field(500, description="updates between validations")
+    attention_diagnostics: bool = Field(
+        True,
+        description="measure every attention module's entropy, saturation, energies and "
+        "sink mass at each validation (docs/attention.md); false: skip it",
+    )
     log_every: PositiveInt = Field(100, description="updates between log lines")
     metric: Literal["bleu", "chrf", "loss"] = Field(
         "bleu", description="what picks the best checkpoint and early stopping"

@@ -16,6 +16,7 @@ from seq2seq.config import Config, DecodeConfig, describe_validation_error
 from seq2seq.data.batching import make_batch, token_batches
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
+from seq2seq.decode.inspection import inspect_attention
 from seq2seq.decode.search import Hypothesis, beam_search, output_limits
 from seq2seq.device import pick_device
 from seq2seq.errors import UserError
@@ -257,6 +258,12 @@ class Translator(LineTranslator):
         best = found[0]
         src_pieces, tgt_pieces = self.attention_labels(line, best)
         return AttentionMap(src_pieces, tgt_pieces, best.attention, best.text)
+
+    def attention_diagnostics(self, sources: list[str], references: list[str]) -> dict:
+        """The attention diagnostics of this model (docs/attention.md) over the
+        teacher-forced pass of line-aligned `sources` and `references`: {"pairs": N,
+        "skipped": [line numbers of pairs with a blank side], "sites": {module: ...}}."""
+        return inspect_attention(self, sources, references)
 
     def search(
         self, src_ids: list[list[int]], nbest: int = 1, decode: DecodeConfig | None = None

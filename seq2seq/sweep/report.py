@@ -1,6 +1,7 @@
 """A sweep's report, DIR/report/: results.md (its tables: sweep/tables.py), results.csv,
-bleu.png, curves.png, length-TESTSET.png, attention.png and TensorBoard's HParams view
-(tensorboard/), from whatever has finished.
+bleu.png, curves.png, length-TESTSET.png, attention.png, attention-diagnostics.png
+(sweep/diagnostics.py) and TensorBoard's HParams view (tensorboard/), from whatever has
+finished.
 
 The report is written into a temporary directory and renamed into place, so a reader (or
 a shard finishing at the same time) never sees half of one.
@@ -28,6 +29,7 @@ from seq2seq.plots import (
     figure_png,
 )
 from seq2seq.significance import Comparison
+from seq2seq.sweep.diagnostics import write_diagnostics
 from seq2seq.sweep.directory import SweepDir
 from seq2seq.sweep.results import (
     LENGTH_EDGES,
@@ -71,7 +73,8 @@ def _write(results: SweepResults, out: Path) -> None:
     out.mkdir(parents=True)
     charts = _charts(results) if results.cells else {}
     (out / "results.csv").write_text(results_csv(results), encoding="utf-8")
-    (out / "results.md").write_text(results_markdown(results, list(charts)), encoding="utf-8")
+    markdown = results_markdown(results, list(charts)) + write_diagnostics(results, out)
+    (out / "results.md").write_text(markdown, encoding="utf-8")
     for name, png in charts.items():
         (out / name).write_bytes(png)
     if results.cells:

@@ -67,6 +67,7 @@ class TensorBoardLog:
 
     def __init__(self, directory: Path | None) -> None:
         self.writer = None
+        self.attention_layout = False  # whether the Custom Scalars layout is written
         if directory is not None:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -76,6 +77,30 @@ class TensorBoardLog:
         if self.writer is not None:
             for name, value in values.items():
                 self.writer.add_scalar(f"{prefix}/{name}", value, step)
+
+    def add_attention_diagnostics(self, step: int, sites: dict[str, dict]) -> None:
+        """Each diagnostic of each attention site (see `attention.diagnostics`) as scalar
+        `attention_NAME/SITE` and per head `attention_NAME/SITE/headH`: a section per
+        diagnostic, and in Custom Scalars one chart of the sites and one of the heads."""
+        if self.writer is None or not sites:
+            return
+        names: set[str] = set()
+        for site, entry in sites.items():
+            for name, value in entry["mean"].items():
+                self.writer.add_scalar(f"attention_{name}/{site}", value, step)
+                names.add(name)
+            for name, values in entry.get("per_head", {}).items():
+                for head, value in enumerate(values):
+                    self.writer.add_scalar(f"attention_{name}/{site}/head{head}", value, step)
+        if not self.attention_layout:
+            self.attention_layout = True
+            self.writer.add_custom_scalars({
+                f"attention {name}": {
+                    "sites": ["Multiline", [rf"^attention_{name}/[^/]+$"]],
+                    "heads": ["Multiline", [rf"^attention_{name}/.+/head\d+$"]],
+                }
+                for name in sorted(names)
+            })  # fmt: skip
 
     def add_png(self, step: int, tag: str, png: bytes) -> None:
         """An image already drawn as PNG (drawing a figure again would cost as much)."""

@@ -28,6 +28,8 @@ class Progress:
     target_tokens: int = 0  # trained on, over all sessions
     # (step, BLEU, chrF, loss) of every validation: the learning curve, across resumptions.
     validations: list[tuple[int, float, float, float]] = field(default_factory=list)
+    # (step, site -> diagnostics) of every validation that measured attention.
+    attention: list[tuple[int, dict]] = field(default_factory=list)
 
 
 class TrainWindow:

@@ -91,6 +91,7 @@ class Trainer:
     def summary(self) -> dict[str, Any]:
         """What a finished run reports (DIR/summary.json): for tables across runs."""
         progress, (score, step) = self.progress, self.progress.best[0]
+        attention = dict(progress.attention)
         return {
             "steps": progress.step,
             "best_step": step,
@@ -102,6 +103,7 @@ class Trainer:
             "skipped_updates": progress.skipped_updates,
             "validations": [
                 {"step": s, "bleu": b, "chrf": c, "loss": loss}
+                | ({"attention": attention[s]} if s in attention else {})
                 for s, b, c, loss in progress.validations
             ],
         }
@@ -351,6 +353,8 @@ class Trainer:
         progress.last_validation = progress.step
         if result is not None:
             progress.validations.append((progress.step, result.bleu, result.chrf, result.loss))
+            if result.attention:
+                progress.attention.append((progress.step, result.attention))
         self.save_last()
         if result is not None:
             self.report_validation(result, is_best, board)
@@ -375,6 +379,7 @@ class Trainer:
             png = figure_png(attention_figure(amap.weights, amap.src_pieces, amap.tgt_pieces))
             board.add_png(step, f"attention/{i}", png)
             atomic_write_bytes(self.run.attention / f"step-{step}-{i}.png", png)
+        board.add_attention_diagnostics(step, result.attention)
         board.add(
             step,
             "valid",

@@ -1,14 +1,17 @@
-"""Validation: teacher-forced loss and perplexity, greedy BLEU and chrF on detokenized text."""
+"""Validation: teacher-forced loss and perplexity, greedy BLEU and chrF on detokenized text,
+and the attention diagnostics (`train.attention_diagnostics`) over the whole validation set."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import torch
 
+from seq2seq.attention.diagnostics import measure_attention
 from seq2seq.config import Config
-from seq2seq.data.batching import make_batch, token_batches
+from seq2seq.data.batching import Batch, make_batch, token_batches
 from seq2seq.decode.translate import AttentionMap, Translator
 from seq2seq.evaluate import score_corpus
 from seq2seq.models import Seq2Seq
@@ -27,6 +30,8 @@ class ValidationResult:
     chrf: float
     hypotheses: list[str]
     attention_maps: list[AttentionMap]
+    # Site -> its diagnostics (see attention.diagnostics); empty when switched off.
+    attention: dict[str, dict] = field(default_factory=dict)
 
     @property
     def perplexity(self) -> float:
@@ -48,13 +53,16 @@ class Validator:
             [len(s) for s in self.src_ids], [len(t) for t in self.tgt_ids], cfg.train.batch_tokens
         )
 
+    def pairs(self) -> Iterator[Batch]:
+        """The validation set's batches of sources and targets, on the device."""
+        for group in self.batches:
+            src, tgt = [self.src_ids[i] for i in group], [self.tgt_ids[i] for i in group]
+            yield make_batch(src, tgt, group).to(self.device)
+
     @torch.no_grad()
     def teacher_forced_loss(self, model: Seq2Seq) -> float:
         total, tokens = 0.0, 0
-        for group in self.batches:
-            batch = make_batch(
-                [self.src_ids[i] for i in group], [self.tgt_ids[i] for i in group], group
-            ).to(self.device)
+        for batch in self.pairs():
             logits = model(batch.src, batch.src_mask, batch.tgt_in)
             total += token_cross_entropy(logits, batch.tgt_out).item()
             tokens += batch.n_tgt_tokens
@@ -72,5 +80,7 @@ class Validator:
         scores = score_corpus(hypotheses, self.data.valid_ref)
         found = [translator.attention_map(line) for line in self.heatmap_sources]
         maps = [amap for amap in found if amap is not None]
+        diagnostics = self.cfg.train.attention_diagnostics
+        attention = measure_attention(model, self.pairs()) if diagnostics else {}
         model.train(was_training)
-        return ValidationResult(loss, scores.bleu, scores.chrf, hypotheses, maps)
+        return ValidationResult(loss, scores.bleu, scores.chrf, hypotheses, maps, attention)

@@ -1,0 +1,40 @@
+"""`seq2seq inspect`: the attention diagnostics of a trained run on sentence pairs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from seq2seq.cli.app import app
+from seq2seq.cli.options import BatchTokens, Checkpoint, DeviceChoice, device_name
+
+
+@app.command("inspect")
+def inspect_run(
+    run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
+    src: Annotated[Path, typer.Option("--src", help="source sentences, one per line")],
+    ref: Annotated[Path, typer.Option("--ref", help="their translations, line-aligned")],
+    checkpoint: Checkpoint = "best",
+    batch_tokens: BatchTokens = None,
+    device: DeviceChoice = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Print the attention diagnostics of a run's checkpoint on sentence pairs: per
+    attention module and head, entropy, saturation, energies, query and key norms, sink
+    mass and learned scales, over the teacher-forced pass (docs/attention.md)."""
+    from seq2seq.data.corpus import read_lines
+    from seq2seq.decode.inspection import diagnostics_table
+    from seq2seq.decode.translate import Translator
+
+    sources, references = read_lines(src), read_lines(ref)
+    translator = Translator.load(run, checkpoint, device_name(device), batch_tokens=batch_tokens)
+    found = translator.attention_diagnostics(sources, references)
+    if as_json:
+        print(json.dumps(found))
+        return
+    skipped = f", {len(found['skipped'])} with a blank side skipped" if found["skipped"] else ""
+    print(f"{translator.origin.checkpoint}: {found['pairs']} sentence pairs{skipped}\n")
+    print(diagnostics_table(found["sites"]))

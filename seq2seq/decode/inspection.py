@@ -1,0 +1,79 @@
+"""Looking inside a trained model's attention: the diagnostics of `attention.diagnostics`
+over the teacher-forced pass of sentence pairs, and their table for a terminal."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from seq2seq.attention.diagnostics import DIAGNOSTICS, measure_attention
+from seq2seq.data.batching import make_batch, token_batches
+from seq2seq.errors import UserError
+
+if TYPE_CHECKING:
+    from seq2seq.decode.translate import Translator
+
+
+def inspect_attention(translator: Translator, sources: list[str], references: list[str]) -> dict:
+    """{"pairs": N, "skipped": [line numbers], "sites": site -> diagnostics} of the
+    translator's model on line-aligned sources and references. Pairs with a blank side are
+    skipped and listed (1-based); sources are cut as translation cuts them."""
+    if isinstance(sources, str) or isinstance(references, str):
+        raise TypeError("pass lists of lines; for one pair: [source], [reference]")
+    if len(sources) != len(references):
+        raise UserError(
+            f"{len(sources)} source lines but {len(references)} reference lines; "
+            "give line-aligned files of sentence pairs"
+        )
+    pairs = enumerate(zip(sources, references, strict=True))
+    keep = [i for i, (source, reference) in pairs if source.strip() and reference.strip()]
+    if not keep:
+        raise UserError("no sentence pair to inspect: every pair has a blank side")
+    tokenizer = translator.tokenizer
+    src_ids = [
+        ids[: translator.max_source] for ids in tokenizer.encode_src([sources[i] for i in keep])
+    ]
+    tgt_ids = tokenizer.encode_tgt([references[i] for i in keep])
+    groups = token_batches(
+        [len(s) for s in src_ids], [len(t) for t in tgt_ids], translator.decode.batch_tokens
+    )
+    batches = (
+        make_batch([src_ids[i] for i in g], [tgt_ids[i] for i in g], g).to(translator.device)
+        for g in groups
+    )
+    skipped = sorted(set(range(len(sources))) - set(keep))
+    return {
+        "pairs": len(keep),
+        "skipped": [i + 1 for i in skipped],
+        "sites": measure_attention(translator.model, batches),
+    }
+
+
+def diagnostics_table(sites: dict[str, dict]) -> str:
+    """A row per site (averaged over heads) and per head, a column per diagnostic; then the
+    learned scales. '-' marks a diagnostic the type does not have."""
+    headings = [d.heading for d in DIAGNOSTICS.values()]
+    width = max(len(name) for name in sites) + 2
+    lines = [f"{'site':<{width}}" + "".join(f"{h:>9}" for h in headings)]
+    for name, entry in sites.items():
+        lines.append(f"{name:<{width}}" + _cells(entry["mean"]))
+        per_head = entry.get("per_head", {})
+        for head in range(entry["heads"] if per_head else 0):
+            values = {k: v[head] for k, v in per_head.items()}
+            lines.append(f"{'  head ' + str(head):<{width}}" + _cells(values))
+    scales = [
+        f"{name}: " + ", ".join(f"{k} {_number(entry['mean'][k])}" for k in found)
+        for name, entry in sites.items()
+        if (found := [k for k in entry["mean"] if k not in DIAGNOSTICS])
+    ]
+    if scales:
+        lines += ["", "learned scales", *scales]
+    return "\n".join(lines)
+
+
+def _cells(values: dict[str, float]) -> str:
+    return "".join(f"{_number(values[name]) if name in values else '-':>9}" for name in DIAGNOSTICS)
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}" if math.isfinite(value) else str(value)

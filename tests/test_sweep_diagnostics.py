@@ -1,0 +1,80 @@
+"""The sweep report's attention diagnostics, on hand-made summaries of known values."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+from sweep_helpers import write_sweep
+
+from seq2seq.sweep import SweepDir, load_sweep
+from seq2seq.sweep.diagnostics import CHART, write_diagnostics
+from seq2seq.sweep.results import collect
+
+
+def site(queries: str, keys: str, entropy_norm: float, **scales: float) -> dict:
+    mean = {"entropy_norm": entropy_norm, "energy_std": 2 * entropy_norm, "sink_mass": 0.1}
+    return {"heads": 1, "queries": queries, "keys": keys, "mean": mean | scales}
+
+
+def finished_run(directory: SweepDir, run, best_step: int, attention: dict[int, dict]) -> None:
+    path = directory.run(run).root
+    (path / "test").mkdir(parents=True)
+    (path / "config.yaml").write_text(run.config.to_yaml())
+    (path / "test/scores.json").write_text("{}")  # finished, with no test set
+    validations = [
+        {"step": step, "bleu": 1.0, "chrf": 1.0, "loss": 1.0, "attention": sites}
+        for step, sites in attention.items()
+    ]
+    summary = {"steps": 20, "best_step": best_step, "train_seconds": 1.0, "parameters": 1,
+               "target_tokens_per_s": 1.0, "validations": validations}  # fmt: skip
+    (path / "summary.json").write_text(json.dumps(summary))
+
+
+def row(markdown: list[str], first: str) -> list[str]:
+    """The cells of the table row that starts with `first`."""
+    line = next(line for line in markdown if line.startswith(f"| {first} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_the_report_averages_cross_attention_over_layers_and_seeds_at_the_best_step(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    grid = {"model.attention.type": ["dot", "cosine"]}
+    sweep = load_sweep(write_sweep(tmp_path, grid=grid))
+    directory = SweepDir(tmp_path / "sweep")
+    directory.adopt(sweep)
+    dot, cosine = sweep.cells
+    for seed, (early, late) in {1: (0.8, 0.6), 2: (0.6, 0.4)}.items():
+        sites = {step: {"decoder.attention": site("target", "source", value)}
+                 for step, value in ((10, early), (20, late))}  # fmt: skip
+        finished_run(directory, sweep.run(dot, seed), 20, sites)
+    layers = {  # two decoder layers' cross-attention count; self-attention does not
+        "encoder_layers.0.self_attention": site("source", "source", 0.9),
+        "decoder_layers.0.cross_attention": site("target", "source", 0.2, temperature=8.0),
+        "decoder_layers.1.cross_attention": site("target", "source", 0.4, temperature=12.0),
+    }
+    finished_run(directory, sweep.run(cosine, 1), 10, {10: layers, 20: {}})
+
+    out = tmp_path / "report"
+    out.mkdir()
+    markdown = write_diagnostics(collect(directory), out).splitlines()
+    assert (out / CHART).read_bytes().startswith(b"\x89PNG")
+    heading, dot_row, cosine_row = (row(markdown, first) for first in ("cell", "dot", "cosine"))
+    column = heading.index("entropy_norm")
+    assert dot_row[1] == "2" and dot_row[column] == f"0.5 ± {statistics.stdev([0.6, 0.4]):.2g}"
+    assert cosine_row[1] == "1" and cosine_row[column] == "0.3"
+    assert cosine_row[heading.index("temperature")] == "10" and dot_row[-1] == "-"
+    assert dot_row[heading.index("entropy")] == "-"  # not in these summaries
+    assert f"![attention diagnostics over updates]({CHART})" in markdown
+
+
+def test_no_measured_attention_writes_no_section(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweep = load_sweep(write_sweep(tmp_path, grid={"model.attention.type": ["dot"]}))
+    directory = SweepDir(tmp_path / "sweep")
+    directory.adopt(sweep)
+    finished_run(directory, sweep.run(sweep.cells[0], 1), 10, {10: {}})
+    assert write_diagnostics(collect(directory), tmp_path) == ""
+    assert not (tmp_path / CHART).exists()
