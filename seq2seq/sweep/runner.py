@@ -1,5 +1,5 @@
-"""Run a sweep (or one shard of it): train what is missing, resume what was interrupted,
-skip what is finished, then write the report."""
+"""Run a sweep (or one shard of it): train what is missing (or continue it from the sweep it
+continues), resume what was interrupted, skip what is finished, then write the report."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from seq2seq.errors import UserError
-from seq2seq.sweep.directory import RunState, SweepDir
+from seq2seq.sweep.directory import RunState, SweepDir, copy_to_continue
 from seq2seq.sweep.report import write_report
 from seq2seq.sweep.spec import Shard, Sweep
 from seq2seq.train.run import train
@@ -32,9 +32,14 @@ def run_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> Path:
         if state is RunState.FINISHED:
             _note(sweep, f"{where}: finished, skipped")
             continue
-        _note(sweep, f"{where}: {'resuming' if state is RunState.INTERRUPTED else 'training'}")
-        directory.share_tokenizer(sweep, run)  # bad data fails every run: stop here
+        parent = sweep.definition.continue_from if state is RunState.NOT_STARTED else None
+        doing = "resuming" if state is RunState.INTERRUPTED else "training"
+        _note(sweep, f"{where}: {f'continuing its run in {parent}' if parent else doing}")
+        if parent is None:  # a continued run comes with its tokenizer
+            directory.share_tokenizer(sweep, run)  # bad data fails every run: stop here
         try:
+            if parent is not None:
+                copy_to_continue(SweepDir(Path(parent)).run(run), directory.run(run))
             train(run.config, directory.run(run).root)
         except UserError as error:
             _note(sweep, f"{where} failed: {error}")
