@@ -193,6 +193,10 @@ class AttentionConfig(Section):
                 f"{self.type} attention does not read {given}; its options: {mine}; "
                 "remove the others"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _fixed_temperature_has_a_value(self) -> AttentionConfig:
         if not self.learn_temperature and self.temperature is None:
             raise ValueError(
                 "learn_temperature: false fixes the temperature at its initial value; "

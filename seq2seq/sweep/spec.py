@@ -222,7 +222,7 @@ def expand(definition: SweepDefinition, source: Path) -> Sweep:
         raise UserError(f"{source}: two cells get the same name; make the grid values differ")
     if definition.cells is not None:
         cells = _chosen_cells(definition, cells, short, source)
-    baseline = _baseline(definition, cells, short, source)
+    baseline = _cell_named(definition.baseline, "baseline", definition, cells, short, source)
     runs = []
     for seed in definition.seeds:
         for cell in cells:
@@ -278,16 +278,14 @@ def _locate(
     return node, leaf
 
 
-def _baseline(
-    definition: SweepDefinition, cells: list[Cell], short: dict[str, str], source: Path
-) -> Cell:
-    return _cell_named(definition.baseline, "baseline", definition, cells, short, source)
-
-
 def _cell_named(
-    values: dict[str, Any], what: str, definition: SweepDefinition, cells: list[Cell],
-    short: dict[str, str], source: Path,
-) -> Cell:  # fmt: skip
+    values: dict[str, Any],
+    what: str,
+    definition: SweepDefinition,
+    cells: list[Cell],
+    short: dict[str, str],
+    source: Path,
+) -> Cell:
     """The cell of the grid that `values` (a value per grid field) names."""
     if set(values) != set(definition.grid):
         raise UserError(
