@@ -64,8 +64,15 @@ def test_a_continuing_sweep_trains_on_from_the_finished_runs(toy, tmp_path, monk
 
     longer = {**fixed, "train.max_steps": 8}
     path = write_sweep(tmp_path, **short, name="s2", set=longer, continue_from="first")
+    capsys.readouterr()
+    assert run_cli("sweep", "--config", path, "--sweep-dir", "second", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "attention.type=dot,seed=1: continuing its run in first\n" in out
+    assert out.endswith("second: 1 of 1 runs: 1 continuing\n") and not Path("second").exists()
     assert run_cli("sweep", "--config", path, "--sweep-dir", "second") == 0
     assert "continuing its run in first" in capsys.readouterr().err
+    assert run_cli("sweep", "--config", path, "--sweep-dir", "second", "--dry-run") == 0
+    assert "1 of 1 runs: 1 finished" in capsys.readouterr().out
     second = tmp_path / "second/runs/attention.type=dot,seed=1"
     assert "resumed" in (second / "train.log").read_text()
     assert json.loads((second / "summary.json").read_text())["steps"] == 8
@@ -94,6 +101,8 @@ def test_a_run_that_did_not_finish_cannot_be_continued(toy, tmp_path, monkeypatc
         set={"train.max_steps": 2, "train.threads": 1},
         continue_from="nowhere",
     )
+    assert run_cli("sweep", "--config", path, "--dry-run") == 0
+    assert "continuing its run in nowhere (not finished there" in capsys.readouterr().out
     assert run_cli("sweep", "--config", path) == 2
     err = capsys.readouterr().err
     assert "nowhere/runs/attention.type=dot,seed=1 is not a finished run" in err

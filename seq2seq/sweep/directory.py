@@ -153,10 +153,15 @@ class SweepDir:
 _NOT_CONTINUED = frozenset({"test", "summary.json", "best-attention.json"})
 
 
+def continuable(parent: RunDir) -> bool:
+    """Whether a run of another sweep can start from `parent`: finished, its last kept."""
+    return run_state(parent) is RunState.FINISHED and parent.checkpoint("last").is_file()
+
+
 def copy_to_continue(parent: RunDir, run: RunDir) -> None:
     """Make `run` (not started) a copy of the finished run `parent` without its test scores:
     training then resumes from its last checkpoint and goes on to the new budget."""
-    if run_state(parent) is not RunState.FINISHED or not parent.checkpoint("last").is_file():
+    if not continuable(parent):
         raise UserError(
             f"{parent.root} is not a finished run with its checkpoints/last.pt, so it cannot "
             "be continued; finish that sweep first (its checkpoints must be kept)"

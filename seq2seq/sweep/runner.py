@@ -4,12 +4,15 @@ continues), resume what was interrupted, skip what is finished, then write the r
 from __future__ import annotations
 
 import sys
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
+from seq2seq.checkpoint import RunDir
 from seq2seq.errors import UserError
-from seq2seq.sweep.directory import RunState, SweepDir, copy_to_continue
+from seq2seq.sweep.directory import RunState, SweepDir, continuable, copy_to_continue
 from seq2seq.sweep.report import write_report
-from seq2seq.sweep.spec import Shard, Sweep
+from seq2seq.sweep.spec import Run, Shard, Sweep
 from seq2seq.train.run import train
 
 
@@ -27,19 +30,16 @@ def run_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> Path:
     _note(sweep, f"{root}: {part}{len(runs)} of {len(sweep.runs)} runs")
     failed = []
     for number, run in enumerate(runs, start=1):
-        state = directory.state(run)
+        plan = _plan(directory, sweep, run)
         where = f"[{number}/{len(runs)}] {run.name}"
-        if state is RunState.FINISHED:
-            _note(sweep, f"{where}: finished, skipped")
+        _note(sweep, f"{where}: {plan.note}")
+        if plan.finished:
             continue
-        parent = sweep.definition.continue_from if state is RunState.NOT_STARTED else None
-        doing = "resuming" if state is RunState.INTERRUPTED else "training"
-        _note(sweep, f"{where}: {f'continuing its run in {parent}' if parent else doing}")
-        if parent is None:  # a continued run comes with its tokenizer
+        if plan.parent is None:  # a continued run comes with its tokenizer
             directory.share_tokenizer(sweep, run)  # bad data fails every run: stop here
         try:
-            if parent is not None:
-                copy_to_continue(SweepDir(Path(parent)).run(run), directory.run(run))
+            if plan.parent is not None:
+                copy_to_continue(plan.parent, directory.run(run))
             train(run.config, directory.run(run).root)
         except UserError as error:
             _note(sweep, f"{where} failed: {error}")
@@ -51,6 +51,40 @@ def run_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> Path:
             "see the messages above, fix the cause and run the same command again"
         )
     return report
+
+
+def describe_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> str:
+    """What `run_sweep` would do with each run (of the shard) in `root`, a line each, and
+    the counts; nothing is trained or written."""
+    directory = SweepDir(root)
+    runs = shard.select(sweep.runs) if shard else sweep.runs
+    counts: Counter[str] = Counter()
+    lines = []
+    for number, run in enumerate(runs, start=1):
+        plan = _plan(directory, sweep, run)
+        counts[plan.note.split()[0].strip(",")] += 1
+        unready = plan.parent is not None and not continuable(plan.parent)
+        problem = " (not finished there, or its last checkpoint gone: it would fail)"
+        lines.append(f"[{number}/{len(runs)}] {run.name}: {plan.note}{problem if unready else ''}")
+    total = ", ".join(f"{count} {what}" for what, count in counts.items())
+    return "\n".join([*lines, f"{root}: {len(runs)} of {len(sweep.runs)} runs: {total}"])
+
+
+@dataclass(frozen=True)
+class _Plan:
+    note: str  # what is done with the run: finished, skipped; training; resuming; continuing
+    finished: bool
+    parent: RunDir | None  # the run of the sweep it continues, that it starts as a copy of
+
+
+def _plan(directory: SweepDir, sweep: Sweep, run: Run) -> _Plan:
+    state = directory.state(run)
+    if state is RunState.FINISHED:
+        return _Plan("finished, skipped", True, None)
+    source = sweep.definition.continue_from
+    if source is not None and state is RunState.NOT_STARTED:
+        return _Plan(f"continuing its run in {source}", False, SweepDir(Path(source)).run(run))
+    return _Plan("resuming" if state is RunState.INTERRUPTED else "training", False, None)
 
 
 def _note(sweep: Sweep, message: str) -> None:
