@@ -9,6 +9,7 @@ from test_attention_diagnostics import measure
 from seq2seq.attention import build_attention
 from seq2seq.config import AttentionConfig, config_from_dict
 from seq2seq.data.batching import padding_mask
+from seq2seq.decode.export import unexportable
 from seq2seq.errors import UserError
 
 
@@ -107,9 +108,10 @@ def test_diagnostics_report_a_fixed_temperature():
     assert "temperature" not in measure("scaled-dot", query, keys, [4, 2], [3, 3])["mean"]
 
 
-def config(attention):
+def config(attention, arch="rnn"):
     data = {"src": "de", "tgt": "en", "train": "t", "valid": "v"}
-    return config_from_dict({"data": data, "model": {"attention": attention}})
+    model = {"arch": arch, "embed_dim": 16, "hidden_dim": 16, "attention": attention}
+    return config_from_dict({"data": data, "model": model})
 
 
 @pytest.mark.parametrize("kind", ["general", "bahdanau", "location", "local-m", "none"])
@@ -122,3 +124,9 @@ def test_the_schema_refuses_a_fixed_temperature_without_its_value():
     with pytest.raises(UserError, match="learn_temperature: false .* give that value"):
         config({"type": "cosine", "learn_temperature": False})
     assert config({"type": "multihead", "temperature": 1, "learn_temperature": False})
+
+
+def test_export_refuses_a_tempered_scaled_dot_saying_why():
+    cfg = config({"type": "scaled-dot", "temperature": 1.0}, arch="transformer")
+    assert unexportable(cfg).endswith("type multihead or scaled-dot, without a temperature")
+    assert unexportable(config({"type": "scaled-dot"}, arch="transformer")) is None
