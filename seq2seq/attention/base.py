@@ -142,8 +142,8 @@ class Attention(nn.Module):
         return query, prepared_keys
 
     def learned_scales(self) -> dict[str, Tensor]:
-        """Learned scalars that set the scale of the energies, by name (cosine: its
-        temperature), for diagnostics."""
+        """Scalars that set the scale of the energies, by name (cosine: its temperature,
+        learned or fixed), for diagnostics."""
         return {}
 
     def forward(

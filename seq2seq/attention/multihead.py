@@ -18,6 +18,7 @@ from seq2seq.attention.base import (
     attention_class,
     register_attention,
 )
+from seq2seq.attention.scores import ScaledDotAttention
 from seq2seq.config import AttentionConfig
 
 
@@ -37,7 +38,10 @@ class MultiHead(Attention):
         # One head, so no wrapper: the class itself (build.py builds on this module).
         self.inner = attention_class(inner.type)(head_dim, head_dim, inner)
         self.attends_before_cell = self.inner.attends_before_cell
-        self.is_multi_head_scaled_dot = type(self.inner) is attention_class("scaled-dot")
+        # A temperature makes it another model than the one other engines run.
+        self.is_multi_head_scaled_dot = (
+            type(self.inner) is ScaledDotAttention and self.inner.log_scale is None
+        )
         self.query_proj = nn.Linear(query_dim, key_dim, bias=False)
         self.key_proj = nn.Linear(key_dim, key_dim, bias=False)
         self.value_proj = nn.Linear(key_dim, key_dim, bias=False)
@@ -91,3 +95,4 @@ class MultiHeadAttention(MultiHead):
 
     inner_type = "scaled-dot"
     default_heads = 4
+    options = ScaledDotAttention.options  # its temperature

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +16,17 @@ from seq2seq.errors import UserError
 
 @register_attention("dot")
 class DotAttention(Attention):
-    """Luong dot: q . k (query and key sizes must match)."""
+    """Luong dot: q . k (query and key sizes must match), times a temperature g if it has one.
+
+    g multiplies the energies: g q . k. It is learned as exp(s), s starting at log g0 (so g
+    stays positive), or fixed at g0 (a buffer, not a parameter: training cannot move it).
+    g0 is the option `temperature`, else the type's `default_temperature`; without either,
+    there is no g and nothing is multiplied.
+    """
+
+    options = frozenset({"temperature", "learn_temperature"})
+    default_temperature: ClassVar[float | None] = None
+    log_scale: Tensor | None  # s, g = exp(s); None: no temperature
 
     def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
         super().__init__(query_dim, key_dim, cfg)
@@ -23,16 +34,28 @@ class DotAttention(Attention):
             raise ValueError(
                 f"{self.name} attention needs query_dim == key_dim, got {query_dim}, {key_dim}"
             )
+        initial = self.default_temperature if cfg.temperature is None else cfg.temperature
+        if initial is None:
+            self.log_scale = None
+        elif cfg.learn_temperature:
+            self.log_scale = nn.Parameter(torch.tensor(math.log(initial)))
+        else:
+            self.register_buffer("log_scale", torch.tensor(math.log(initial)))
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        return torch.bmm(query, keys.transpose(1, 2))
+        energies = torch.bmm(query, keys.transpose(1, 2))
+        return energies if self.log_scale is None else self.log_scale.exp() * energies
+
+    def learned_scales(self) -> dict[str, Tensor]:
+        return {} if self.log_scale is None else {"temperature": self.log_scale.exp()}
 
 
 @register_attention("scaled-dot")
 class ScaledDotAttention(DotAttention):
-    """Scaled dot product (Vaswani et al., 2017): q . k / sqrt(d).
+    """Scaled dot product (Vaswani et al., 2017): q . k / sqrt(d), times g if it has one.
 
-    Without weights asked for, it runs PyTorch's fused `F.scaled_dot_product_attention`.
+    Without weights asked for, it runs PyTorch's fused `F.scaled_dot_product_attention`
+    (on g q, which gives the same energies).
     """
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
@@ -51,6 +74,8 @@ class ScaledDotAttention(DotAttention):
             return super().attend(query, prepared_keys, prepared_values, mask, positions)
         if self.recorder is not None:
             self.recorder.observe(self, query, prepared_keys, mask, positions)
+        if self.log_scale is not None:
+            query = self.log_scale.exp() * query
         context = F.scaled_dot_product_attention(
             query, prepared_keys, prepared_values, attn_mask=mask
         )
@@ -59,28 +84,23 @@ class ScaledDotAttention(DotAttention):
 
 @register_attention("cosine")
 class CosineAttention(DotAttention):
-    """Cosine similarity times a learned inverse temperature: exp(s) * cos(q, k).
+    """Cosine similarity times an inverse temperature: g * cos(q, k), g = 10 learned by default.
 
     cos(q, k) alone is bounded to [-1, 1], so a plain softmax over it stays nearly flat
-    (at most e^2 between two keys); the temperature exp(s), s learned and initialised to
-    log(10), lets the weights sharpen.
+    (at most e^2 between two keys); g, by default learned as exp(s) with s initialised to
+    log(10), lets the weights sharpen. The energies lie in [-g, g].
     """
 
-    def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
-        super().__init__(query_dim, key_dim, cfg)
-        self.log_scale = nn.Parameter(torch.tensor(math.log(10.0)))
+    default_temperature: ClassVar[float | None] = 10.0
 
     def prepare_keys(self, keys: Tensor) -> Tensor:
         return F.normalize(keys, dim=-1)
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        return self.log_scale.exp() * super().score(F.normalize(query, dim=-1), keys)
+        return super().score(F.normalize(query, dim=-1), keys)
 
     def scored_inputs(self, query: Tensor, prepared_keys: Tensor) -> tuple[Tensor, Tensor]:
         return F.normalize(query, dim=-1), prepared_keys
-
-    def learned_scales(self) -> dict[str, Tensor]:
-        return {"temperature": self.log_scale.exp()}
 
 
 @register_attention("general")

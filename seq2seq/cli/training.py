@@ -140,22 +140,30 @@ def sweep(
         str | None,
         typer.Option(metavar="I/N", help="run only the i-th of n disjoint shares of the runs"),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="list the runs and what would be done with each; no more"),
+    ] = False,
 ) -> None:
     """Train every cell of a grid x seeds (skipping finished runs, resuming interrupted
     ones), then write the report to DIR/report; `seq2seq sweep report DIR` rewrites it."""
     if ctx.invoked_subcommand is not None:
-        if config or sweep_dir or shard:
+        if config or sweep_dir or shard or dry_run:
             raise UserError("'seq2seq sweep report DIR' takes no options; pass only DIR")
         return
     if config is None:
         raise UserError(
             "pass --config SWEEP_FILE (see configs/sweeps/), or: seq2seq sweep report DIR"
         )
-    from seq2seq.sweep import load_sweep, parse_shard, run_sweep
+    from seq2seq.sweep import describe_sweep, load_sweep, parse_shard, run_sweep
 
     plan = load_sweep(config)
     part = parse_shard(shard) if shard else None
-    report = run_sweep(plan, sweep_dir or Path("runs/sweeps") / plan.name, part)
+    root = sweep_dir or Path("runs/sweeps") / plan.name
+    if dry_run:
+        print(describe_sweep(plan, root, part))
+        return
+    report = run_sweep(plan, root, part)
     print(report.read_text(encoding="utf-8"), end="")
 
 

@@ -146,6 +146,18 @@ class AttentionConfig(Section):
     )
     renormalize: bool = Field(False, description="local-p: rescale Gaussian weights to sum to 1")
     max_source_len: PositiveInt = Field(256, description="location: longest source it scores")
+    temperature: float | None = Field(
+        None,
+        gt=0,
+        le=1e4,
+        description="dot, scaled-dot, cosine, multihead: the initial value g0 of a multiplier g "
+        "of the energies; null: the type's own (cosine 10; the others none, g = 1)",
+    )
+    learn_temperature: bool = Field(
+        True,
+        description="dot, scaled-dot, cosine, multihead: learn g (as exp(s), s from log g0); "
+        "false: g stays g0 (false needs a temperature)",
+    )
 
     @field_validator("type")
     @classmethod
@@ -180,6 +192,15 @@ class AttentionConfig(Section):
             raise ValueError(
                 f"{self.type} attention does not read {given}; its options: {mine}; "
                 "remove the others"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fixed_temperature_has_a_value(self) -> AttentionConfig:
+        if not self.learn_temperature and self.temperature is None:
+            raise ValueError(
+                "learn_temperature: false fixes the temperature at its initial value; "
+                "give that value as temperature (cosine's own is 10)"
             )
         return self
 

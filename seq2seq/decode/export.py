@@ -67,7 +67,7 @@ def unexportable(cfg: Config) -> str | None:
             return (
                 f"model.{name}.type is {section.type} with {heads} head(s); CTranslate2 "
                 "implements multi-head scaled dot-product attention only: with "
-                f"{heads} head(s), type {' or '.join(runnable)}"
+                f"{heads} head(s), type {' or '.join(runnable)}, without a temperature"
             )
     heads = {name: model.heads(section) for name, section in sections.items()}
     if len(set(heads.values())) > 1:

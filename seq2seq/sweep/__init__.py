@@ -3,7 +3,16 @@ or resumed in turn (or by shards), and a report with significance against a base
 
 from seq2seq.sweep.directory import SweepDir
 from seq2seq.sweep.report import write_report
-from seq2seq.sweep.runner import run_sweep
+from seq2seq.sweep.runner import describe_sweep, run_sweep
 from seq2seq.sweep.spec import Shard, Sweep, load_sweep, parse_shard
 
-__all__ = ["Shard", "Sweep", "SweepDir", "load_sweep", "parse_shard", "run_sweep", "write_report"]
+__all__ = [
+    "Shard",
+    "Sweep",
+    "SweepDir",
+    "describe_sweep",
+    "load_sweep",
+    "parse_shard",
+    "run_sweep",
+    "write_report",
+]

@@ -40,7 +40,7 @@ def cross_attention(sites: dict[str, dict]) -> dict[str, float]:
 
 def _runs(result: CellResult) -> list[dict]:
     """Each seed's summary.json."""
-    return [json.loads(run.summary.read_text(encoding="utf-8")) for run in result.runs.values()]
+    return [json.loads(run.root.summary.read_text("utf-8")) for run in result.runs.values()]
 
 
 def _by_step(summary: dict) -> dict[int, dict[str, float]]:

@@ -1,16 +1,18 @@
-"""Run a sweep (or one shard of it): train what is missing, resume what was interrupted,
-skip what is finished, then write the report."""
+"""Run a sweep (or one shard of it): train what is missing (or continue it from the sweep it
+continues), resume what was interrupted, skip what is finished, then write the report."""
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
-from seq2seq.checkpoint import RunBusy
+from seq2seq.checkpoint import RunBusy, RunDir
 from seq2seq.errors import UserError
-from seq2seq.sweep.directory import RunState, SweepDir
+from seq2seq.sweep.directory import RunState, SweepDir, continuable, copy_to_continue
 from seq2seq.sweep.report import write_report
-from seq2seq.sweep.spec import Shard, Sweep
+from seq2seq.sweep.spec import Run, Shard, Sweep
 from seq2seq.train.run import train
 
 
@@ -28,14 +30,16 @@ def run_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> Path:
     _note(sweep, f"{root}: {part}{len(runs)} of {len(sweep.runs)} runs")
     failed, busy = [], []
     for number, run in enumerate(runs, start=1):
-        state = directory.state(run)
+        plan = _plan(directory, sweep, run)
         where = f"[{number}/{len(runs)}] {run.name}"
-        if state is RunState.FINISHED:
-            _note(sweep, f"{where}: finished, skipped")
+        _note(sweep, f"{where}: {plan.note}")
+        if plan.finished:
             continue
-        _note(sweep, f"{where}: {'resuming' if state is RunState.INTERRUPTED else 'training'}")
-        directory.share_tokenizer(sweep, run)  # bad data fails every run: stop here
+        if plan.parent is None:  # a continued run comes with its tokenizer
+            directory.share_tokenizer(sweep, run)  # bad data fails every run: stop here
         try:
+            if plan.parent is not None:
+                copy_to_continue(plan.parent, directory.run(run))
             train(run.config, directory.run(run).root)
         except RunBusy as error:
             _note(sweep, f"{where} skipped: {error}")
@@ -56,6 +60,40 @@ def run_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> Path:
             "has finished, for the full report"
         )
     return report
+
+
+def describe_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> str:
+    """What `run_sweep` would do with each run (of the shard) in `root`, a line each, and
+    the counts; nothing is trained or written."""
+    directory = SweepDir(root)
+    runs = shard.select(sweep.runs) if shard else sweep.runs
+    counts: Counter[str] = Counter()
+    lines = []
+    for number, run in enumerate(runs, start=1):
+        plan = _plan(directory, sweep, run)
+        counts[plan.note.split()[0].strip(",")] += 1
+        unready = plan.parent is not None and not continuable(plan.parent)
+        problem = " (not finished there, or its last checkpoint gone: it would fail)"
+        lines.append(f"[{number}/{len(runs)}] {run.name}: {plan.note}{problem if unready else ''}")
+    total = ", ".join(f"{count} {what}" for what, count in counts.items())
+    return "\n".join([*lines, f"{root}: {len(runs)} of {len(sweep.runs)} runs: {total}"])
+
+
+@dataclass(frozen=True)
+class _Plan:
+    note: str  # what is done with the run: finished, skipped; training; resuming; continuing
+    finished: bool
+    parent: RunDir | None  # the run of the sweep it continues, that it starts as a copy of
+
+
+def _plan(directory: SweepDir, sweep: Sweep, run: Run) -> _Plan:
+    state = directory.state(run)
+    if state is RunState.FINISHED:
+        return _Plan("finished, skipped", True, None)
+    source = sweep.definition.continue_from
+    if source is not None and state is RunState.NOT_STARTED:
+        return _Plan(f"continuing its run in {source}", False, SweepDir(Path(source)).run(run))
+    return _Plan("resuming" if state is RunState.INTERRUPTED else "training", False, None)
 
 
 def _note(sweep: Sweep, message: str) -> None:

@@ -7,10 +7,13 @@ grid: {model.attention.type: [dot, general, bahdanau]}   # dotted config field -
 seeds: [1, 2, 3]
 baseline: {model.attention.type: bahdanau}               # one cell: a value per grid field
 set: {train.max_time: 25m}                               # optional: fixed for every run
+cells: [{model.attention.type: dot}, ...]                # optional: only these cells
+continue_from: runs/sweeps/short                         # optional: see `continue_from`
 ```
 
 Everything is checked before any run starts: each dotted field must be a field of the run
-config, each run's config must validate, and the baseline must be a cell of the grid.
+config, each run's config must validate, each of `cells` and the baseline must be a cell
+of the grid.
 """
 
 from __future__ import annotations
@@ -65,6 +68,15 @@ class SweepFile(BaseModel):
     seeds: list[int] = Field(min_length=1)
     baseline: dict[str, Any] = Field(description="the reference cell: a value per grid field")
     set: dict[str, Any] = Field(default_factory=dict, description="dotted field -> fixed value")
+    cells: list[dict[str, Any]] | None = Field(
+        None, min_length=1, description="only these cells of the grid; default: all of them"
+    )
+    continue_from: str | None = Field(
+        None,
+        min_length=1,
+        description="a sweep directory: each run starts as a copy of its finished namesake "
+        "there (test scores aside) and trains on to this sweep's budget",
+    )
 
     @field_validator("grid")
     @classmethod
@@ -208,7 +220,9 @@ def expand(definition: SweepDefinition, source: Path) -> Sweep:
     cells = [Cell(values, _key(dict(values), short)) for values in pairs]
     if len({cell.key for cell in cells}) < len(cells):  # values differing only in "/"
         raise UserError(f"{source}: two cells get the same name; make the grid values differ")
-    baseline = _baseline(definition, cells, short, source)
+    if definition.cells is not None:
+        cells = _chosen_cells(definition, cells, short, source)
+    baseline = _cell_named(definition.baseline, "baseline", definition, cells, short, source)
     runs = []
     for seed in definition.seeds:
         for cell in cells:
@@ -264,20 +278,38 @@ def _locate(
     return node, leaf
 
 
-def _baseline(
-    definition: SweepDefinition, cells: list[Cell], short: dict[str, str], source: Path
+def _cell_named(
+    values: dict[str, Any],
+    what: str,
+    definition: SweepDefinition,
+    cells: list[Cell],
+    short: dict[str, str],
+    source: Path,
 ) -> Cell:
-    baseline = definition.baseline
-    if set(baseline) != set(definition.grid):
+    """The cell of the grid that `values` (a value per grid field) names."""
+    if set(values) != set(definition.grid):
         raise UserError(
-            f"{source}: baseline must give a value for each grid field and nothing else "
-            f"({', '.join(definition.grid)}); it gives {', '.join(baseline) or 'none'}"
+            f"{source}: {what} must give a value for each grid field and nothing else "
+            f"({', '.join(definition.grid)}); it gives {', '.join(values) or 'none'}"
         )
-    key = _key(baseline, short)
+    key = _key(values, short)
     for cell in cells:
         if cell.key == key:
             return cell
-    raise UserError(f"{source}: baseline {key} is not a cell of the grid; pick values it lists")
+    raise UserError(f"{source}: {what} {key} is not a cell of the grid; pick values it lists")
+
+
+def _chosen_cells(
+    definition: SweepDefinition, cells: list[Cell], short: dict[str, str], source: Path
+) -> list[Cell]:
+    """The cells `cells:` lists, in the grid's order."""
+    chosen = [
+        _cell_named(values, "each of cells", definition, cells, short, source)
+        for values in definition.cells or []
+    ]
+    if len(set(chosen)) < len(chosen):
+        raise UserError(f"{source}: cells lists a cell twice; list each once")
+    return [cell for cell in cells if cell in chosen]
 
 
 def _short_names(fields: list[str]) -> dict[str, str]:

@@ -45,11 +45,11 @@ from seq2seq.train.scoring import score_test
 from seq2seq.train.trainer import Trainer
 
 # Fields that may change when a run is resumed: budgets, and what does not change the
-# parameters trained (logging, checkpoints kept, the guard on skipped updates, the sections
-# only the test decode reads, and the CPU threads, which change speed and at most the
-# float rounding of sums); never the model, the data or the arithmetic.
+# parameters trained (its name, logging, checkpoints kept, the guard on skipped updates,
+# the sections only the test decode reads, and the CPU threads, which change speed and at
+# most the float rounding of sums); never the model, the data or the arithmetic.
 RESUMABLE_CHANGES = {
-    "train.max_time", "train.max_steps", "train.max_epochs", "train.patience",
+    "name", "train.max_time", "train.max_steps", "train.max_epochs", "train.patience",
     "train.log_every", "train.keep_best", "train.max_skipped_updates", "train.test_checkpoint",
     "train.threads",
 }  # fmt: skip

@@ -1,0 +1,100 @@
+"""The sweep files of the attention study's second edition (issue 34): what they promise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from seq2seq.config import flatten
+from seq2seq.sweep import load_sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEPS = ROOT / "configs/sweeps"
+TEST_SETS = ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"]
+# Each second-edition sweep: the first edition's sweep whose model and budget it keeps.
+SECOND_EDITION = {
+    "attention_rnn_v2.yaml": "attention_rnn.yaml",
+    "attention_transformer_v2.yaml": "attention_transformer.yaml",
+    "attention_temperature_rnn.yaml": "attention_rnn.yaml",
+    "attention_temperature_transformer.yaml": "attention_transformer.yaml",
+    "attention_qknorm.yaml": "attention_transformer.yaml",
+    "attention_width.yaml": "attention_rnn.yaml",
+}
+RUNS = {  # the plan's counts (docs/results/attention-study-v2.md)
+    "attention_transformer_v2.yaml": 45,
+    "attention_rnn_v2.yaml": 55,
+    "attention_temperature_rnn.yaml": 15,
+    "attention_temperature_transformer.yaml": 15,
+    "attention_qknorm.yaml": 10,
+    "attention_width.yaml": 27,
+    "attention_rnn_v2_long.yaml": 22,
+    "attention_transformer_v2_long.yaml": 18,
+}
+
+
+def types(sweep) -> set[str]:
+    return {dict(cell.values)["model.attention.type"] for cell in sweep.cells}
+
+
+@pytest.fixture(autouse=True)
+def _from_the_root(monkeypatch):
+    monkeypatch.chdir(ROOT)  # sweep files name their base relative to the repository
+
+
+@pytest.mark.parametrize("name", sorted(SECOND_EDITION))
+def test_second_edition_keeps_the_first_editions_model_and_budget(name):
+    sweep, first = load_sweep(SWEEPS / name), load_sweep(SWEEPS / SECOND_EDITION[name])
+    config, before = sweep.runs[0].config, first.runs[0].config
+    assert config.train.max_steps == before.train.max_steps
+    assert config.tokenizer == before.tokenizer and config.data.train == before.data.train
+    grid = set(sweep.definition.grid)
+    same = {"embed_dim", "ff_dim", "encoder_layers", "decoder_layers", "dropout"}
+    same |= {"hidden_dim"} - {field.split(".")[-1] for field in grid}
+    assert {f: getattr(config.model, f) for f in same} == {
+        f: getattr(before.model, f) for f in same
+    }
+    assert [Path(prefix).name for prefix in config.data.test] == TEST_SETS
+    assert config.train.test_checkpoint == "last" and config.train.attention_diagnostics
+    assert len(sweep.runs) == RUNS[name]
+
+
+def test_the_main_sweeps_run_every_type_of_the_first_edition_with_five_seeds():
+    for name in ("attention_rnn_v2.yaml", "attention_transformer_v2.yaml"):
+        sweep, first = load_sweep(SWEEPS / name), load_sweep(SWEEPS / SECOND_EDITION[name])
+        assert types(sweep) == types(first) and sweep.definition.seeds == [1, 2, 3, 4, 5]
+
+
+def test_the_comparisons_have_their_cells():
+    temperature = load_sweep(SWEEPS / "attention_temperature_rnn.yaml")
+    sections = {
+        tuple(run.config.model.attention.model_dump(include={"type", "temperature"}).values())
+        + (run.config.model.attention.learn_temperature,)
+        for run in temperature.runs
+    }
+    assert sections == {
+        ("scaled-dot", None, True), ("scaled-dot", 1.0, True), ("cosine", None, True),
+        ("cosine", 1.0, False), ("cosine", 10.0, False),
+    }  # fmt: skip
+    qknorm = load_sweep(SWEEPS / "attention_qknorm.yaml")
+    for run in qknorm.runs:
+        model = run.config.model
+        assert model.attention.type == model.self_attention.type  # everywhere, both ways
+    width = load_sweep(SWEEPS / "attention_width.yaml")
+    assert {run.config.model.hidden_dim for run in width.runs} == {64, 128, 256}
+    assert types(width) == {"dot", "scaled-dot", "cosine"}
+
+
+@pytest.mark.parametrize("arch, twice", [("rnn", 5000), ("transformer", 3000)])
+def test_the_continuations_differ_from_their_sweep_in_budget_and_seeds_only(arch, twice):
+    first = load_sweep(SWEEPS / f"attention_{arch}_v2.yaml")
+    longer = load_sweep(SWEEPS / f"attention_{arch}_v2_long.yaml")
+    assert longer.definition.continue_from == f"docs/results/attention-{arch}-v2"
+    assert longer.definition.seeds == [1, 2] and longer.cells == first.cells
+    for run in longer.runs:
+        a, b = (
+            flatten(first.run(run.cell, run.seed).config.to_dict()),
+            flatten(run.config.to_dict()),
+        )
+        assert {k for k in a if a[k] != b[k]} == {"name", "train.max_steps"}
+        assert b["train.max_steps"] == 2 * a["train.max_steps"] == twice
