@@ -276,7 +276,9 @@ def serve(
     ] = 10.0,
     allowed_host: Annotated[
         list[str] | None,
-        typer.Option(help="a name the Host header may give besides --host (repeat; * for any)"),
+        typer.Option(
+            metavar="NAME", help="a name the Host header may give besides --host (repeat; * any)"
+        ),
     ] = None,
     threads: Threads = None,
 ) -> None:
