@@ -12,7 +12,7 @@ from __future__ import annotations
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
-from seq2seq.config.schema import ATTENTION_TYPES
+from seq2seq.config.attention import ATTENTION_TYPES
 
 if TYPE_CHECKING:
     from seq2seq.decode.translate import Translation, Translator

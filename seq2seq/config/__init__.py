@@ -1,9 +1,17 @@
-"""The run configuration: its schema (`schema.py`) and how files become one (`loading.py`).
+"""The run configuration: its schema (`schema.py`, with the attention sections and their
+registry of types in `attention.py`) and how files become one (`loading.py`).
 
 A YAML file is read with `yaml.safe_load` (following `extends`), dotted `--set key=value`
 overrides are applied, and the result is validated by the schema's pydantic models.
 """
 
+from seq2seq.config.attention import (
+    ATTENTION_TYPES,
+    AttentionConfig,
+    AttentionRegistry,
+    AttentionType,
+    SelfAttentionConfig,
+)
 from seq2seq.config.loading import (
     apply_override,
     config_from_dict,
@@ -12,17 +20,12 @@ from seq2seq.config.loading import (
     read_yaml,
 )
 from seq2seq.config.schema import (
-    ATTENTION_TYPES,
-    AttentionConfig,
-    AttentionRegistry,
-    AttentionType,
     Config,
     DataConfig,
     DecodeConfig,
     ModelConfig,
     OptimizerConfig,
     ScheduleConfig,
-    SelfAttentionConfig,
     TokenizerConfig,
     TrainConfig,
     config_differences,

@@ -1,0 +1,137 @@
+"""The attention sections of the config (`model.attention`, `model.self_attention`) and
+the registry of attention types they are validated against."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
+
+from pydantic import Field, PositiveInt, field_validator, model_validator
+
+from seq2seq.config.section import Section
+
+
+class AttentionType(Protocol):
+    """What the schema reads of a registered attention class (see `seq2seq.attention`)."""
+
+    options: ClassVar[frozenset[str]]  # the AttentionConfig fields it reads (type, heads aside)
+    default_heads: ClassVar[int]  # heads where neither `heads` nor the architecture says
+    content_based: ClassVar[bool]  # whether local attention may wrap it as its score
+
+
+class AttentionRegistry(dict[str, type[AttentionType]]):
+    """Attention types by name. The attention package registers each class here as it is
+    imported (`@register_attention`): the schema sits below it and validates against it.
+
+    `load` imports that package on first use. The top floor (`seq2seq/__init__.py`, which
+    Python runs before any seq2seq module) installs it, so a config loads in any import
+    order without the schema importing the floor above it."""
+
+    load: Callable[[], object] | None = None
+
+    def registered(self) -> AttentionRegistry:
+        if not self and self.load is not None:
+            self.load()
+        if not self:
+            raise RuntimeError("no attention types registered: import seq2seq.attention first")
+        return self
+
+
+ATTENTION_TYPES = AttentionRegistry()
+
+
+def _content_scores() -> list[str]:
+    """The types local attention may wrap: those that score by content alone."""
+    return sorted(n for n, t in ATTENTION_TYPES.registered().items() if t.content_based)
+
+
+def _type_names(schema: dict[str, Any]) -> None:
+    schema.update(enum=sorted(ATTENTION_TYPES.registered()))
+
+
+class AttentionConfig(Section):
+    """The attention type and its options; a type's unused options must keep their defaults."""
+
+    type: str = Field(
+        "bahdanau", description="a registered attention type", json_schema_extra=_type_names
+    )
+    heads: PositiveInt | None = Field(
+        None,
+        description="heads; H > 1 runs `type` once per head; null: 4 in the transformer, "
+        "else the type's own (multihead: 4 where it divides hidden_dim, the others 1)",
+    )
+    window: PositiveInt = Field(10, description="local-m/local-p: window half-width D")
+    score: str = Field(
+        "general",
+        description="local-m/local-p: the content score they wrap",
+        json_schema_extra=lambda schema: schema.update(enum=_content_scores()),
+    )
+    renormalize: bool = Field(False, description="local-p: rescale Gaussian weights to sum to 1")
+    max_source_len: PositiveInt = Field(256, description="location: longest source it scores")
+    temperature: float | None = Field(
+        None,
+        gt=0,
+        le=1e4,
+        description="dot, scaled-dot, cosine, multihead: the initial value g0 of a multiplier g "
+        "of the energies; null: the type's own (cosine 10; the others none, g = 1)",
+    )
+    learn_temperature: bool = Field(
+        True,
+        description="dot, scaled-dot, cosine, multihead: learn g (as exp(s), s from log g0); "
+        "false: g stays g0 (false needs a temperature)",
+    )
+
+    @field_validator("type")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        names = sorted(ATTENTION_TYPES.registered())
+        if value not in names:
+            raise ValueError(f"unknown attention type {value!r}; known: {', '.join(names)}")
+        return value
+
+    @field_validator("score")
+    @classmethod
+    def _content_score(cls, value: str) -> str:
+        names = _content_scores()
+        if value not in names:
+            raise ValueError(
+                f"local attention wraps a content score; {value!r} is not one; "
+                f"allowed: {', '.join(names)}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _only_own_options(self) -> AttentionConfig:
+        fields, own = type(self).model_fields, ATTENTION_TYPES[self.type].options
+        unused = [
+            name
+            for name in sorted(set(fields) - {"type", "heads"} - own)
+            if getattr(self, name) != fields[name].default
+        ]
+        if unused:
+            given = ", ".join(f"{name}={getattr(self, name)!r}" for name in unused)
+            mine = ", ".join(sorted(own | {"heads"}))
+            raise ValueError(
+                f"{self.type} attention does not read {given}; its options: {mine}; "
+                "remove the others"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fixed_temperature_has_a_value(self) -> AttentionConfig:
+        if not self.learn_temperature and self.temperature is None:
+            raise ValueError(
+                "learn_temperature: false fixes the temperature at its initial value; "
+                "give that value as temperature (cosine's own is 10)"
+            )
+        return self
+
+
+class SelfAttentionConfig(AttentionConfig):
+    """The Transformer's self-attention: the options of `AttentionConfig`, scaled-dot by
+    default. A class of its own, so that its defaults are the same whether the section is
+    absent, empty or partly written."""
+
+    type: str = Field(
+        "scaled-dot", description="a registered attention type", json_schema_extra=_type_names
+    )
