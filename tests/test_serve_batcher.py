@@ -18,7 +18,7 @@ class Recorder:
         self.gate = gate
         self.started = threading.Event()
 
-    def __call__(self, lines: list[str], beam: int, nbest: int) -> list[list[str]]:
+    def __call__(self, lines: list[str], beam: int, nbest: int, attention: bool) -> list[list[str]]:
         self.started.set()
         if self.gate is not None:
             self.gate.wait(5)
@@ -99,7 +99,7 @@ def test_a_full_queue_refuses_and_a_stopping_batcher_finishes_what_it_holds():
 
 
 def test_a_failed_search_fails_every_request_of_its_batch_and_the_next_batch_works():
-    def search(lines, beam, nbest):
+    def search(lines, beam, nbest, attention):
         if "boom" in lines:
             raise RuntimeError("boom")
         return [[line] for line in lines]

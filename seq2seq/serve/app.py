@@ -41,8 +41,8 @@ def create_app(
     """The server of one translator; `info` is what `GET /info` answers. `decoder`: the
     one-thread executor that loaded the translator, to decode in (see `MicroBatcher`)."""
 
-    def search(lines: list[str], beam: int, nbest: int) -> list[list[Translation]]:
-        return translator.hypotheses(lines, nbest=nbest, beam=beam)
+    def search(lines: list[str], beam: int, nbest: int, attention: bool) -> list[list[Translation]]:
+        return translator.hypotheses(lines, nbest=nbest, beam=beam, attention=attention)
 
     batcher = MicroBatcher(search, limits.batch_lines, limits.batch_wait, limits.max_queue, decoder)
 
@@ -120,7 +120,8 @@ async def _decode(
     batcher: MicroBatcher, request: TranslateRequest, beam: int, timeout: float
 ) -> list[list[Translation]]:
     try:
-        return await asyncio.wait_for(batcher.translate(request.text, beam, request.nbest), timeout)
+        translated = batcher.translate(request.text, beam, request.nbest, request.attention)
+        return await asyncio.wait_for(translated, timeout)
     except QueueFull:
         raise HTTPException(503, "the server is busy (its queue is full); retry later") from None
     except ShuttingDown:

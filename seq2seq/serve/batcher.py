@@ -21,8 +21,8 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-# lines, beam, nbest -> for each line, its hypotheses; called in the worker thread
-Search = Callable[[list[str], int, int], list[list[Any]]]
+# lines, beam, nbest, attention -> for each line, its hypotheses; called in the worker thread
+Search = Callable[[list[str], int, int, bool], list[list[Any]]]
 
 
 class QueueFull(Exception):
@@ -38,11 +38,12 @@ class _Job:
     lines: list[str]
     beam: int
     nbest: int
+    attention: bool  # whether the hypotheses must carry attention weights
     done: asyncio.Future = field(repr=False)
 
     @property
-    def options(self) -> tuple[int, int]:
-        return self.beam, self.nbest
+    def options(self) -> tuple[int, int, bool]:
+        return self.beam, self.nbest, self.attention
 
 
 class MicroBatcher:
@@ -79,11 +80,13 @@ class MicroBatcher:
         if self.owns_executor:
             self.executor.shutdown(wait=False)
 
-    async def translate(self, lines: list[str], beam: int, nbest: int) -> list[list[Any]]:
+    async def translate(
+        self, lines: list[str], beam: int, nbest: int, attention: bool = False
+    ) -> list[list[Any]]:
         """The hypotheses of each line, once a batch that holds them is decoded."""
         if self.closing:
             raise ShuttingDown
-        job = _Job(lines, beam, nbest, asyncio.get_running_loop().create_future())
+        job = _Job(lines, beam, nbest, attention, asyncio.get_running_loop().create_future())
         try:
             self.queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -128,10 +131,9 @@ class MicroBatcher:
         if not jobs:
             return
         lines = [line for job in jobs for line in job.lines]
-        beam, nbest = jobs[0].options
         try:
             loop = asyncio.get_running_loop()
-            found = await loop.run_in_executor(self.executor, self.search, lines, beam, nbest)
+            found = await loop.run_in_executor(self.executor, self.search, lines, *jobs[0].options)
         except Exception as error:  # every request of the batch gets the search's error
             for job in jobs:
                 if not job.done.done():
