@@ -34,10 +34,10 @@ same curve.
     python scripts/bench.py compare --base ../old-checkout [--repeat 3] -- train --config X
 
 `compare` runs the measurement after `--` alternately with the seq2seq of `--base` and
-with this checkout's (`--code DIR` before the mode does either by hand), --repeat times
-each, prints every JSON line, then one line per figure with the median, minimum and
-maximum of each side and the ratio of the medians (new over old). With `losses` it prints
-the largest relative difference between the two loss curves instead.
+with this checkout's (SEQ2SEQ_BENCH_CODE=DIR in the environment picks either by hand),
+--repeat times each, prints every JSON line, then a summary line per measurement: the
+median, minimum and maximum of each figure on each side and the ratio of the medians (new
+over old); with `losses`, the largest relative difference between the two loss curves.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from inspect import signature
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,8 +98,12 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+    # What `seq2seq translate` asks for: no attention weights (older commits had no choice).
+    options = (
+        {"attention": False} if "attention" in signature(translator.hypotheses).parameters else {}
+    )
     started = time.perf_counter()
-    found = translator.hypotheses(lines)
+    found = translator.hypotheses(lines, **options)
     if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started
