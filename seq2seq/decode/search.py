@@ -175,21 +175,23 @@ def _first_beams(
 
 def _mask_eos_and_limits(log_probs: Tensor, at_cap: Tensor, too_short: bool, eos_id: int) -> Tensor:
     """(rows, V) log-probabilities with the rows `at_cap` only able to end, at EOS's own
-    probability, and, when `too_short`, the others unable to end."""
+    probability, and, when `too_short`, the others unable to end; changed in place (the
+    step's own tensor: a copy per step would cost as much as the masking)."""
     eos = log_probs[:, eos_id].clone()
     if too_short:
         eos = eos.masked_fill(~at_cap, float("-inf"))
-    log_probs = log_probs.masked_fill(at_cap.unsqueeze(1), float("-inf"))
+    log_probs.masked_fill_(at_cap.unsqueeze(1), float("-inf"))
     log_probs[:, eos_id] = eos
     return log_probs
 
 
 def _expand(scores: Tensor, log_probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Each sentence's K best continuations of its K*V: their summed log-probabilities
-    (A, K), best first, and for each new slot (A*K,) the row it extends and its token."""
+    (A, K), best first, and for each new slot (A*K,) the row it extends and its token.
+    `log_probs` (A*K, V) becomes the candidates' scores, in place."""
     active, beam = scores.shape
     vocab = log_probs.size(-1)
-    candidates = (scores.view(-1, 1) + log_probs).view(active, beam * vocab)
+    candidates = log_probs.add_(scores.view(-1, 1)).view(active, beam * vocab)
     top_scores, top_index = candidates.topk(beam, dim=1)
     first_row = (torch.arange(active, device=scores.device) * beam).unsqueeze(1)
     origin = (top_index // vocab + first_row).view(-1)
