@@ -34,9 +34,10 @@ def reuse_freed_host_memory() -> bool:
 
     By default glibc serves each block over 128 KiB (a (B, S, H) activation, logits) with a
     fresh mmap and returns it to the system when freed, so every training or decoding step
-    pays page faults to zero the same memory again: a third of a small model's step on
-    this CPU. Raising the mmap and trim thresholds keeps the memory in the heap instead;
-    the resident memory stays at its peak, which it reaches anyway. Results do not change.
+    pays page faults to zero the same memory again (on a busy 2-core machine, up to a third
+    of the study RNN's step). Raising the mmap and trim thresholds keeps the memory in the
+    heap instead; the resident memory stays at its peak, which it reaches anyway. Results
+    do not change.
     """
     name = ctypes.util.find_library("c")
     try:
