@@ -32,6 +32,20 @@ sentences/s, target tokens/s (output pieces + EOS), the peak resident memory, an
 --ref the BLEU and chrF of the output. `torch` is this project's decoder; `ct2-TYPE`
 exports the run to CTranslate2 with TYPE weights (float32, int16, int8) into a temporary
 directory first and decodes with it, on as many threads.
+
+    python scripts/bench.py losses --config configs/study/rnn.yaml [--steps 100]
+
+`losses` prints the loss of each of the first --steps updates of a run from its start
+(the config's seed, dropout on): two commits that compute the same arithmetic print the
+same curve.
+
+    python scripts/bench.py compare --base ../old-checkout [--repeat 3] -- train --config X
+
+`compare` runs the measurement after `--` alternately with the seq2seq of `--base` and
+with this checkout's (SEQ2SEQ_BENCH_CODE=DIR in the environment picks either by hand),
+--repeat times each, prints every JSON line, then a summary line per measurement: the
+median, minimum and maximum of each figure on each side and the ratio of the medians (new
+over old); with `losses`, the largest relative difference between the two loss curves.
 """
 
 from __future__ import annotations
@@ -39,14 +53,21 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from inspect import signature
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# The seq2seq that is measured: this checkout's, or the one `--code DIR` names (an older
+# commit); an environment variable, so that the spawned measuring processes import it too.
+CODE_VARIABLE = "SEQ2SEQ_BENCH_CODE"
+sys.path.insert(0, os.environ.get(CODE_VARIABLE, str(ROOT)))
 
 
 def peak_rss_mb() -> float:
@@ -85,8 +106,12 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+    # What `seq2seq translate` asks for: no attention weights (older commits had no choice).
+    options = (
+        {"attention": False} if "attention" in signature(translator.hypotheses).parameters else {}
+    )
     started = time.perf_counter()
-    found = translator.hypotheses(lines)
+    found = translator.hypotheses(lines, **options)
     if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started
@@ -219,8 +244,8 @@ def training_speed(trainer, timed: list[list[int]], seconds: float, precision: s
     }
 
 
-def measure_train(args: argparse.Namespace) -> dict:
-    """Runs in its own process: build the run, warm up, time --steps updates."""
+def new_trainer(args: argparse.Namespace, directory: str):
+    """The config's trainer on a fresh run in `directory`, with --tokenizer's if given."""
     import shutil
 
     from seq2seq.checkpoint import RunDir
@@ -228,14 +253,33 @@ def measure_train(args: argparse.Namespace) -> dict:
     from seq2seq.train.distributed import World
     from seq2seq.train.run import build_trainer
 
-    overrides = [*args.set, f"train.threads={args.threads}"]
-    cfg = load_config(args.config, overrides)
+    cfg = load_config(args.config, [*args.set, f"train.threads={args.threads}"])
+    run = RunDir(Path(directory) / "run")
+    if args.tokenizer:
+        shutil.copytree(args.tokenizer, run.tokenizer)
+    trainer = build_trainer(cfg, run, World())
+    trainer.model.train()
+    return cfg, trainer
+
+
+def measure_losses(args: argparse.Namespace) -> dict:
+    """Runs in its own process: the loss per target token of the first --steps updates."""
     with tempfile.TemporaryDirectory() as tmp:
-        run = RunDir(Path(tmp) / "run")
-        if args.tokenizer:
-            shutil.copytree(args.tokenizer, run.tokenizer)
-        trainer = build_trainer(cfg, run, World())
-        trainer.model.train()
+        cfg, trainer = new_trainer(args, tmp)
+        batches = training_batches(trainer, cfg.train.max_epochs, args.steps)
+        losses = []
+        for indices in batches:
+            loss, _ = trainer.train_step(indices)
+            trainer.progress.step += 1  # the schedule reads it
+            losses.append(float(loss))
+    return {"mode": "losses", "config": str(args.config), "threads": args.threads,
+            "steps": args.steps, "losses": losses}  # fmt: skip
+
+
+def measure_train(args: argparse.Namespace) -> dict:
+    """Runs in its own process: build the run, warm up, time --steps updates."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg, trainer = new_trainer(args, tmp)
         needed = args.warmup + args.steps + (args.profile and PROFILED_STEPS)
         batches = training_batches(trainer, cfg.train.max_epochs, needed)
         for indices in batches[: args.warmup]:
@@ -308,7 +352,61 @@ def measure_diagnostics(args: argparse.Namespace) -> dict:
     }
 
 
-def main() -> None:
+# The figures `compare` summarises, and the fields that say which measurement a line is.
+COMPARED = ("target_tokens_per_s", "tokens_per_s", "sentences_per_s", "peak_rss_mb", "mfu", "bleu")
+IDENTITY = ("mode", "config", "engine", "beam", "threads", "precision")
+
+
+def run_side(code: Path, measurement: list[str]) -> list[dict]:
+    """The JSON lines of one measurement by this script with the seq2seq of `code`."""
+    env = {**os.environ, CODE_VARIABLE: str(code.resolve())}
+    command = [sys.executable, str(Path(__file__).resolve()), *measurement]
+    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def summarise(old: list[dict], new: list[dict]) -> dict:
+    """Median, minimum and maximum of each figure on each side; new median over old."""
+    if old[0]["mode"] == "losses":
+        pairs = zip(old[0]["losses"], new[0]["losses"], strict=True)
+        worst = max(abs(b - a) / max(abs(a), 1e-12) for a, b in pairs)
+        return {**{k: old[0][k] for k in IDENTITY if k in old[0]}, "max_relative_diff": worst}
+    summary = {k: old[0][k] for k in IDENTITY if k in old[0]}
+    for key in COMPARED:
+        if key not in old[0] or key not in new[0]:
+            continue
+        sides = {"old": [r[key] for r in old], "new": [r[key] for r in new]}
+        for side, values in sides.items():
+            summary[f"{key}_{side}"] = [statistics.median(values), min(values), max(values)]
+        summary[f"{key}_ratio"] = round(
+            statistics.median(sides["new"]) / max(statistics.median(sides["old"]), 1e-12), 3
+        )
+    return summary
+
+
+def compare(base: Path, repeat: int, measurement: list[str]) -> None:
+    """Old and new measured alternately, `repeat` times each, then the summary lines."""
+    rows: dict[str, list[list[dict]]] = {"old": [], "new": []}
+    for _ in range(repeat):
+        for side, code in (("old", base), ("new", ROOT)):
+            lines = run_side(code, measurement)
+            for line in lines:
+                print(json.dumps({"side": side, **line}), flush=True)
+            rows[side].append(lines)
+    for i in range(len(rows["old"][0])):  # one summary per line of a measurement
+        old, new = ([lines[i] for lines in rows[side]] for side in ("old", "new"))
+        print(json.dumps({"summary": True, **summarise(old, new)}), flush=True)
+
+
+def add_train_options(mode: argparse.ArgumentParser, steps: int, help_steps: str) -> None:
+    mode.add_argument("--config", type=Path, required=True, help="a run config")
+    mode.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    mode.add_argument("--steps", type=int, default=steps, help=help_steps)
+    mode.add_argument("--threads", type=int, default=2)
+    mode.add_argument("--tokenizer", type=Path, help="a run's tokenizer/ to reuse")
+
+
+def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     modes = parser.add_subparsers(dest="mode", required=True)
     decode = modes.add_parser("decode", help="translation speed per beam size")
@@ -326,12 +424,8 @@ def main() -> None:
         help="ct2-*: the run exported to CTranslate2 with that weight type (the export extra)",
     )  # fmt: skip
     train = modes.add_parser("train", help="training throughput and model FLOP utilisation")
-    train.add_argument("--config", type=Path, required=True, help="a run config")
-    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    train.add_argument("--steps", type=int, default=50, help="timed updates")
+    add_train_options(train, 50, "timed updates")
     train.add_argument("--warmup", type=int, default=10, help="updates before timing")
-    train.add_argument("--threads", type=int, default=2)
-    train.add_argument("--tokenizer", type=Path, help="a run's tokenizer/ to reuse")
     train.add_argument(
         "--profile", type=int, default=0, metavar="ROWS",
         help=f"then profile {PROFILED_STEPS} more updates; print the ROWS costliest operators",
@@ -342,10 +436,24 @@ def main() -> None:
     diagnostics.add_argument("--steps", type=int, default=10, help="timed updates per round")
     diagnostics.add_argument("--repeats", type=int, default=3, help="interleaved rounds")
     diagnostics.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    losses = modes.add_parser("losses", help="the loss of each of a run's first updates")
+    add_train_options(losses, 100, "updates from the start")
+    both = modes.add_parser("compare", help="a measurement on an older checkout and this one")
+    both.add_argument("--base", type=Path, required=True, help="the older checkout's root")
+    both.add_argument("--repeat", type=int, default=3, help="measurements per side")
+    both.add_argument("measurement", nargs=argparse.REMAINDER, help="-- MODE OPTIONS...")
+    return parser.parse_args()
 
+
+def main() -> None:
+    args = parse_arguments()
+    if args.mode == "compare":
+        compare(args.base, args.repeat, [a for a in args.measurement if a != "--"])
+        return
     context = multiprocessing.get_context("spawn")
-    measure = {"train": measure_train, "diagnostics": measure_diagnostics}.get(args.mode)
+    measure = {
+        "train": measure_train, "losses": measure_losses, "diagnostics": measure_diagnostics
+    }.get(args.mode)  # fmt: skip
     if measure is not None:
         with context.Pool(1) as pool:
             print(json.dumps(pool.apply(measure, (args,))), flush=True)

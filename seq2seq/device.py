@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -10,15 +13,23 @@ import torch
 
 from seq2seq.errors import ResourceError, UserError
 
+# glibc's mallopt parameters (malloc.h) and what they are set to: keep freed blocks of up to
+# 1 GiB in the heap for the next tensor rather than unmapping them.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_HEAP_KEEPS = 1 << 30
+
 
 def pick_device(name: str = "auto") -> torch.device:
-    """`auto` (CUDA when available, else the CPU), `cpu` or `cuda`."""
+    """`auto` (CUDA when available, else the CPU), `cpu` or `cuda`; on the CPU, the
+    allocator is first told to reuse freed memory (`reuse_freed_host_memory`)."""
     if name not in ("auto", "cpu", "cuda"):
         raise UserError(f"device {name!r} is not one of auto, cpu, cuda; pick one of those")
     if name == "cuda" and not torch.cuda.is_available():
         raise UserError("the device is cuda but no CUDA device is available; use auto or cpu")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        reuse_freed_host_memory()
     return torch.device(name)
 
 
@@ -39,6 +50,25 @@ def use_threads(threads: int | None, processes: int = 1) -> int:
     count = threads or default_threads(processes)
     torch.set_num_threads(count)
     return count
+
+
+@functools.cache
+def reuse_freed_host_memory() -> bool:
+    """Make glibc keep freed tensor memory for reuse; False where the C library is not glibc.
+
+    By default glibc serves each block over 128 KiB (a (B, S, H) activation, logits) with a
+    fresh mmap and returns it to the system when freed, so every training or decoding step
+    pays page faults to zero the same memory again (on a busy 2-core machine, up to a third
+    of the study RNN's step). Raising the mmap and trim thresholds keeps the memory in the
+    heap instead; the resident memory stays at its peak, which it reaches anyway. Results
+    do not change.
+    """
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError, TypeError):  # no C library by that name, or not glibc
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_KEEPS) and mallopt(_M_TRIM_THRESHOLD, _HEAP_KEEPS))
 
 
 def out_of_memory(error: BaseException) -> bool:

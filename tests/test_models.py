@@ -74,6 +74,33 @@ def test_step_by_step_decoding_equals_teacher_forcing(arch, variant, attention, 
 
 @pytest.mark.parametrize("attention, heads", ATTENTIONS, ids=ATTENTION_IDS)
 @pytest.mark.parametrize("arch", ARCHS)
+def test_decoding_without_weights_finds_the_same_and_keeps_no_weights(arch, attention, heads):
+    model = tiny(arch, attention, heads=heads)
+    src, mask, tgt = batch()
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        weighed = bare = model.init_state(memory)
+        for t in range(tgt.size(1)):
+            with_weights = model.decode_step(memory, weighed, tgt[:, t])
+            without = model.decode_step(memory, bare, tgt[:, t], need_weights=False)
+            torch.testing.assert_close(without.log_probs, with_weights.log_probs)
+            assert with_weights.attention is not None
+            if attention in ("scaled-dot", "multihead"):  # a fused path: no weights formed
+                assert without.attention is None
+            weighed, bare = with_weights.state, without.state
+    limits = output_limits(mask[:, 0].sum(-1), 2.0, 2)
+    found = beam_search(model, src, mask, limits, 2, 3, beam=3, nbest=2, alpha=1.0)
+    fast = beam_search(model, src, mask, limits, 2, 3, beam=3, nbest=2, alpha=1.0, attention=False)
+    tokens = [[h.tokens for h in hyps] for hyps in found]
+    assert [[h.tokens for h in hyps] for hyps in fast] == tokens
+    for hyps, fast_hyps in zip(found, fast, strict=True):
+        assert [h.score for h in fast_hyps] == pytest.approx([h.score for h in hyps], abs=1e-5)
+        assert all(h.attention is None for h in fast_hyps)
+        assert all(h.attention is not None for h in hyps)
+
+
+@pytest.mark.parametrize("attention, heads", ATTENTIONS, ids=ATTENTION_IDS)
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("beam", [1, 3])
 def test_a_sentence_decodes_alone_as_inside_a_padded_batch(arch, attention, heads, beam):
     model = tiny(arch, attention, heads=heads)

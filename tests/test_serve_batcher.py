@@ -18,7 +18,9 @@ class Recorder:
         self.gate = gate
         self.started = threading.Event()
 
-    def __call__(self, lines: list[str], beam: int, nbest: int, skip=None) -> list[list[str]]:
+    def __call__(
+        self, lines: list[str], beam: int, nbest: int, attention: bool, skip=None
+    ) -> list[list[str]]:
         self.started.set()
         if self.gate is not None:
             self.gate.wait(5)
@@ -101,7 +103,7 @@ def test_a_full_queue_refuses_and_a_stopping_batcher_finishes_what_it_holds():
 def test_a_request_whose_search_fails_fails_alone_and_the_next_batch_works():
     calls = []
 
-    def search(lines, beam, nbest, skip):
+    def search(lines, beam, nbest, attention, skip):
         calls.append(lines)
         if "boom" in lines:
             raise RuntimeError("boom")
@@ -129,7 +131,7 @@ def test_the_search_is_told_which_lines_belong_to_a_request_that_gave_up():
     gate = threading.Event()
     seen = []
 
-    def search(lines, beam, nbest, skip):
+    def search(lines, beam, nbest, attention, skip):
         gate.wait(5)  # both requests are in this search when the first gives up
         seen.append([skip(i) for i in range(len(lines))])
         return [[line] for line in lines]

@@ -5,11 +5,14 @@
 
 One score module serves every head (heads are folded into the batch dimension), so the
 wrapped type's masking, softmax and weight shaping run per head unchanged. Values have
-size `key_dim` and so does the context; weights come back as (B, H, Tq, Tk).
+size `key_dim` and so does the context; weights come back as (B, H, Tq, Tk). Heads of
+`scaled-dot` asked for no weights take PyTorch's fused attention over (B, H, T, d) views
+instead: no copies of the heads, no mask per head.
 """
 
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.attention.base import (
@@ -60,11 +63,25 @@ class MultiHead(Attention):
         return x.view(rows // self.heads, self.heads, steps, size).transpose(1, 2).flatten(2)
 
     def prepare_keys(self, keys: Tensor) -> Tensor:
+        keys = self.key_proj(keys)
+        if type(self.inner).prepare_keys is Attention.prepare_keys:  # nothing to do per head
+            return keys
         # Merged back to batch-first (B, Tk, H * d) so beams can reorder it by index.
-        return self.merge(self.inner.prepare_keys(self.split(self.key_proj(keys))))
+        return self.merge(self.inner.prepare_keys(self.split(keys)))
 
     def prepare_values(self, values: Tensor) -> Tensor:
         return self.value_proj(values)
+
+    def fused_heads(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+        """Scaled-dot heads of projected (B, T, H * d) inputs, without weights -> (B, Tq, H * d)."""
+
+        def heads_first(x: Tensor) -> Tensor:  # a (B, H, T, d) view
+            return x.view(x.size(0), x.size(1), self.heads, -1).transpose(1, 2)
+
+        context = F.scaled_dot_product_attention(
+            heads_first(query), heads_first(keys), heads_first(values), attn_mask=mask.unsqueeze(1)
+        )
+        return context.transpose(1, 2).flatten(2)
 
     def attend(
         self,
@@ -75,6 +92,9 @@ class MultiHead(Attention):
         positions: Tensor | None = None,
         need_weights: bool = True,
     ) -> AttentionOutput:
+        if not need_weights and type(self.inner) is ScaledDotAttention:
+            context = self.fused_heads(self.query_proj(query), prepared_keys, prepared_values, mask)
+            return AttentionOutput(self.out_proj(context), None)
         heads = self.heads
         context, weights = self.inner.attend(
             self.split(self.query_proj(query)),

@@ -71,7 +71,7 @@ def translate_interactively(translator: LineTranslator, nbest: int) -> None:
     # Bytes, not text: one invalid byte must cost its line only, not the session.
     for index, raw in enumerate(sys.stdin.buffer):
         line = decode_source_line(raw.removesuffix(b"\n").removesuffix(b"\r"))
-        found = translator.hypotheses([line or ""], nbest=nbest)[0]
+        found = translator.hypotheses([line or ""], nbest=nbest, attention=False)[0]
         note_lines([index + 1] if line is None else [], *INVALID_UTF8)
         note_lines([index + 1] if found and found[0].truncated else [], *_cut(translator))
         print(format_output(index, found, nbest), end="", flush=True)
@@ -87,7 +87,9 @@ def translate_file(
     """Translate every line of `source` into `output` (None: stdout), and write the best
     translations' word alignments to `alignments` when given."""
     lines, invalid = read_source_lines(source)
-    found = translator.hypotheses(lines, nbest=nbest, progress=True)
+    found = translator.hypotheses(
+        lines, nbest=nbest, progress=True, attention=alignments is not None
+    )
     text = "".join(format_output(i, hyps, nbest) for i, hyps in enumerate(found))
     if alignments is not None:
         pairs = [

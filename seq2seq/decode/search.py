@@ -29,7 +29,8 @@ from seq2seq.models.base import DecoderState, Memory, Seq2Seq, Step
 class Hypothesis:
     tokens: list[int]  # without BOS and EOS
     score: float  # log-probability over the length penalty
-    attention: Tensor  # (len(tokens) + 1 for EOS, [heads,] source length)
+    # (len(tokens) + 1 for EOS, [heads,] source length); None when not asked for
+    attention: Tensor | None
 
 
 def output_limits(src_lengths: Tensor, ratio: float, offset: int) -> Tensor:
@@ -41,7 +42,7 @@ def length_penalty(lengths: Tensor, alpha: float) -> Tensor:
     return ((5.0 + lengths) / 6.0) ** alpha
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search(
     model: Seq2Seq,
     src: Tensor,
@@ -53,11 +54,13 @@ def beam_search(
     nbest: int = 1,
     alpha: float = 0.0,
     min_length: int = 0,
+    attention: bool = True,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each sentence, best first.
 
     `max_lengths` (B,) caps each output (EOS included; EOS is forced at the cap);
-    `min_length` tokens come before EOS may (unless the cap comes first).
+    `min_length` tokens come before EOS may (unless the cap comes first). Without
+    `attention`, no step forms or keeps attention weights it need not.
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
@@ -66,7 +69,7 @@ def beam_search(
     previous_slots: Tensor | None = None  # what `_Trail.previous_slots` records
     finished: list[list[tuple[float, int, int]]] = [[] for _ in range(src.size(0))]
     for t in range(int(beams.max_lengths.max())):
-        step = beams.decode(model)
+        step = beams.decode(model, attention)
         log_probs = _mask_eos_and_limits(
             step.log_probs.float(), beams.at_cap(t), t < min_length, eos_id
         )
@@ -75,7 +78,7 @@ def beam_search(
         if bool(ends.any()):
             beams.best_finished = _record_finished(finished, beams, top_scores, ends, t, alpha)
         beams.scores = top_scores.masked_fill(ends, float("-inf"))
-        trail.append(token, origin, step.attention, previous_slots)
+        trail.append(token, origin, step.attention if attention else None, previous_slots)
         done = beams.done()
         if bool(done.all()):
             break
@@ -106,10 +109,10 @@ class _Beams:
     def width(self) -> int:
         return self.scores.size(1)
 
-    def decode(self, model: Seq2Seq) -> Step:
+    def decode(self, model: Seq2Seq, need_weights: bool) -> Step:
         """One decoder step for every row, once each row has the state of the row it extends."""
         state = self.state if self.origins is None else self.state.index_select(self.origins)
-        return model.decode_step(self.memory, state, self.prev)
+        return model.decode_step(self.memory, state, self.prev, need_weights)
 
     def at_cap(self, t: int) -> Tensor:
         """(A*K,) whether each row's output reaches its cap with the token of step `t`."""
@@ -172,21 +175,23 @@ def _first_beams(
 
 def _mask_eos_and_limits(log_probs: Tensor, at_cap: Tensor, too_short: bool, eos_id: int) -> Tensor:
     """(rows, V) log-probabilities with the rows `at_cap` only able to end, at EOS's own
-    probability, and, when `too_short`, the others unable to end."""
+    probability, and, when `too_short`, the others unable to end; changed in place (the
+    step's own tensor: a copy per step would cost as much as the masking)."""
     eos = log_probs[:, eos_id].clone()
     if too_short:
         eos = eos.masked_fill(~at_cap, float("-inf"))
-    log_probs = log_probs.masked_fill(at_cap.unsqueeze(1), float("-inf"))
+    log_probs.masked_fill_(at_cap.unsqueeze(1), float("-inf"))
     log_probs[:, eos_id] = eos
     return log_probs
 
 
 def _expand(scores: Tensor, log_probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Each sentence's K best continuations of its K*V: their summed log-probabilities
-    (A, K), best first, and for each new slot (A*K,) the row it extends and its token."""
+    (A, K), best first, and for each new slot (A*K,) the row it extends and its token.
+    `log_probs` (A*K, V) becomes the candidates' scores, in place."""
     active, beam = scores.shape
     vocab = log_probs.size(-1)
-    candidates = (scores.view(-1, 1) + log_probs).view(active, beam * vocab)
+    candidates = log_probs.add_(scores.view(-1, 1)).view(active, beam * vocab)
     top_scores, top_index = candidates.topk(beam, dim=1)
     first_row = (torch.arange(active, device=scores.device) * beam).unsqueeze(1)
     origin = (top_index // vocab + first_row).view(-1)
@@ -242,17 +247,21 @@ class _Trail:
 
     tokens: list[Tensor]  # (slots,) the token of each slot
     origins: list[Tensor]  # (slots,) the input row each slot extends
-    weights: list[Tensor]  # (input rows, [heads,] S) attention of each input row
+    weights: list[Tensor | None]  # (input rows, [heads,] S) attention of each input row
     # (input rows,) each input row's slot at the step before; None: the same index, as no
     # sentence left the batch in between
     previous_slots: list[Tensor | None]
 
     def append(
-        self, tokens: Tensor, origins: Tensor, weights: Tensor, previous_slots: Tensor | None
+        self,
+        tokens: Tensor,
+        origins: Tensor,
+        weights: Tensor | None,
+        previous_slots: Tensor | None,
     ):
         self.tokens.append(tokens.cpu())
         self.origins.append(origins.cpu())
-        self.weights.append(weights.float().cpu())
+        self.weights.append(None if weights is None else weights.float().cpu())
         self.previous_slots.append(None if previous_slots is None else previous_slots.cpu())
 
     def read_back(
@@ -266,10 +275,13 @@ class _Trail:
             for s in range(last_step, -1, -1):
                 path.append(int(self.tokens[s][slot]))
                 row = int(self.origins[s][slot])
-                attention.append(self.weights[s][row, ..., : src_lengths[sentence]])
+                weights = self.weights[s]
+                if weights is not None:
+                    attention.append(weights[row, ..., : src_lengths[sentence]])
                 slots = self.previous_slots[s]
                 slot = row if slots is None else int(slots[row])
-            return Hypothesis(path[::-1][:-1], score, torch.stack(attention[::-1]))
+            kept = torch.stack(attention[::-1]) if attention else None
+            return Hypothesis(path[::-1][:-1], score, kept)
 
         return [
             [trace(b, *hyp) for hyp in sorted(hyps, key=lambda h: -h[0])[:nbest]]

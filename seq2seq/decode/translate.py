@@ -94,7 +94,8 @@ class Translation:
     text: str
     score: float  # log-probability over the length penalty
     tokens: list[int]
-    attention: torch.Tensor  # (len(tokens) + 1, [heads,] source pieces + 1), EOS last
+    # (len(tokens) + 1, [heads,] source pieces + 1), EOS last; None unless asked for
+    attention: torch.Tensor | None
     truncated: bool = False  # the source was cut to the translator's max_source pieces
 
 
@@ -113,9 +114,10 @@ class LineTranslator:
         self.max_source = max_source
 
     def search(
-        self, src_ids: list[list[int]], nbest: int, decode: DecodeConfig
+        self, src_ids: list[list[int]], nbest: int, decode: DecodeConfig, attention: bool = False
     ) -> list[list[Hypothesis]]:
-        """The `nbest` best hypotheses of each source (piece ids, no EOS), best first."""
+        """The `nbest` best hypotheses of each source (piece ids, no EOS), best first, with
+        their attention weights if `attention` and the engine has them."""
         raise NotImplementedError
 
     def attention_labels(self, line: str, translation: Translation) -> tuple[list[str], list[str]]:
@@ -145,7 +147,7 @@ class LineTranslator:
         first (fewer where the search finished fewer). `decode` sets fields of the decode
         section (beam, length_penalty, ...) for this call; `progress` shows a progress bar
         on stderr when it is a terminal."""
-        found = self.hypotheses(lines, nbest=nbest, progress=progress, **decode)
+        found = self.hypotheses(lines, nbest=nbest, progress=progress, attention=False, **decode)
         if nbest == 1:
             return [hyps[0].text if hyps else "" for hyps in found]
         return [[h.text for h in hyps] for hyps in found]
@@ -157,12 +159,14 @@ class LineTranslator:
         nbest: int = 1,
         progress: bool = False,
         skip: Callable[[int], bool] | None = None,
+        attention: bool = True,
         **decode: Any,
     ) -> list[list[Translation]]:
-        """The `nbest` best hypotheses of each line with their scores, tokens and attention,
-        best first; [] for a blank line. `decode` and `progress` as in `translate`. `skip`:
-        lines `i` for which `skip(i)` holds when their batch comes are not searched (they get
-        []): how the server stops decoding a request that gave up."""
+        """The `nbest` best hypotheses of each line with their scores, tokens and, if
+        `attention`, attention weights (else None: the search is faster without), best first;
+        [] for a blank line. `decode` and `progress` as in `translate`. `skip`: lines `i` for
+        which `skip(i)` holds when their batch comes are not searched (they get []): how the
+        server stops decoding a request that gave up."""
         check_lines(lines)
         check_nbest(nbest)
         options = decode_options(self.decode, decode)
@@ -180,7 +184,8 @@ class LineTranslator:
             bar.update(len(lines) - len(keep))  # blank lines: nothing to do
             for group in token_batches([len(s) for s in src_ids], None, budget):
                 wanted = [i for i in group if skip is None or not skip(keep[i])]
-                found = self.search([src_ids[i] for i in wanted], nbest, options) if wanted else []
+                sources = [src_ids[i] for i in wanted]
+                found = self.search(sources, nbest, options, attention) if wanted else []
                 for position, hyps in zip(wanted, found, strict=True):
                     texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
                     outputs[keep[position]] = [
@@ -250,9 +255,11 @@ class Translator(LineTranslator):
             self.model.train(was_training)
 
     def alignment(self, line: str, translation: Translation) -> str:
-        """Pharaoh word alignment (i-j) of a line and its translation."""
+        """Pharaoh word alignment (i-j) of a line and its translation (found with attention)."""
         if not translation.tokens:
             return ""
+        if translation.attention is None:
+            raise UserError("word alignments need attention: call hypotheses(..., attention=True)")
         pairs = word_alignment(
             translation.attention,
             self.tokenizer.src_pieces(line)[: self.max_source],
@@ -282,7 +289,11 @@ class Translator(LineTranslator):
         return inspect_attention(self, sources, references)
 
     def search(
-        self, src_ids: list[list[int]], nbest: int = 1, decode: DecodeConfig | None = None
+        self,
+        src_ids: list[list[int]],
+        nbest: int = 1,
+        decode: DecodeConfig | None = None,
+        attention: bool = False,
     ) -> list[list[Hypothesis]]:
         """Beam search over a batch of piece ids (`decode`: default, the translator's)."""
         batch = make_batch(src_ids, None, list(range(len(src_ids)))).to(self.device)
@@ -298,6 +309,7 @@ class Translator(LineTranslator):
             nbest=nbest,
             alpha=decode.length_penalty,
             min_length=decode.min_len,
+            attention=attention,
         )
 
 

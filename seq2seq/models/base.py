@@ -39,7 +39,9 @@ class DecoderState(Protocol):
 class Step(NamedTuple):
     log_probs: Tensor  # (B, V)
     state: DecoderState
-    attention: Tensor  # (B, S), or (B, H, S) for multi-head (heads kept, not averaged)
+    # (B, S), or (B, H, S) for multi-head (heads kept, not averaged); None when the step
+    # was not asked for weights
+    attention: Tensor | None
 
 
 class Seq2Seq(nn.Module):
@@ -65,8 +67,12 @@ class Seq2Seq(nn.Module):
     def init_state(self, memory: Memory) -> DecoderState:
         raise NotImplementedError
 
-    def decode_step(self, memory: Memory, state: DecoderState, prev_tokens: Tensor) -> Step:
-        """One decoder step from the previous tokens (B,) -> log-probabilities (B, V)."""
+    def decode_step(
+        self, memory: Memory, state: DecoderState, prev_tokens: Tensor, need_weights: bool = True
+    ) -> Step:
+        """One decoder step from the previous tokens (B,) -> log-probabilities (B, V), and
+        the attention weights if `need_weights` (without, types with a fused path skip
+        forming them)."""
         raise NotImplementedError
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:

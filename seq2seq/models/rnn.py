@@ -109,31 +109,39 @@ class RNNDecoder(nn.Module):
         return RNNState(hidden, cell, hidden.new_zeros(batch, hidden.size(-1)), step)
 
     def step(
-        self, memory: Memory, state: RNNState, embedded: Tensor, positions: Tensor
-    ) -> tuple[Tensor, RNNState, Tensor]:
+        self,
+        memory: Memory,
+        state: RNNState,
+        embedded: Tensor,
+        positions: Tensor,
+        need_weights: bool = True,
+    ) -> tuple[Tensor, RNNState, Tensor | None]:
         """One step from the embedded previous token (B, E) -> attentional vector (B, H).
 
         `positions` (B, 1) is the source position the step maps to (see Seq2Seq). Also
-        returns the attention weights: (B, S), or (B, heads, S) for multi-head.
+        returns the attention weights: (B, S), or (B, heads, S) for multi-head; None if not
+        `need_weights` and the type skipped them.
         """
+        attend = self.attention.attend
         if self.attention.attends_before_cell:
-            context, weights = self.attention.attend(
-                state.hidden[-1].unsqueeze(1), memory.keys, memory.values, memory.mask, positions
+            query = state.hidden[-1].unsqueeze(1)
+            context, weights = attend(
+                query, memory.keys, memory.values, memory.mask, positions, need_weights
             )
             rnn_input = torch.cat([embedded, context.squeeze(1)], dim=-1)
             output, rnn_state = self.rnn(rnn_input.unsqueeze(1), state.rnn_state())
         else:
             rnn_input = torch.cat([embedded, state.feed], dim=-1)
             output, rnn_state = self.rnn(rnn_input.unsqueeze(1), state.rnn_state())
-            context, weights = self.attention.attend(
-                output, memory.keys, memory.values, memory.mask, positions
+            context, weights = attend(
+                output, memory.keys, memory.values, memory.mask, positions, need_weights
             )
         attentional = torch.tanh(self.combine(torch.cat([output, context], dim=-1))).squeeze(1)
         attentional = self.dropout(attentional)
         hidden, cell = rnn_state if self.is_lstm else (rnn_state, None)
         feed = context.squeeze(1) if self.attention.attends_before_cell else attentional
         next_state = RNNState(hidden, cell, feed, state.step + 1)
-        return attentional, next_state, weights.squeeze(-2)
+        return attentional, next_state, None if weights is None else weights.squeeze(-2)
 
 
 class RNNSeq2Seq(Seq2Seq):
@@ -151,10 +159,14 @@ class RNNSeq2Seq(Seq2Seq):
     def init_state(self, memory: Memory) -> RNNState:
         return self.decoder.init_state(memory)
 
-    def decode_step(self, memory: Memory, state: RNNState, prev_tokens: Tensor) -> Step:
+    def decode_step(
+        self, memory: Memory, state: RNNState, prev_tokens: Tensor, need_weights: bool = True
+    ) -> Step:
         embedded = self.decoder.dropout(self.decoder.embed(prev_tokens))
         positions = self.source_positions(state.step.unsqueeze(1))
-        attentional, state, weights = self.decoder.step(memory, state, embedded, positions)
+        attentional, state, weights = self.decoder.step(
+            memory, state, embedded, positions, need_weights
+        )
         return Step(torch.log_softmax(self.decoder.output(attentional), dim=-1), state, weights)
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
@@ -166,6 +178,8 @@ class RNNSeq2Seq(Seq2Seq):
         # of the whole (B, T, E) input, T times over.
         for step_input in embedded.unbind(1):
             positions = self.source_positions(state.step.unsqueeze(1))
-            attentional, state, _ = self.decoder.step(memory, state, step_input, positions)
+            attentional, state, _ = self.decoder.step(
+                memory, state, step_input, positions, need_weights=False
+            )
             outputs.append(attentional)
         return self.decoder.output(torch.stack(outputs, dim=1))

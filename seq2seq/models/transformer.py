@@ -257,17 +257,23 @@ class TransformerSeq2Seq(Seq2Seq):
             torch.zeros(batch, dtype=torch.long, device=memory.mask.device),
         )
 
-    def decode_step(self, memory: Memory, state: TransformerState, prev_tokens: Tensor) -> Step:
+    def decode_step(
+        self,
+        memory: Memory,
+        state: TransformerState,
+        prev_tokens: Tensor,
+        need_weights: bool = True,
+    ) -> Step:
         steps = state.step.unsqueeze(1)
         past = state.keys[0].size(1)  # every row is at the same step: the cache length
         x = self.tgt_embed(prev_tokens.unsqueeze(1), steps, past + 1)
         # The new token sees every cached position and itself.
         self_mask = memory.mask.new_ones(x.size(0), 1, past + 1)
         caches = list(zip(state.keys, state.values, strict=True))
-        x, caches, weights = self.decode(memory, x, self_mask, steps, caches, need_weights=True)
+        x, caches, weights = self.decode(memory, x, self_mask, steps, caches, need_weights)
         log_probs = torch.log_softmax(self.output(x[:, 0]), dim=-1)
         state = TransformerState([k for k, _ in caches], [v for _, v in caches], state.step + 1)
-        return Step(log_probs, state, weights.squeeze(-2))
+        return Step(log_probs, state, None if weights is None else weights.squeeze(-2))
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
         memory = self.encode(src, src_mask)

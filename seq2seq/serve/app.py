@@ -48,9 +48,9 @@ def create_app(
     `allowed_hosts`: the names a request's Host header may give (None: any)."""
 
     def search(
-        lines: list[str], beam: int, nbest: int, skip: Callable[[int], bool]
+        lines: list[str], beam: int, nbest: int, attention: bool, skip: Callable[[int], bool]
     ) -> list[list[Translation]]:
-        return translator.hypotheses(lines, nbest=nbest, beam=beam, skip=skip)
+        return translator.hypotheses(lines, nbest=nbest, beam=beam, attention=attention, skip=skip)
 
     batcher = MicroBatcher(search, limits.batch_lines, limits.batch_wait, limits.max_queue, decoder)
     app = _bare_app(info["versions"]["seq2seq"], limits, allowed_hosts, batcher)
@@ -114,7 +114,8 @@ async def _decode(
     batcher: MicroBatcher, request: TranslateRequest, beam: int, timeout: float
 ) -> list[list[Translation]]:
     try:
-        return await asyncio.wait_for(batcher.translate(request.text, beam, request.nbest), timeout)
+        translated = batcher.translate(request.text, beam, request.nbest, request.attention)
+        return await asyncio.wait_for(translated, timeout)
     except QueueFull:
         raise HTTPException(503, "the server is busy (its queue is full); retry later") from None
     except ShuttingDown:

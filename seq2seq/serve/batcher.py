@@ -22,9 +22,10 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-# lines, beam, nbest, skip -> for each line, its hypotheses; called in the worker thread.
-# skip(i): line i's request gave up, so its line need not be searched (it may get []).
-Search = Callable[[list[str], int, int, Callable[[int], bool]], list[list[Any]]]
+# lines, beam, nbest, attention, skip -> for each line, its hypotheses; called in the
+# worker thread. skip(i): line i's request gave up, so its line need not be searched (it
+# may get []).
+Search = Callable[[list[str], int, int, bool, Callable[[int], bool]], list[list[Any]]]
 
 
 class QueueFull(Exception):
@@ -40,11 +41,12 @@ class _Job:
     lines: list[str]
     beam: int
     nbest: int
+    attention: bool  # whether the hypotheses must carry attention weights
     done: asyncio.Future = field(repr=False)
 
     @property
-    def options(self) -> tuple[int, int]:
-        return self.beam, self.nbest
+    def options(self) -> tuple[int, int, bool]:
+        return self.beam, self.nbest, self.attention
 
 
 class MicroBatcher:
@@ -81,11 +83,13 @@ class MicroBatcher:
         if self.owns_executor:
             self.executor.shutdown(wait=False)
 
-    async def translate(self, lines: list[str], beam: int, nbest: int) -> list[list[Any]]:
+    async def translate(
+        self, lines: list[str], beam: int, nbest: int, attention: bool = False
+    ) -> list[list[Any]]:
         """The hypotheses of each line, once a batch that holds them is decoded."""
         if self.closing:
             raise ShuttingDown
-        job = _Job(lines, beam, nbest, asyncio.get_running_loop().create_future())
+        job = _Job(lines, beam, nbest, attention, asyncio.get_running_loop().create_future())
         try:
             self.queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -132,7 +136,6 @@ class MicroBatcher:
             return
         lines = [line for job in jobs for line in job.lines]
         owners = [job for job in jobs for _ in job.lines]
-        beam, nbest = jobs[0].options
 
         def gave_up(line: int) -> bool:  # read in the worker thread: a flag, no callback
             return owners[line].done.done()
@@ -140,7 +143,7 @@ class MicroBatcher:
         try:
             loop = asyncio.get_running_loop()
             found = await loop.run_in_executor(
-                self.executor, self.search, lines, beam, nbest, gave_up
+                self.executor, self.search, lines, *jobs[0].options, gave_up
             )
         except Exception as error:
             if len(jobs) > 1:

@@ -31,7 +31,7 @@ def score_test_sets(cfg: Config, out: Path, translator: Translator, log: logging
     for prefix in cfg.data.test:
         corpus = read_parallel(prefix, cfg.data.src, cfg.data.tgt)
         name = Path(prefix).name
-        found = translator.hypotheses(corpus.src, progress=True)
+        found = translator.hypotheses(corpus.src, progress=True, attention=False)
         hypotheses = [hyps[0].text if hyps else "" for hyps in found]
         cut = sum(1 for hyps in found if hyps and hyps[0].truncated)
         if cut:

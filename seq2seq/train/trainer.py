@@ -213,7 +213,9 @@ class Trainer:
         self.scaler.scale(loss * self.world.size).backward()
         self.scaler.unscale_(self.optimizer)  # clip the true gradients
         clip = self.cfg.train.clip_grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip or float("inf"))
+        norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), clip or float("inf"), foreach=True
+        )
         self.schedule.apply(self.optimizer, self.progress.step + 1)
         loss = self.world.sum(loss)
         finite_loss = bool(torch.isfinite(loss))
