@@ -86,12 +86,17 @@ def test_scaled_dot_with_a_learned_temperature_of_one_is_plain_scaled_dot_at_ini
             assert torch.equal(found.weights, expected.weights)
 
 
-def test_scaled_dot_fused_and_weighted_paths_agree_with_a_temperature():
-    attention = make(2, type="scaled-dot", temperature=4.0)
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("learn", [True, False])
+def test_scaled_dot_fused_and_weighted_paths_agree_with_a_temperature(heads, learn):
+    """Without weights, scaled-dot heads take PyTorch's fused attention (multi-head: over
+    all heads at once), which must apply the temperature too."""
+    attention = make(heads, type="scaled-dot", temperature=4.0, learn_temperature=learn)
     query, keys, values, mask = inputs()
-    fused = attention(query, keys, values, mask, need_weights=False).context
+    fused = attention(query, keys, values, mask, need_weights=False)
     weighted = attention(query, keys, values, mask).context
-    torch.testing.assert_close(fused, weighted)
+    assert fused.weights is None
+    torch.testing.assert_close(fused.context, weighted)
 
 
 def test_a_tempered_scaled_dot_is_not_what_other_engines_run():

@@ -92,8 +92,10 @@ class MultiHead(Attention):
         positions: Tensor | None = None,
         need_weights: bool = True,
     ) -> AttentionOutput:
-        if not need_weights and type(self.inner) is ScaledDotAttention:
-            context = self.fused_heads(self.query_proj(query), prepared_keys, prepared_values, mask)
+        inner = self.inner
+        if not need_weights and type(inner) is ScaledDotAttention and inner.recorder is None:
+            query = inner.tempered(self.query_proj(query))
+            context = self.fused_heads(query, prepared_keys, prepared_values, mask)
             return AttentionOutput(self.out_proj(context), None)
         heads = self.heads
         context, weights = self.inner.attend(

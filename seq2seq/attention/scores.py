@@ -49,6 +49,10 @@ class DotAttention(Attention):
     def learned_scales(self) -> dict[str, Tensor]:
         return {} if self.log_scale is None else {"temperature": self.log_scale.exp()}
 
+    def tempered(self, query: Tensor) -> Tensor:
+        """g q: the query whose plain dot products are the energies g q . k."""
+        return query if self.log_scale is None else self.log_scale.exp() * query
+
 
 @register_attention("scaled-dot")
 class ScaledDotAttention(DotAttention):
@@ -74,10 +78,8 @@ class ScaledDotAttention(DotAttention):
             return super().attend(query, prepared_keys, prepared_values, mask, positions)
         if self.recorder is not None:
             self.recorder.observe(self, query, prepared_keys, mask, positions)
-        if self.log_scale is not None:
-            query = self.log_scale.exp() * query
         context = F.scaled_dot_product_attention(
-            query, prepared_keys, prepared_values, attn_mask=mask
+            self.tempered(query), prepared_keys, prepared_values, attn_mask=mask
         )
         return AttentionOutput(context, None)
 
