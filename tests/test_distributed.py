@@ -16,10 +16,13 @@ from cli_helpers import train
 SAME_MATH = ["model.dropout=0.0", "train.valid_every=100", "train.threads=1"]
 
 
-def torchrun_command(toy: Path, run_dir: Path, *overrides: str) -> list[str]:
+def torchrun_command(
+    toy: Path, run_dir: Path, *overrides: str, agent: tuple[str, ...] = ()
+) -> list[str]:
+    """`seq2seq train` on 2 processes; `agent`: options of torchrun's own."""
     sets = [x for o in overrides for x in ("--set", o)]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc_per_node=2", "-m", "seq2seq", "train", "--config", str(toy / "run.yaml"),
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            *agent, "-m", "seq2seq", "train", "--config", str(toy / "run.yaml"),
             "--run-dir", str(run_dir), *sets]  # fmt: skip
 
 
@@ -66,7 +69,10 @@ def test_two_processes_match_one_and_resume_under_ddp(toy, tmp_path, arch):
 def test_a_killed_worker_leaves_the_other_one_line(toy, tmp_path):
     """torchrun reports the killed worker; the surviving one says one line, no traceback."""
     run = tmp_path / "run"
-    command = torchrun_command(toy, run, *SAME_MATH, "train.max_steps=100000")
+    # The agent looks late, so that the survivor meets the loss at its next collective
+    # before the agent would stop it with SIGTERM.
+    late = ("--monitor-interval=3",)
+    command = torchrun_command(toy, run, *SAME_MATH, "train.max_steps=100000", agent=late)
     agent = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=ENV)
     deadline = time.time() + 120
     while not ((run / "train.log").is_file() and "step 2 " in (run / "train.log").read_text()):
