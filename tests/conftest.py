@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -11,6 +12,7 @@ import yaml
 from cli_helpers import train
 
 import seq2seq.attention  # noqa: F401  (registers the attention types with the config schema)
+from seq2seq import evaluate
 from seq2seq.data.toy import make_toy_corpus
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -27,6 +29,20 @@ def load_script():
         return module
 
     return load
+
+
+@pytest.fixture
+def add_metric(monkeypatch):
+    """Append a metric to `evaluate.METRICS` as one more entry written in the table would:
+    every module that imported the table sees the longer one, for this test."""
+
+    def add(metric: evaluate.Metric) -> None:
+        table = evaluate.METRICS
+        for name, module in list(sys.modules.items()):
+            if name.startswith("seq2seq") and getattr(module, "METRICS", None) is table:
+                monkeypatch.setattr(module, "METRICS", (*table, metric))
+
+    return add
 
 
 @pytest.fixture(scope="session")

@@ -79,6 +79,11 @@ BAD_INPUT: list[Row] = [
         ["model.attention.type = 'magic'", "known: bahdanau, concat"],
     ),
     (
+        "unknown validation metric",
+        train_with("train.metric=meteor"),
+        ["train.metric = 'meteor'", "unknown metric 'meteor'; known: bleu, chrf, ter, loss"],
+    ),
+    (
         "unknown score of local attention",
         train_with("model.attention.type=local-p", "model.attention.score=magic"),
         ["model.attention.score = 'magic'", "allowed: bahdanau"],

@@ -20,6 +20,7 @@ from seq2seq.config.loading import (
     read_yaml,
 )
 from seq2seq.config.schema import (
+    VALIDATION_LOSS,
     Config,
     DataConfig,
     DecodeConfig,
@@ -31,10 +32,12 @@ from seq2seq.config.schema import (
     config_differences,
     flatten,
     parse_duration,
+    validation_metrics,
 )
 
 __all__ = [
     "ATTENTION_TYPES",
+    "VALIDATION_LOSS",
     "AttentionConfig",
     "AttentionRegistry",
     "AttentionType",
@@ -55,4 +58,5 @@ __all__ = [
     "load_config",
     "parse_duration",
     "read_yaml",
+    "validation_metrics",
 ]

@@ -42,6 +42,17 @@ def parse_duration(value: Any) -> float:
     return seconds
 
 
+VALIDATION_LOSS = "loss"  # train.metric's name of the validation loss (lower is better)
+
+
+def validation_metrics() -> list[str]:
+    """What `train.metric` may name: each metric of the table, then the loss."""
+    # Here, not at the top: sacrebleu is slow to import and most config readers score nothing.
+    from seq2seq.evaluate import METRICS
+
+    return [*(metric.key for metric in METRICS), VALIDATION_LOSS]
+
+
 class DataConfig(Section):
     src: str = Field(min_length=1, description="source language suffix, e.g. de")
     tgt: str = Field(min_length=1, description="target language suffix, e.g. en")
@@ -215,8 +226,11 @@ class TrainConfig(Section):
         "sink mass at each validation (docs/attention.md); false: skip it",
     )
     log_every: PositiveInt = Field(100, description="updates between log lines")
-    metric: Literal["bleu", "chrf", "loss"] = Field(
-        "bleu", description="what picks the best checkpoint and early stopping"
+    metric: str = Field(
+        "bleu",
+        description="what picks the best checkpoint and early stopping: a metric of the "
+        "validation translations (seq2seq.evaluate.METRICS) or the validation loss",
+        json_schema_extra=lambda schema: schema.update(enum=validation_metrics()),
     )
     test_checkpoint: Literal["best", "last", "average"] = Field(
         "best",
@@ -250,6 +264,14 @@ class TrainConfig(Section):
     @classmethod
     def _duration(cls, value: Any) -> float | None:
         return None if value is None else parse_duration(value)
+
+    @field_validator("metric")
+    @classmethod
+    def _validated(cls, value: str) -> str:
+        names = validation_metrics()
+        if value not in names:
+            raise ValueError(f"unknown metric {value!r}; known: {', '.join(names)}")
+        return value
 
 
 # Wider beams find no better translations (they grow shorter) and cost memory in

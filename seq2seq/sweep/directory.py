@@ -16,6 +16,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
@@ -25,6 +26,7 @@ from seq2seq.config import Config, describe_validation_error, flatten
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.data.training_corpus import read_training_pairs, tokenize_training_pairs
 from seq2seq.errors import UserError
+from seq2seq.evaluate import METRICS
 from seq2seq.files import atomic_write_text, publish_directory
 from seq2seq.sweep.spec import Run, Sweep, SweepDefinition, expand, read_definition
 
@@ -36,11 +38,31 @@ class RunState(enum.Enum):
     NOT_STARTED = "not started"
 
 
+# The metric of the report's learning curves: every validation must have its score.
+CURVE_METRIC = "bleu"
+
+
 class Validation(BaseModel):
+    """A validation of summary.json, whose records hold each metric's score beside the step
+    and the loss; runs trained before a metric joined the table lack it (TER)."""
+
     step: int
-    bleu: float
-    chrf: float
     loss: float
+    scores: dict[str, float]  # metric key (evaluate.METRICS) -> score
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_scores(cls, record: Any) -> Any:
+        if not isinstance(record, dict):
+            return record  # refused as not a record
+        scores = {metric.key: record[metric.key] for metric in METRICS if metric.key in record}
+        return {**record, "scores": scores}
+
+    @model_validator(mode="after")
+    def _has_the_curve_metric(self) -> Validation:
+        if CURVE_METRIC not in self.scores:
+            raise ValueError(f"the validation at step {self.step} has no {CURVE_METRIC}")
+        return self
 
 
 class Summary(BaseModel):

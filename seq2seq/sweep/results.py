@@ -27,7 +27,14 @@ from seq2seq.significance import (
     resample_system,
     sentence_resamples,
 )
-from seq2seq.sweep.directory import FinishedRun, NotFinished, RunState, Summary, SweepDir
+from seq2seq.sweep.directory import (
+    CURVE_METRIC,
+    FinishedRun,
+    NotFinished,
+    RunState,
+    Summary,
+    SweepDir,
+)
 from seq2seq.sweep.spec import Cell, Run, Sweep
 from seq2seq.train.loss import perplexity
 
@@ -55,7 +62,7 @@ class CellResult:
     cell: Cell
     runs: dict[int, FinishedRun]  # finished runs by seed
     statistics: dict[str, Spread]  # STATISTICS
-    curve: list[tuple[int, float]]  # (step, validation BLEU averaged over the seeds)
+    curve: list[tuple[int, float]]  # (step, CURVE_METRIC's validation score: seeds' mean)
     # Test set -> metric key -> the seeds' scores, observed and resampled.
     scores: dict[str, dict[str, Resampled]] = field(default_factory=dict)
     # Test set -> metric key -> the comparison with the baseline; none for the baseline.
@@ -135,7 +142,7 @@ def _cell_result(cell: Cell, runs: dict[int, FinishedRun]) -> CellResult:
     by_step: dict[int, list[float]] = defaultdict(list)
     for summary in summaries:
         for point in summary.validations:
-            by_step[point.step].append(point.bleu)
+            by_step[point.step].append(point.scores[CURVE_METRIC])
     return CellResult(
         cell=cell,
         runs=runs,

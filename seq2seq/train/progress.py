@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -26,10 +27,27 @@ class Progress:
     skipped_updates: int = 0  # updates skipped for a non-finite loss or gradient
     skipped_in_a_row: int = 0
     target_tokens: int = 0  # trained on, over all sessions
-    # (step, BLEU, chrF, loss) of every validation: the learning curve, across resumptions.
-    validations: list[tuple[int, float, float, float]] = field(default_factory=list)
+    # Every validation's record (`ValidationResult.record`: step, each metric's score by
+    # key, loss): the learning curve, across resumptions.
+    validations: list[dict[str, float]] = field(default_factory=list)
     # (step, site -> diagnostics) of every validation that measured attention.
     attention: list[tuple[int, dict]] = field(default_factory=list)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Progress:
+        """Progress as a checkpoint saved it (`asdict`), whichever version wrote it."""
+        progress = dict(state)
+        progress["best"] = [tuple(item) for item in progress["best"]]
+        progress["validations"] = [
+            # Checkpoints written before validations were records hold tuples.
+            item if isinstance(item, dict) else dict(zip(_TUPLE_VALIDATION, item, strict=True))
+            for item in progress.get("validations", [])
+        ]
+        return cls(**progress)
+
+
+# The fields of a validation as checkpoints saved it before it was a record.
+_TUPLE_VALIDATION = ("step", "bleu", "chrf", "loss")
 
 
 class TrainWindow:

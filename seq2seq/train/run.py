@@ -24,7 +24,7 @@ from seq2seq.checkpoint import (
     load_checkpoint,
     training_lock,
 )
-from seq2seq.config import Config, config_differences
+from seq2seq.config import Config, config_differences, validation_metrics
 from seq2seq.data.tokenizer import PAD_ID, SETTINGS, trained_settings
 from seq2seq.device import (
     check_precision,
@@ -322,7 +322,7 @@ def _load_data_main_first(cfg: Config, run: RunDir, world: World, log: logging.L
 def _fit_and_test(trainer: Trainer) -> dict:
     cfg, run, log, world = trainer.cfg, trainer.run, trainer.log, trainer.world
     board = TensorBoardLog(run.tensorboard if world.is_main else None)
-    board.add_config(cfg.to_dict(), ["valid/bleu", "valid/chrf", "valid/loss"])
+    board.add_config(cfg.to_dict(), [f"valid/{name}" for name in validation_metrics()])
 
     def exhausted() -> str:
         return (

@@ -13,8 +13,9 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import RunDir, load_model_weights, save_checkpoint, update_best
-from seq2seq.config import Config
+from seq2seq.config import VALIDATION_LOSS, Config
 from seq2seq.errors import UserError
+from seq2seq.evaluate import scores_line
 from seq2seq.files import atomic_write_bytes, atomic_write_text
 from seq2seq.models import Seq2Seq
 from seq2seq.plots import attention_figure, figure_png
@@ -26,10 +27,10 @@ from seq2seq.train.loss import perplexity, token_cross_entropy
 from seq2seq.train.optim import LearningRate, build_optimizer
 from seq2seq.train.progress import Progress, TrainWindow, budget_spent, expected_last_step
 from seq2seq.train.validation import (
-    HIGHER_IS_BETTER,
     SHOWN_TRANSLATIONS,
     ValidationResult,
     Validator,
+    higher_is_better,
 )
 
 
@@ -58,7 +59,7 @@ class Trainer:
         self.schedule = LearningRate(cfg.train.schedule, cfg.train.optimizer.lr)
         self.validator = Validator(cfg, data, device)
         self.progress = Progress()
-        self.higher_is_better = HIGHER_IS_BETTER[cfg.train.metric]
+        self.higher_is_better = higher_is_better(cfg.train.metric)
         self.clock: tuple[float, float] = (time.time(), 0.0)  # (session start, elapsed before it)
         self.last_is_loadable = True  # whether `last.pt` may become `previous.pt`
         self.signals: StopSignals | None = None
@@ -102,9 +103,9 @@ class Trainer:
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "skipped_updates": progress.skipped_updates,
             "validations": [
-                {"step": s, "bleu": b, "chrf": c, "loss": loss}
-                | ({"attention": attention[s]} if s in attention else {})
-                for s, b, c, loss in progress.validations
+                record
+                | ({"attention": attention[record["step"]]} if record["step"] in attention else {})
+                for record in progress.validations
             ],
         }
 
@@ -127,10 +128,7 @@ class Trainer:
         self.schedule.load_state_dict(state["schedule"])
         if state.get("scaler"):  # fp16 only; checkpoints of older runs have none
             self.scaler.load_state_dict(state["scaler"])
-        progress = dict(state["progress"])
-        progress["best"] = [tuple(item) for item in progress["best"]]
-        progress["validations"] = [tuple(item) for item in progress.get("validations", [])]
-        self.progress = Progress(**progress)
+        self.progress = Progress.from_state(state["progress"])
         ranks = state["rng"]
         if isinstance(ranks, dict):  # written before checkpoints held one entry per rank
             ranks = [ranks]
@@ -357,7 +355,7 @@ class Trainer:
             )
         progress.last_validation = progress.step
         if result is not None:
-            progress.validations.append((progress.step, result.bleu, result.chrf, result.loss))
+            progress.validations.append(result.record(progress.step))
             if result.attention:
                 progress.attention.append((progress.step, result.attention))
         self.save_last()
@@ -372,8 +370,8 @@ class Trainer:
             self.run.valid / f"step-{step}.hyp", "".join(line + "\n" for line in result.hypotheses)
         )
         self.log.info(
-            "validation at step %d: BLEU %.2f  chrF %.2f  loss %.4f  ppl %.2f%s",
-            step, result.bleu, result.chrf, result.loss, result.perplexity,
+            "validation at step %d: %s  loss %.4f  ppl %.2f%s",
+            step, scores_line(result.scores), result.loss, result.perplexity,
             "  (new best)" if is_best else "",
         )  # fmt: skip
         shown = SHOWN_TRANSLATIONS
@@ -388,10 +386,5 @@ class Trainer:
         board.add(
             step,
             "valid",
-            {
-                "bleu": result.bleu,
-                "chrf": result.chrf,
-                "loss": result.loss,
-                "perplexity": result.perplexity,
-            },
+            {**result.scores, VALIDATION_LOSS: result.loss, "perplexity": result.perplexity},
         )

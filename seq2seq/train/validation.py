@@ -1,5 +1,6 @@
-"""Validation: teacher-forced loss and perplexity, greedy BLEU and chrF on detokenized text,
-and the attention diagnostics (`train.attention_diagnostics`) over the whole validation set."""
+"""Validation: teacher-forced loss and perplexity, every metric of `evaluate.METRICS` on the
+greedy translations (detokenized), and the attention diagnostics
+(`train.attention_diagnostics`) over the whole validation set."""
 
 from __future__ import annotations
 
@@ -10,15 +11,14 @@ from dataclasses import dataclass, field
 import torch
 
 from seq2seq.attention.diagnostics import measure_attention
-from seq2seq.config import Config
+from seq2seq.config import VALIDATION_LOSS, Config
 from seq2seq.data.batching import Batch, make_batch, token_batches
 from seq2seq.decode.translate import AttentionMap, Translator
-from seq2seq.evaluate import score_corpus
+from seq2seq.evaluate import METRICS, score_corpus
 from seq2seq.models import Seq2Seq
 from seq2seq.train.datasets import Datasets
 from seq2seq.train.loss import perplexity, token_cross_entropy
 
-HIGHER_IS_BETTER = {"bleu": True, "chrf": True, "loss": False}
 HEATMAP_SENTENCES = 3  # the first non-empty validation sources, the same at every validation
 SHOWN_TRANSLATIONS = 5  # the first validation translations TensorBoard shows as text
 
@@ -26,8 +26,7 @@ SHOWN_TRANSLATIONS = 5  # the first validation translations TensorBoard shows as
 @dataclass
 class ValidationResult:
     loss: float  # negative log-likelihood per target token, without label smoothing
-    bleu: float
-    chrf: float
+    scores: dict[str, float]  # metric key (evaluate.METRICS) -> score of the translations
     hypotheses: list[str]
     attention_maps: list[AttentionMap]
     # Site -> its diagnostics (see attention.diagnostics); empty when switched off.
@@ -38,7 +37,20 @@ class ValidationResult:
         return perplexity(self.loss)
 
     def metric(self, name: str) -> float:
-        return getattr(self, name)
+        """The value of `name`, as `train.metric` names it: a metric's key, or the loss."""
+        return self.loss if name == VALIDATION_LOSS else self.scores[name]
+
+    def record(self, step: int) -> dict[str, float]:
+        """The learning curve's point (`Progress.validations`, summary.json): the step,
+        each metric's score by key, the loss."""
+        return {"step": step, **self.scores, VALIDATION_LOSS: self.loss}
+
+
+def higher_is_better(name: str) -> bool:
+    """Whether a larger value of `name` (see `ValidationResult.metric`) is better."""
+    if name == VALIDATION_LOSS:
+        return False
+    return next(metric.higher_is_better for metric in METRICS if metric.key == name)
 
 
 class Validator:
@@ -83,4 +95,4 @@ class Validator:
         diagnostics = self.cfg.train.attention_diagnostics
         attention = measure_attention(model, self.pairs()) if diagnostics else {}
         model.train(was_training)
-        return ValidationResult(loss, scores.bleu, scores.chrf, hypotheses, maps, attention)
+        return ValidationResult(loss, scores.values, hypotheses, maps, attention)
