@@ -12,6 +12,9 @@ import torch
 
 from seq2seq.config import TrainConfig
 
+# A validation's fields, in the tuple that checkpoints saved before it was a record.
+_TUPLE_VALIDATION = ("step", "bleu", "chrf", "loss")
+
 
 @dataclass
 class Progress:
@@ -44,10 +47,6 @@ class Progress:
             for item in progress.get("validations", [])
         ]
         return cls(**progress)
-
-
-# The fields of a validation as checkpoints saved it before it was a record.
-_TUPLE_VALIDATION = ("step", "bleu", "chrf", "loss")
 
 
 class TrainWindow:
