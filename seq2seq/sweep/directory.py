@@ -26,7 +26,7 @@ from seq2seq.config import Config, describe_validation_error, flatten
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.data.training_corpus import read_training_pairs, tokenize_training_pairs
 from seq2seq.errors import UserError
-from seq2seq.evaluate import METRICS
+from seq2seq.evaluate import HEADLINE, METRICS
 from seq2seq.files import atomic_write_text, publish_directory
 from seq2seq.sweep.spec import Run, Sweep, SweepDefinition, expand, read_definition
 
@@ -39,7 +39,7 @@ class RunState(enum.Enum):
 
 
 # The metric of the report's learning curves: every validation must have its score.
-CURVE_METRIC = "bleu"
+CURVE_METRIC = HEADLINE.key
 
 
 class Validation(BaseModel):

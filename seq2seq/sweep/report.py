@@ -20,7 +20,7 @@ import torch
 
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.decode.translate import Translator
-from seq2seq.evaluate import METRICS, length_buckets
+from seq2seq.evaluate import HEADLINE, METRICS, length_buckets
 from seq2seq.files import atomic_write_text, publish_directory
 from seq2seq.plots import (
     attention_grid_figure,
@@ -88,7 +88,7 @@ def _charts(results: SweepResults) -> dict[str, bytes]:
     unscored = Spread(0.0, None)  # a test set that a cell's runs did not score: no bar
     series = {}
     for name in results.test_sets:
-        spreads = [c.spread(name, "bleu") or unscored for c in cells]
+        spreads = [c.spread(name, HEADLINE.key) or unscored for c in cells]
         series[name] = ([s.mean for s in spreads], [s.std or 0.0 for s in spreads])
     figures = {"bleu.png": bar_figure(labels, series, "test BLEU (error bars: std over seeds)")}
     curves = {c.cell.title: ([s for s, _ in c.curve], [b for _, b in c.curve]) for c in cells}

@@ -18,7 +18,7 @@ import numpy as np
 
 from seq2seq.config import Config
 from seq2seq.data.corpus import corpus_path, read_lines
-from seq2seq.evaluate import METRICS, bleu_by_source_length
+from seq2seq.evaluate import HEADLINE, METRICS, bleu_by_source_length
 from seq2seq.significance import (
     Comparison,
     Resampled,
@@ -208,14 +208,14 @@ def _last_bleu(sweep: Sweep, result: CellResult, name: str) -> Spread | None:
     """BLEU of the seeds' last checkpoints on test set `name`: test/last/scores.json, or the
     test scores themselves where the checkpoint that translated them was the last."""
     found = []
-    chosen = result.scores[name]["bleu"]
+    chosen = result.scores[name][HEADLINE.key]
     for seed, observed in zip(chosen.seeds, chosen.observed, strict=True):
         run, train = result.runs[seed], sweep.run(result.cell, seed).config.train
         is_last = train.test_checkpoint == "last" or (
             train.test_checkpoint == "best" and run.summary.best_step == run.summary.steps
         )
         if name in run.last_scores:
-            found.append(float(run.last_scores[name]["bleu"]))
+            found.append(float(run.last_scores[name][HEADLINE.key]))
         elif is_last:
             found.append(float(observed))
         else:
