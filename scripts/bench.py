@@ -442,11 +442,24 @@ def parse_arguments() -> argparse.Namespace:
     both.add_argument("--base", type=Path, required=True, help="the older checkout's root")
     both.add_argument("--repeat", type=int, default=3, help="measurements per side")
     both.add_argument("measurement", nargs=argparse.REMAINDER, help="-- MODE OPTIONS...")
-    return parser.parse_args()
+    args = parser.parse_args()
+    for option in ("config", "tokenizer", "run", "input", "ref", "base"):
+        path = getattr(args, option, None)
+        if path is not None and not path.exists():
+            parser.error(f"--{option} {path}: no such file or directory")
+    return args
 
 
 def main() -> None:
-    args = parse_arguments()
+    from seq2seq.errors import UserError
+
+    try:
+        measure_as_asked(parse_arguments())
+    except UserError as error:  # a bad config or run, found in a measuring process
+        raise SystemExit(f"bench.py: {error}") from None
+
+
+def measure_as_asked(args: argparse.Namespace) -> None:
     if args.mode == "compare":
         compare(args.base, args.repeat, [a for a in args.measurement if a != "--"])
         return
