@@ -77,18 +77,61 @@ def peak_rss_mb() -> float:
 ENGINES = ("torch", "ct2-float32", "ct2-int16", "ct2-int8")
 
 
-def load_translator(args: argparse.Namespace, engine: str, beam: int, exported: Path | None):
-    """This project's Translator on the run, or CTranslate2 on its export."""
+def load_translator(
+    args: argparse.Namespace, engine: str, beam: int, exported: Path | None, run: Path
+):
+    """This project's Translator on `run` (the run as the measured code reads it), or
+    CTranslate2 on its export."""
     options = {
         "beam": beam, "batch_tokens": args.batch_tokens, "length_penalty": args.length_penalty
     }  # fmt: skip
     if engine == "torch":
         from seq2seq.decode.translate import Translator
 
-        return Translator.load(args.run, args.checkpoint, **options)
+        return Translator.load(run, args.checkpoint, **options)
     from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
 
     return CTranslate2Translator.load(exported, threads=args.threads, **options)
+
+
+def run_for_this_code(run: Path, directory: Path) -> tuple[Path, list[str]]:
+    """The run as the measured seq2seq reads it, and the config keys left out for it.
+
+    An older commit's schema lacks the keys that newer configs write (at their defaults,
+    for a run trained without them): those are left out of a copy of config.yaml, beside
+    links to the run's other files in `directory`. A run it reads as it is comes back as it is.
+    """
+    import yaml
+    from pydantic import ValidationError
+
+    import seq2seq.attention  # noqa: F401  (older commits validate attention types only after it)
+    from seq2seq.config import Config
+
+    config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    dropped: list[str] = []
+    while True:
+        try:
+            Config.model_validate(config)
+            break
+        except ValidationError as error:
+            unknown = [e["loc"] for e in error.errors() if e["type"] == "extra_forbidden"]
+            if not unknown:
+                break  # another problem: loading the run reports it
+        for *parents, key in unknown:
+            section = config
+            for parent in parents:
+                section = section[parent]
+            del section[key]
+            dropped.append(".".join(map(str, [*parents, key])))
+    if not dropped:
+        return run, []
+    copy = directory / run.name
+    copy.mkdir()
+    for entry in run.iterdir():
+        if entry.name != "config.yaml":
+            (copy / entry.name).symlink_to(entry.resolve())
+    (copy / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return copy, dropped
 
 
 def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: Path | None) -> dict:
@@ -100,7 +143,9 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
 
     torch.set_num_threads(args.threads)
     lines = read_lines(args.input)[: args.limit]
-    translator = load_translator(args, engine, beam, exported)
+    with tempfile.TemporaryDirectory() as directory:
+        run, dropped = run_for_this_code(args.run, Path(directory))
+        translator = load_translator(args, engine, beam, exported, run)
     cuda = getattr(translator, "device", None) is not None and translator.device.type == "cuda"
     translator.translate(lines[:50])
     if cuda:
@@ -132,6 +177,8 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
         "batch_tokens": translator.decode.batch_tokens,
         "length_penalty": translator.decode.length_penalty,
     }
+    if dropped:
+        result["config_keys_left_out"] = dropped
     if cuda:
         result["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     if args.ref:

@@ -12,8 +12,8 @@ and its beam slot closes, so the beam narrows as hypotheses finish (with K = 1 t
 greedy search exactly). A sentence is done when no slot is open, or when it has its
 n-best finished and no open hypothesis can still beat them: log-probabilities only fall,
 so an open one scores at most log P / lp(longest allowed length). Rows reorder their
-decoder state by index (`index_select`); once a quarter of the batch's sentences are
-done, they leave it; finished hypotheses are read back through back-pointers at the end.
+decoder state by index (`index_select`); done sentences leave the batch at once;
+finished hypotheses are read back through back-pointers at the end.
 """
 
 from __future__ import annotations
@@ -228,15 +228,15 @@ def _next_beams(
     """The beams for the next step (K = `beam` rows per sentence), and the rows kept (None:
     all of them).
 
-    The `done` sentences' slots close; once a quarter of the batch's sentences are done,
-    they leave it.
+    The `done` sentences leave the batch at once: a row costs a step of the whole decoder,
+    leaving costs a gather of their memory, and their rows' state moves with the reorder
+    that beams do anyway (`_Beams.keep`).
     """
-    scores = beams.scores.masked_fill(done.unsqueeze(1), float("-inf"))
     # With one beam every slot extends its own row: nothing to move.
     origins = origin if beam > 1 else None
     memory = beams.memory if beams.memory.beam == beam else beams.memory.widened(beam)
-    beams = replace(beams, scores=scores, memory=memory, state=state, origins=origins, prev=token)
-    if int(done.sum()) * 4 < done.numel():
+    beams = replace(beams, memory=memory, state=state, origins=origins, prev=token)
+    if not bool(done.any()):
         return beams, None
     kept = (~done).nonzero().squeeze(1)
     rows = _rows_of(kept, beams.width)
