@@ -176,11 +176,12 @@ def _first_beams(
 def _mask_eos_and_limits(log_probs: Tensor, at_cap: Tensor, too_short: bool, eos_id: int) -> Tensor:
     """(rows, V) log-probabilities with the rows `at_cap` only able to end, at EOS's own
     probability, and, when `too_short`, the others unable to end; changed in place (the
-    step's own tensor: a copy per step would cost as much as the masking)."""
+    step's own tensor: a copy per step would cost as much as the masking), and only in
+    the rows at their cap (few, at few steps), not in a pass over every row."""
     eos = log_probs[:, eos_id].clone()
     if too_short:
         eos = eos.masked_fill(~at_cap, float("-inf"))
-    log_probs.masked_fill_(at_cap.unsqueeze(1), float("-inf"))
+    log_probs.index_fill_(0, at_cap.nonzero().squeeze(1), float("-inf"))
     log_probs[:, eos_id] = eos
     return log_probs
 
