@@ -16,7 +16,7 @@ trained into a temporary run directory first (or reused with --tokenizer DIR).
     python scripts/bench.py decode --run runs/multi30k-transformer \\
         --input data/multi30k/test_2016_flickr.de.gz [--ref data/multi30k/test_2016_flickr.en.gz] \\
         [--beam 1 5] [--threads 2] [--limit N] [--length-penalty A] \\
-        [--engine torch ct2-float32 ct2-int8]
+        [--engine torch torch-int8 ct2-float32 ct2-int8]
 
     python scripts/bench.py diagnostics --config configs/multi30k_rnn.yaml [--steps 10] \\
         [--repeats 3] [--threads 2] [--set ...]
@@ -29,9 +29,12 @@ validation with them adds to one without) against the training between two valid
 `decode` translates the input with each engine and beam size after a warm-up (the first
 50 lines), each in a fresh process so that its peak memory is its own, and reports
 sentences/s, target tokens/s (output pieces + EOS), the peak resident memory, and with
---ref the BLEU and chrF of the output. `torch` is this project's decoder; `ct2-TYPE`
+--ref the BLEU and chrF of the output. `torch` is this project's decoder (`torch-int8`:
+with int8 linear layers, `Translator.load(..., int8=True)`); `ct2-TYPE`
 exports the run to CTranslate2 with TYPE weights (float32, int16, int8) into a temporary
-directory first and decodes with it, on as many threads.
+directory first and decodes with it, on as many threads. A run whose config.yaml holds
+keys that the measured seq2seq does not know (a newer run, measured with an older commit
+under `compare`) is read without them, and the line lists them (`config_keys_left_out`).
 
     python scripts/bench.py losses --config configs/study/rnn.yaml [--steps 100]
 
@@ -74,21 +77,65 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-ENGINES = ("torch", "ct2-float32", "ct2-int16", "ct2-int8")
+ENGINES = ("torch", "torch-int8", "ct2-float32", "ct2-int16", "ct2-int8")
 
 
-def load_translator(args: argparse.Namespace, engine: str, beam: int, exported: Path | None):
-    """This project's Translator on the run, or CTranslate2 on its export."""
+def load_translator(
+    args: argparse.Namespace, engine: str, beam: int, exported: Path | None, run: Path
+):
+    """This project's Translator on `run` (the run as the measured code reads it), or
+    CTranslate2 on its export."""
     options = {
         "beam": beam, "batch_tokens": args.batch_tokens, "length_penalty": args.length_penalty
     }  # fmt: skip
-    if engine == "torch":
+    if engine.startswith("torch"):
         from seq2seq.decode.translate import Translator
 
-        return Translator.load(args.run, args.checkpoint, **options)
+        int8 = {"int8": True} if engine == "torch-int8" else {}  # older commits lack it
+        return Translator.load(run, args.checkpoint, **int8, **options)
     from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
 
     return CTranslate2Translator.load(exported, threads=args.threads, **options)
+
+
+def run_for_this_code(run: Path, directory: Path) -> tuple[Path, list[str]]:
+    """The run as the measured seq2seq reads it, and the config keys left out for it.
+
+    An older commit's schema lacks the keys that newer configs write (at their defaults,
+    for a run trained without them): those are left out of a copy of config.yaml, beside
+    links to the run's other files in `directory`. A run it reads as it is comes back as it is.
+    """
+    import yaml
+    from pydantic import ValidationError
+
+    import seq2seq.attention  # noqa: F401  (older commits validate attention types only after it)
+    from seq2seq.config import Config
+
+    config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    dropped: list[str] = []
+    while True:
+        try:
+            Config.model_validate(config)
+            break
+        except ValidationError as error:
+            unknown = [e["loc"] for e in error.errors() if e["type"] == "extra_forbidden"]
+            if not unknown:
+                break  # another problem: loading the run reports it
+        for *parents, key in unknown:
+            section = config
+            for parent in parents:
+                section = section[parent]
+            del section[key]
+            dropped.append(".".join(map(str, [*parents, key])))
+    if not dropped:
+        return run, []
+    copy = directory / run.name
+    copy.mkdir()
+    for entry in run.iterdir():
+        if entry.name != "config.yaml":
+            (copy / entry.name).symlink_to(entry.resolve())
+    (copy / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return copy, dropped
 
 
 def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: Path | None) -> dict:
@@ -100,7 +147,9 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
 
     torch.set_num_threads(args.threads)
     lines = read_lines(args.input)[: args.limit]
-    translator = load_translator(args, engine, beam, exported)
+    with tempfile.TemporaryDirectory() as directory:
+        run, dropped = run_for_this_code(args.run, Path(directory))
+        translator = load_translator(args, engine, beam, exported, run)
     cuda = getattr(translator, "device", None) is not None and translator.device.type == "cuda"
     translator.translate(lines[:50])
     if cuda:
@@ -132,6 +181,8 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
         "batch_tokens": translator.decode.batch_tokens,
         "length_penalty": translator.decode.length_penalty,
     }
+    if dropped:
+        result["config_keys_left_out"] = dropped
     if cuda:
         result["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     if args.ref:
@@ -143,7 +194,7 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
 
 def export_for(args: argparse.Namespace, engine: str, directory: Path) -> Path | None:
     """The run exported with the engine's quantization into `directory` (None: torch)."""
-    if engine == "torch":
+    if engine.startswith("torch"):
         return None
     from seq2seq.decode.export import export_ctranslate2
 
@@ -421,7 +472,8 @@ def parse_arguments() -> argparse.Namespace:
     decode.add_argument("--length-penalty", type=float, help="default: the run's decode one")
     decode.add_argument(
         "--engine", nargs="+", choices=ENGINES, default=["torch"],
-        help="ct2-*: the run exported to CTranslate2 with that weight type (the export extra)",
+        help="torch-int8: int8 linear layers; ct2-*: the run exported to CTranslate2 with "
+        "that weight type (the export extra)",
     )  # fmt: skip
     train = modes.add_parser("train", help="training throughput and model FLOP utilisation")
     add_train_options(train, 50, "timed updates")

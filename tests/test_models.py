@@ -155,6 +155,32 @@ def test_a_step_on_reordered_state_is_the_reordered_step(arch):
     torch.testing.assert_close(moved.attention, step.attention[index])
 
 
+@pytest.mark.parametrize("attention, heads", ATTENTIONS, ids=ATTENTION_IDS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_beams_sharing_a_source_step_as_rows_with_copies_of_it(arch, attention, heads):
+    # A widened memory attends with each source's beams as its queries: the same as
+    # every row reading its own copy of the source.
+    model = tiny(arch, attention, heads=heads)
+    src, mask, tgt = batch()
+    beam = 3
+    copies = torch.arange(3).repeat_interleave(beam)
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        shared, copied = memory.widened(beam), memory.index_select(copies)
+        assert shared.rows == copied.rows == 9
+        a, b = model.init_state(shared), model.init_state(copied)
+        tokens = torch.randint(4, 40, (9, 4), generator=torch.Generator().manual_seed(3))
+        for t in range(4):
+            step_a = model.decode_step(shared, a, tokens[:, t])
+            step_b = model.decode_step(copied, b, tokens[:, t])
+            torch.testing.assert_close(step_a.log_probs, step_b.log_probs, atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(step_a.attention, step_b.attention, atol=1e-6, rtol=1e-6)
+            # As beam search does: each row continues a row of its own source.
+            parents = torch.randint(0, beam, (9,), generator=torch.Generator().manual_seed(t))
+            rows = copies * beam + parents
+            a, b = step_a.state.index_select(rows), step_b.state.index_select(rows)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_local_m_centres_on_the_step_times_the_length_ratio(arch):
     # window 2, length ratio 0.5: step t sees source positions t/2 - 2 .. t/2 + 2 only.

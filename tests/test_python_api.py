@@ -40,6 +40,21 @@ def test_nbest_and_hypotheses_carry_scores_and_attention(trained):
     torch.testing.assert_close(first.attention.sum(-1), torch.ones(len(first.tokens) + 1))
 
 
+def test_int8_weights_quantize_every_linear_layer_and_keep_the_log_probabilities(trained):
+    full, int8 = Translator.load(trained), Translator.load(trained, int8=True)
+    linear = [m for m in int8.model.modules() if type(m) is torch.nn.Linear]
+    assert not linear and full.model is not int8.model
+    src_ids = full.tokenizer.encode_src(["boka mimi toto tape podo"])[0]
+    src = torch.tensor([[*src_ids, 3]])
+    mask = torch.ones(1, 1, src.size(1), dtype=torch.bool)
+    tgt = torch.tensor([[2, *src_ids]])
+    with torch.no_grad():
+        a = full.model(src, mask, tgt).log_softmax(-1)
+        b = int8.model(src, mask, tgt).log_softmax(-1)
+    assert 0 < (a - b).abs().max() < 0.05 * a.abs().max()
+    assert len(int8.translate(LINES)) == len(LINES)
+
+
 def test_greedy_is_beam_one(trained):
     greedy = Translator.load(trained, beam=1).translate(LINES)
     assert Translator.load(trained).translate(LINES, beam=1) == greedy

@@ -9,7 +9,7 @@ from seq2seq.attention import MultiHead
 from seq2seq.attention.scores import GeneralAttention, ScaledDotAttention
 from seq2seq.config import ModelConfig
 from seq2seq.data.batching import padding_mask
-from seq2seq.models import build_model
+from seq2seq.models import build_model, transformer
 from seq2seq.models.transformer import sinusoids
 
 
@@ -92,3 +92,31 @@ def test_some_cross_attention_types_are_one_model_here(a, b):
     assert first.state_dict().keys() == second.state_dict().keys()
     with torch.no_grad():
         assert torch.equal(first(src, mask, tgt), second(src, mask, tgt))
+
+
+def test_the_cache_grows_and_a_state_advanced_twice_keeps_both_successors(monkeypatch):
+    # Steps write their keys and values into preallocated buffers in place: past their
+    # capacity they grow, and a state advanced twice must not let its second successor
+    # overwrite what the first one reads.
+    monkeypatch.setattr(transformer, "INITIAL_CACHE_LENGTH", 2)
+    model = tiny()
+    src = torch.randint(4, 30, (2, 5), generator=torch.Generator().manual_seed(1))
+    mask = padding_mask(torch.tensor([5, 3]), 5)
+    tgt = torch.randint(4, 30, (2, 7), generator=torch.Generator().manual_seed(2))
+    other = torch.randint(4, 30, (2,), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = model(src, mask, tgt).log_softmax(-1)
+        branch = model(src, mask, torch.cat([tgt[:, :3], other[:, None]], 1)).log_softmax(-1)
+        memory = model.encode(src, mask)
+        state = model.init_state(memory)
+        for t in range(tgt.size(1)):
+            if t == 3:
+                side = model.decode_step(memory, state, other)  # written at 3 first
+            step = model.decode_step(memory, state, tgt[:, t])
+            torch.testing.assert_close(step.log_probs, full[:, t], atol=1e-5, rtol=1e-5)
+            state = step.state
+        torch.testing.assert_close(side.log_probs, branch[:, 3], atol=1e-5, rtol=1e-5)
+        after = model.decode_step(memory, side.state, tgt[:, 4]).log_probs
+        branch = model(src, mask, torch.cat([tgt[:, :3], other[:, None], tgt[:, 4:5]], 1))
+        torch.testing.assert_close(after, branch.log_softmax(-1)[:, 4], atol=1e-5, rtol=1e-5)
+    assert state.buffers.capacity >= tgt.size(1) > 2

@@ -1,9 +1,10 @@
 """Beam search over the `Seq2Seq` contract, batched over sentences and beams at once.
 
-The B sentences x K beams of a batch are B*K rows of one decoder batch. At each step
-every live row proposes its V continuations; each sentence keeps the K best of its K*V
-by summed log-probability. A continuation that ends in EOS is finished: it is scored
-with the GNMT length penalty (Wu et al., 2016),
+The B sentences x K beams of a batch are B*K rows of one decoder batch (the first step,
+from BOS alone, has one row per sentence), which share their sentence's encoded source
+(`Memory.beam`). At each step every live row proposes its V continuations; each sentence
+keeps the K best of its K*V by summed log-probability. A continuation that ends in EOS
+is finished: it is scored with the GNMT length penalty (Wu et al., 2016),
 
     score = log P(y) / lp(y),  lp(y) = ((5 + |y|) / 6) ** alpha  (|y| counts the EOS),
 
@@ -11,8 +12,8 @@ and its beam slot closes, so the beam narrows as hypotheses finish (with K = 1 t
 greedy search exactly). A sentence is done when no slot is open, or when it has its
 n-best finished and no open hypothesis can still beat them: log-probabilities only fall,
 so an open one scores at most log P / lp(longest allowed length). Rows reorder their
-decoder state by index (`index_select`); once a quarter of the batch's sentences are
-done, they leave it; finished hypotheses are read back through back-pointers at the end.
+decoder state by index (`index_select`); done sentences leave the batch at once;
+finished hypotheses are read back through back-pointers at the end.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.models.base import DecoderState, Memory, Seq2Seq, Step
@@ -73,7 +75,7 @@ def beam_search(
         log_probs = _mask_eos_and_limits(
             step.log_probs.float(), beams.at_cap(t), t < min_length, eos_id
         )
-        top_scores, origin, token = _expand(beams.scores, log_probs)
+        top_scores, origin, token = _expand(beams.scores, log_probs, beam)
         ends = (token == eos_id).view_as(top_scores) & top_scores.isfinite()
         if bool(ends.any()):
             beams.best_finished = _record_finished(finished, beams, top_scores, ends, t, alpha)
@@ -82,7 +84,7 @@ def beam_search(
         done = beams.done()
         if bool(done.all()):
             break
-        beams, previous_slots = _next_beams(beams, step.state, origin, token, done)
+        beams, previous_slots = _next_beams(beams, step.state, origin, token, done, beam)
     return trail.read_back(finished, src_mask, nbest)
 
 
@@ -99,8 +101,10 @@ class _Beams:
     max_lengths: Tensor  # (A,) its output cap, EOS included
     longest: Tensor  # (A,) lp(its cap): the denominator of the bound in `done`
     best_finished: Tensor  # (A, nbest) the n best finished scores so far, best first
-    scores: Tensor  # (A, K) summed log-probabilities of the open slots; -inf: closed or unused
-    memory: Memory  # (A*K rows) the encoded source
+    # (A, K) summed log-probabilities of the open slots (K = 1 before the first step);
+    # -inf: closed or unused
+    scores: Tensor
+    memory: Memory  # (A sources, read by K rows each) the encoded source
     state: DecoderState  # the last step's decoder state, by the rows it was computed for
     origins: Tensor | None  # (A*K,) the row of `state` each row extends; None: its own
     prev: Tensor  # (A*K,) the token each row feeds the decoder next
@@ -135,7 +139,7 @@ class _Beams:
             self.longest[index],
             self.best_finished[index],
             self.scores[index],
-            self.memory.index_select(rows),
+            self.memory.index_select(index),
             self.state,
             rows if self.origins is None else self.origins[rows],
             self.prev[rows],
@@ -152,48 +156,49 @@ def _first_beams(
     nbest: int,
     alpha: float,
 ) -> _Beams:
-    """The beams before the first step: every sentence with one open slot, at score 0."""
+    """The beams before the first step: every sentence with one slot, at score 0."""
     batch, device = src.size(0), src.device
     memory = model.encode(src, src_mask)
-    if beam > 1:
-        memory = memory.index_select(torch.arange(batch, device=device).repeat_interleave(beam))
     max_lengths = max_lengths.to(device)
-    scores = torch.full((batch, beam), float("-inf"), device=device)
-    scores[:, 0] = 0.0
     return _Beams(
         sentences=torch.arange(batch, device=device),
         max_lengths=max_lengths,
         longest=length_penalty(max_lengths.float(), alpha),
         best_finished=torch.full((batch, nbest), float("-inf"), device=device),
-        scores=scores,
+        scores=torch.zeros(batch, 1, device=device),
         memory=memory,
         state=model.init_state(memory),
         origins=None,
-        prev=torch.full((batch * beam,), bos_id, dtype=torch.long, device=device),
+        prev=torch.full((batch,), bos_id, dtype=torch.long, device=device),
     )
 
 
 def _mask_eos_and_limits(log_probs: Tensor, at_cap: Tensor, too_short: bool, eos_id: int) -> Tensor:
     """(rows, V) log-probabilities with the rows `at_cap` only able to end, at EOS's own
     probability, and, when `too_short`, the others unable to end; changed in place (the
-    step's own tensor: a copy per step would cost as much as the masking)."""
+    step's own tensor: a copy per step would cost as much as the masking), and only in
+    the rows at their cap (few, at few steps), not in a pass over every row."""
     eos = log_probs[:, eos_id].clone()
     if too_short:
         eos = eos.masked_fill(~at_cap, float("-inf"))
-    log_probs.masked_fill_(at_cap.unsqueeze(1), float("-inf"))
+    log_probs.index_fill_(0, at_cap.nonzero().squeeze(1), float("-inf"))
     log_probs[:, eos_id] = eos
     return log_probs
 
 
-def _expand(scores: Tensor, log_probs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Each sentence's K best continuations of its K*V: their summed log-probabilities
-    (A, K), best first, and for each new slot (A*K,) the row it extends and its token.
-    `log_probs` (A*K, V) becomes the candidates' scores, in place."""
-    active, beam = scores.shape
+def _expand(scores: Tensor, log_probs: Tensor, beam: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Each sentence's K = `beam` best continuations of its W*V (W rows each): their summed
+    log-probabilities (A, K), best first, and for each new slot (A*K,) the row it extends
+    and its token. `log_probs` (A*W, V) becomes the candidates' scores, in place."""
+    active, width = scores.shape
     vocab = log_probs.size(-1)
-    candidates = log_probs.add_(scores.view(-1, 1)).view(active, beam * vocab)
-    top_scores, top_index = candidates.topk(beam, dim=1)
-    first_row = (torch.arange(active, device=scores.device) * beam).unsqueeze(1)
+    candidates = log_probs.add_(scores.view(-1, 1)).view(active, width * vocab)
+    top_scores, top_index = candidates.topk(min(beam, width * vocab), dim=1)
+    if top_scores.size(1) < beam:  # fewer candidates than slots: the rest stay closed
+        closed = beam - top_scores.size(1)
+        top_scores = F.pad(top_scores, (0, closed), value=float("-inf"))
+        top_index = F.pad(top_index, (0, closed))
+    first_row = (torch.arange(active, device=scores.device) * width).unsqueeze(1)
     origin = (top_index // vocab + first_row).view(-1)
     token = (top_index % vocab).view(-1)
     return top_scores, origin, token
@@ -211,25 +216,28 @@ def _record_finished(
     (score, step, slot), score = log P / lp(t + 1); return the updated n best scores."""
     lengths = torch.full_like(top_scores, t + 1.0)
     final = torch.where(ends, top_scores / length_penalty(lengths, alpha), -torch.inf)
+    width = top_scores.size(1)
     for a, k in ends.nonzero().tolist():
-        finished[int(beams.sentences[a])].append((float(final[a, k]), t, a * beams.width + k))
+        finished[int(beams.sentences[a])].append((float(final[a, k]), t, a * width + k))
     nbest = beams.best_finished.size(1)
     return torch.cat([beams.best_finished, final], dim=1).topk(nbest, dim=1).values
 
 
 def _next_beams(
-    beams: _Beams, state: DecoderState, origin: Tensor, token: Tensor, done: Tensor
+    beams: _Beams, state: DecoderState, origin: Tensor, token: Tensor, done: Tensor, beam: int
 ) -> tuple[_Beams, Tensor | None]:
-    """The beams for the next step, and the rows kept (None: all of them).
+    """The beams for the next step (K = `beam` rows per sentence), and the rows kept (None:
+    all of them).
 
-    The `done` sentences' slots close; once a quarter of the batch's sentences are done,
-    they leave it.
+    The `done` sentences leave the batch at once: a row costs a step of the whole decoder,
+    leaving costs a gather of their memory, and their rows' state moves with the reorder
+    that beams do anyway (`_Beams.keep`).
     """
-    scores = beams.scores.masked_fill(done.unsqueeze(1), float("-inf"))
     # With one beam every slot extends its own row: nothing to move.
-    origins = origin if beams.width > 1 else None
-    beams = replace(beams, scores=scores, state=state, origins=origins, prev=token)
-    if int(done.sum()) * 4 < done.numel():
+    origins = origin if beam > 1 else None
+    memory = beams.memory if beams.memory.beam == beam else beams.memory.widened(beam)
+    beams = replace(beams, memory=memory, state=state, origins=origins, prev=token)
+    if not bool(done.any()):
         return beams, None
     kept = (~done).nonzero().squeeze(1)
     rows = _rows_of(kept, beams.width)

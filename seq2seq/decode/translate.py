@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any, Literal, overload
 
 import torch
 from pydantic import ValidationError
+from torch import nn
 from tqdm import tqdm
 
 from seq2seq.attention import attention_class
@@ -77,6 +79,19 @@ def load_trained_model(run: RunDir, checkpoint: str = "best") -> tuple[Origin, T
     step = state.get("step") if isinstance(state, dict) else None
     origin = Origin(run.root, cfg, path, step if isinstance(step, int) else None)
     return origin, tokenizer, model.eval()
+
+
+def int8_weights(model: Seq2Seq) -> Seq2Seq:
+    """The model with the weights of its linear layers in int8, for decoding on the CPU
+    (PyTorch's dynamic quantization: activations are quantized per batch on the fly).
+    About twice as fast where matrix products dominate; the outputs move (docs/benchmarks.md
+    compares BLEU), so it is never the default."""
+    with warnings.catch_warnings():
+        # torch.ao.quantization and its int8 tensors announce their move to torchao; torch
+        # is pinned, and they work.
+        warnings.filterwarnings("ignore", ".*(deprecated|torchao)", DeprecationWarning)
+        warnings.filterwarnings("ignore", ".*deprecated", UserWarning)
+        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
 
 
 @dataclass
@@ -226,16 +241,17 @@ class Translator(LineTranslator):
         checkpoint: str = "best",
         device: str | None = None,
         threads: int | None = None,
+        int8: bool = False,
         **decode: Any,
     ) -> Translator:
         """The model of a trained run directory and its tokenizer.
 
         `checkpoint`: best, last, step-N or a .pt file. `device`: cpu, cuda or auto
         (default: the run's train.device). `threads`: the CPU threads of this process
-        (`torch.set_num_threads`; default: leave them as they are). `decode` sets fields
-        of the run's decode section for every call (beam, length_penalty, min_len,
-        max_len_ratio, max_len_offset, batch_tokens); a field given None keeps the run's
-        value.
+        (`torch.set_num_threads`; default: leave them as they are). `int8`: decode with
+        int8 weights (`int8_weights`; CPU only). `decode` sets fields of the run's decode
+        section for every call (beam, length_penalty, min_len, max_len_ratio,
+        max_len_offset, batch_tokens); a field given None keeps the run's value.
         """
         check_load_arguments(run_dir, checkpoint, device)
         if threads is not None:
@@ -244,6 +260,10 @@ class Translator(LineTranslator):
         cfg = origin.config
         decode_cfg = decode_options(cfg.decode, decode)
         target = pick_device(device or cfg.train.device)
+        if int8:
+            if target.type != "cpu":
+                raise UserError(f"int8 decoding runs on the CPU only, not {target.type}; drop int8")
+            model = int8_weights(model)
         return cls(model, tokenizer, decode_cfg, target, max_source_pieces(cfg), origin)
 
     def hypotheses(self, lines: list[str], **options: Any) -> list[list[Translation]]:

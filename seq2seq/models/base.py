@@ -7,11 +7,13 @@ touches nothing else, so greedy and beam search serve every architecture.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import NamedTuple, Protocol
 
 import torch
 from torch import Tensor, nn
+
+from seq2seq.attention import Attention, AttentionOutput
 
 
 @dataclass
@@ -21,15 +23,65 @@ class Memory:
     Keys and values are already through the attention's `prepare_keys`/`prepare_values`,
     once per source rather than once per step. A Transformer keeps one pair per decoder
     layer, stacked on dim 1: (B, L, S, D).
+
+    `beam` decoder rows read each source: rows b * beam .. b * beam + beam - 1 read source b.
+    They share its tensors, not copies of them, and attend over them together (`attend`).
     """
 
     keys: Tensor  # (B, S, Dk), or (B, L, S, Dk)
     values: Tensor  # (B, S, Dv), or (B, L, S, Dv)
     mask: Tensor  # (B, 1, S), True at real source positions
     summary: Tensor  # (B, Ds), a fixed-size summary of the source (final encoder state)
+    beam: int = 1
+
+    @property
+    def rows(self) -> int:
+        """The decoder rows that read this memory: sources x beam."""
+        return self.mask.size(0) * self.beam
 
     def index_select(self, index: Tensor) -> Memory:
-        return replace(self, **{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        """The sources at `index`, each still read by `beam` rows."""
+        tensors = ("keys", "values", "mask", "summary")
+        return replace(self, **{name: getattr(self, name)[index] for name in tensors})
+
+    def widened(self, beam: int) -> Memory:
+        """The same sources, each read by `beam` rows (from one row each)."""
+        if self.beam != 1:
+            raise ValueError(f"only a memory read by one row per source widens, not {self.beam}")
+        return replace(self, beam=beam)
+
+    def attend(
+        self,
+        attention: Attention,
+        query: Tensor,
+        positions: Tensor,
+        need_weights: bool,
+        layer: int | None = None,
+    ) -> AttentionOutput:
+        """`attention` of the rows' queries (rows, Tq, Dq) at `positions` (rows, Tq) over
+        their sources (`layer`: that decoder layer's keys and values).
+
+        With beam > 1 (one step, Tq = 1) the beams of a source are its Tq = beam queries:
+        one attention over each source instead of one over each of beam copies.
+        """
+        keys, values = (self.keys, self.values) if layer is None else (
+            self.keys[:, layer], self.values[:, layer]
+        )  # fmt: skip
+        if self.beam == 1:
+            return attention.attend(query, keys, values, self.mask, positions, need_weights)
+        sources = self.mask.size(0)
+        context, weights = attention.attend(
+            query.view(sources, self.beam, -1),
+            keys,
+            values,
+            self.mask,
+            positions.view(sources, self.beam),
+            need_weights,
+        )
+        context = context.view(self.rows, 1, -1)
+        if weights is not None:  # (B, [H,] beam, S) -> (rows, [H,] 1, S)
+            weights = weights.movedim(-2, 1).flatten(0, 1).unsqueeze(-2)
+        return AttentionOutput(context, weights)
 
 
 class DecoderState(Protocol):

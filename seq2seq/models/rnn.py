@@ -101,12 +101,11 @@ class RNNDecoder(nn.Module):
         return Memory(keys, values, src_mask, final)
 
     def init_state(self, memory: Memory) -> RNNState:
-        batch = memory.summary.size(0)
-        hidden = torch.tanh(self.bridge(memory.summary))
-        hidden = hidden.view(batch, self.layers, -1).transpose(0, 1).contiguous()
+        hidden = torch.tanh(self.bridge(memory.summary)).repeat_interleave(memory.beam, dim=0)
+        hidden = hidden.view(memory.rows, self.layers, -1).transpose(0, 1).contiguous()
         cell = torch.zeros_like(hidden) if self.is_lstm else None
-        step = torch.zeros(batch, dtype=torch.long, device=hidden.device)
-        return RNNState(hidden, cell, hidden.new_zeros(batch, hidden.size(-1)), step)
+        step = torch.zeros(memory.rows, dtype=torch.long, device=hidden.device)
+        return RNNState(hidden, cell, hidden.new_zeros(memory.rows, hidden.size(-1)), step)
 
     def step(
         self,
@@ -122,20 +121,15 @@ class RNNDecoder(nn.Module):
         returns the attention weights: (B, S), or (B, heads, S) for multi-head; None if not
         `need_weights` and the type skipped them.
         """
-        attend = self.attention.attend
         if self.attention.attends_before_cell:
             query = state.hidden[-1].unsqueeze(1)
-            context, weights = attend(
-                query, memory.keys, memory.values, memory.mask, positions, need_weights
-            )
+            context, weights = memory.attend(self.attention, query, positions, need_weights)
             rnn_input = torch.cat([embedded, context.squeeze(1)], dim=-1)
             output, rnn_state = self.rnn(rnn_input.unsqueeze(1), state.rnn_state())
         else:
             rnn_input = torch.cat([embedded, state.feed], dim=-1)
             output, rnn_state = self.rnn(rnn_input.unsqueeze(1), state.rnn_state())
-            context, weights = attend(
-                output, memory.keys, memory.values, memory.mask, positions, need_weights
-            )
+            context, weights = memory.attend(self.attention, output, positions, need_weights)
         attentional = torch.tanh(self.combine(torch.cat([output, context], dim=-1))).squeeze(1)
         attentional = self.dropout(attentional)
         hidden, cell = rnn_state if self.is_lstm else (rnn_state, None)

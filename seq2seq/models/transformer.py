@@ -11,6 +11,7 @@ and maps onto the source at t * length_ratio in cross-attention (see `Seq2Seq`).
 Incremental decoding caches each layer's self-attention keys and values: a step embeds
 one token, appends its keys and values to the cache and attends over the cache, so it
 computes what the teacher-forced pass computes for that position under the causal mask.
+The cache is preallocated and written in place (see `TransformerState`).
 """
 
 from __future__ import annotations
@@ -28,15 +29,58 @@ from seq2seq.models.dropout import Dropout
 
 
 @dataclass
+class CacheBuffers:
+    """Time-first (capacity, B, D) buffers of each decoder layer's self-attention keys and
+    values, shared by the states of successive steps: a step writes its position in place
+    instead of copying the cache into a longer one. `filled`: the positions written."""
+
+    keys: list[Tensor]
+    values: list[Tensor]
+    filled: int
+
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].size(0)
+
+    def copy(self, length: int, capacity: int, index: Tensor | None = None) -> CacheBuffers:
+        """New buffers of `capacity` holding the first `length` positions (of the rows at
+        `index`, if given): index_select on time-first buffers reads only those."""
+
+        def moved(buffer: Tensor) -> Tensor:
+            rows = buffer.size(1) if index is None else index.numel()
+            out = buffer.new_empty(capacity, rows, buffer.size(2))
+            source = buffer[:length]
+            if index is None:
+                out[:length] = source
+            else:
+                torch.index_select(source, 1, index, out=out[:length])
+            return out
+
+        return CacheBuffers([moved(k) for k in self.keys], [moved(v) for v in self.values], length)
+
+
+@dataclass
 class TransformerState:
-    keys: list[Tensor]  # per decoder layer, (B, t, Dk): self-attention keys so far
-    values: list[Tensor]  # per decoder layer, (B, t, Dv)
+    buffers: CacheBuffers
+    length: int  # the positions cached so far (every row is at the same step)
     step: Tensor  # (B,) long: the position of the next token
 
     def index_select(self, index: Tensor) -> TransformerState:
-        return TransformerState(
-            [k[index] for k in self.keys], [v[index] for v in self.values], self.step[index]
-        )
+        buffers = self.buffers.copy(self.length, self.buffers.capacity, index)
+        return TransformerState(buffers, self.length, self.step[index])
+
+    def writable(self) -> CacheBuffers:
+        """Buffers where the next position can be written in place: these, unless they are
+        full (then twice as long) or another state already wrote past this one's length
+        (a state advanced twice: then a copy, so that each successor keeps its own)."""
+        buffers, length = self.buffers, self.length
+        if buffers.filled == length and length < buffers.capacity:
+            return buffers
+        return buffers.copy(length, max(2 * length, buffers.capacity))
+
+
+# Positions the self-attention cache holds before it first grows (doubling each time).
+INITIAL_CACHE_LENGTH = 32
 
 
 def sinusoids(length: int, dim: int) -> Tensor:
@@ -113,17 +157,22 @@ def self_attend(
     h: Tensor,
     mask: Tensor,
     positions: Tensor,
-    cache: tuple[Tensor, Tensor] | None = None,
-) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    cache: tuple[Tensor, Tensor, int] | None = None,
+) -> Tensor:
     """Self-attention of `h` (B, T, d) over itself, after the cached keys and values if any.
 
-    Returns the context and the keys and values to cache for the next step.
+    A cache is one step's (keys, values, length): time-first (capacity, B, D) buffers
+    whose first `length` positions are the past; this step's keys and values (T = 1) are
+    written at `length`, in place.
     """
     keys, values = attention.prepare_keys(h), attention.prepare_values(h)
     if cache is not None:
-        keys, values = torch.cat([cache[0], keys], dim=1), torch.cat([cache[1], values], dim=1)
-    context = attention.attend(h, keys, values, mask, positions, need_weights=False).context
-    return context, (keys, values)
+        key_buffer, value_buffer, length = cache
+        key_buffer[length] = keys[:, 0]
+        value_buffer[length] = values[:, 0]
+        keys = key_buffer[: length + 1].transpose(0, 1)
+        values = value_buffer[: length + 1].transpose(0, 1)
+    return attention.attend(h, keys, values, mask, positions, need_weights=False).context
 
 
 class EncoderLayer(nn.Module):
@@ -139,7 +188,7 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
         block = self.attention_block
-        context, _ = self_attend(self.self_attention, block.function_input(x), mask, positions)
+        context = self_attend(self.self_attention, block.function_input(x), mask, positions)
         x = block.add_output(x, context)
         block = self.feed_forward_block
         return block.add_output(x, self.feed_forward(block.function_input(x)))
@@ -163,25 +212,26 @@ class DecoderLayer(nn.Module):
         x: Tensor,
         self_mask: Tensor,
         positions: Tensor,
-        memory: tuple[Tensor, Tensor, Tensor],
+        memory: Memory,
+        layer: int,
         source_positions: Tensor,
-        cache: tuple[Tensor, Tensor] | None = None,
+        cache: tuple[Tensor, Tensor, int] | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor | None]:
-        """-> new x, this layer's self-attention cache, cross-attention weights (if asked)."""
+    ) -> tuple[Tensor, Tensor | None]:
+        """-> new x and, if asked, the cross-attention weights; `layer`: this layer's index
+        in the memory's keys and values."""
         block = self.self_attention_block
-        context, cache = self_attend(
+        context = self_attend(
             self.self_attention, block.function_input(x), self_mask, positions, cache
         )
         x = block.add_output(x, context)
         block = self.cross_attention_block
-        keys, values, mask = memory
-        context, weights = self.cross_attention.attend(
-            block.function_input(x), keys, values, mask, source_positions, need_weights
+        context, weights = memory.attend(
+            self.cross_attention, block.function_input(x), source_positions, need_weights, layer
         )
         x = block.add_output(x, context)
         block = self.feed_forward_block
-        return block.add_output(x, self.feed_forward(block.function_input(x))), cache, weights
+        return block.add_output(x, self.feed_forward(block.function_input(x))), weights
 
 
 class TransformerSeq2Seq(Seq2Seq):
@@ -228,34 +278,41 @@ class TransformerSeq2Seq(Seq2Seq):
         x: Tensor,
         self_mask: Tensor,
         steps: Tensor,
-        caches: list[tuple[Tensor, Tensor]] | None,
+        caches: list[tuple[Tensor, Tensor, int]] | None,
         need_weights: bool,
-    ) -> tuple[Tensor, list[tuple[Tensor, Tensor]], Tensor | None]:
-        """The decoder stack over embedded targets `x` at positions `steps` (B, T)."""
+    ) -> tuple[Tensor, Tensor | None]:
+        """The decoder stack over embedded targets `x` at positions `steps` (B, T); with
+        `caches`, one step (T = 1) that writes into each layer's (see `self_attend`)."""
         source_positions = self.source_positions(steps)
-        new_caches, weights = [], None
+        weights = None
         for i, layer in enumerate(self.decoder_layers):
-            x, cache, weights = layer(
+            x, weights = layer(
                 x,
                 self_mask,
                 steps,
-                (memory.keys[:, i], memory.values[:, i], memory.mask),
+                memory,
+                i,
                 source_positions,
                 None if caches is None else caches[i],
                 need_weights and i == len(self.decoder_layers) - 1,
             )
-            new_caches.append(cache)
-        return self.decoder_norm(x), new_caches, weights
+        return self.decoder_norm(x), weights
 
     def init_state(self, memory: Memory) -> TransformerState:
-        batch = memory.mask.size(0)
-        empty = memory.summary.new_zeros(batch, 0, self.dim)
+        rows = memory.rows
+        # Each layer's prepared keys and values of no position: their width, per type.
+        empty = memory.summary.new_zeros(rows, 0, self.dim)
         layers = [layer.self_attention for layer in self.decoder_layers]
-        return TransformerState(
-            [a.prepare_keys(empty) for a in layers],
-            [a.prepare_values(empty) for a in layers],
-            torch.zeros(batch, dtype=torch.long, device=memory.mask.device),
+
+        def buffer(prepared: Tensor) -> Tensor:
+            return prepared.new_empty(INITIAL_CACHE_LENGTH, rows, prepared.size(-1))
+
+        buffers = CacheBuffers(
+            [buffer(a.prepare_keys(empty)) for a in layers],
+            [buffer(a.prepare_values(empty)) for a in layers],
+            0,
         )
+        return TransformerState(buffers, 0, memory.mask.new_zeros(rows, dtype=torch.long))
 
     def decode_step(
         self,
@@ -265,14 +322,16 @@ class TransformerSeq2Seq(Seq2Seq):
         need_weights: bool = True,
     ) -> Step:
         steps = state.step.unsqueeze(1)
-        past = state.keys[0].size(1)  # every row is at the same step: the cache length
+        past = state.length
         x = self.tgt_embed(prev_tokens.unsqueeze(1), steps, past + 1)
         # The new token sees every cached position and itself.
         self_mask = memory.mask.new_ones(x.size(0), 1, past + 1)
-        caches = list(zip(state.keys, state.values, strict=True))
-        x, caches, weights = self.decode(memory, x, self_mask, steps, caches, need_weights)
+        buffers = state.writable()
+        caches = [(k, v, past) for k, v in zip(buffers.keys, buffers.values, strict=True)]
+        x, weights = self.decode(memory, x, self_mask, steps, caches, need_weights)
+        buffers.filled = past + 1
         log_probs = torch.log_softmax(self.output(x[:, 0]), dim=-1)
-        state = TransformerState([k for k, _ in caches], [v for _, v in caches], state.step + 1)
+        state = TransformerState(buffers, past + 1, state.step + 1)
         return Step(log_probs, state, None if weights is None else weights.squeeze(-2))
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
@@ -283,5 +342,5 @@ class TransformerSeq2Seq(Seq2Seq):
         # Causal: position t attends to 0..t. Padding sits after the real tokens, so a
         # real position never sees it; padded positions are ignored by the loss.
         causal = torch.ones(length, length, dtype=torch.bool, device=tgt_in.device).tril()
-        x, _, _ = self.decode(memory, x, causal.expand(batch, -1, -1), steps, None, False)
+        x, _ = self.decode(memory, x, causal.expand(batch, -1, -1), steps, None, False)
         return self.output(x)
