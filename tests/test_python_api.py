@@ -55,6 +55,19 @@ def test_int8_weights_quantize_every_linear_layer_and_keep_the_log_probabilities
     assert len(int8.translate(LINES)) == len(LINES)
 
 
+def test_the_command_line_decodes_int8_as_the_python_api_does(trained, tmp_path, capsys):
+    source, output = tmp_path / "src.txt", tmp_path / "out.txt"
+    source.write_text("".join(line + "\n" for line in LINES))
+    assert run_cli("translate", "--run", trained, "-i", source, "-o", output, "--int8") == 0
+    assert output.read_text().splitlines() == Translator.load(trained, int8=True).translate(LINES)
+    # --int8 where nothing would be quantized: one line naming what to do instead
+    assert run_cli("translate", "--run", trained, "-i", source, "--int8",
+                   "--engine", "ctranslate2") == 2  # fmt: skip
+    assert "--quantization int8" in capsys.readouterr().err
+    assert run_cli("evaluate", "--hyp", source, "--ref", source, "--int8") == 2
+    assert "drop --int8" in capsys.readouterr().err
+
+
 def test_greedy_is_beam_one(trained):
     greedy = Translator.load(trained, beam=1).translate(LINES)
     assert Translator.load(trained).translate(LINES, beam=1) == greedy

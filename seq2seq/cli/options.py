@@ -55,6 +55,14 @@ Threads = Annotated[
         "fewer: docs/troubleshooting.md)",
     ),
 ]
+Int8 = Annotated[
+    bool,
+    typer.Option(
+        "--int8",
+        help="decode with int8 weights on the CPU: about 1.5-2x faster, BLEU within a few "
+        "tenths (docs/decoding.md)",
+    ),
+]
 Overrides = Annotated[
     list[str] | None,
     typer.Option(

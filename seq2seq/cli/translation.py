@@ -18,6 +18,7 @@ from seq2seq.cli.options import (
     Device,
     DeviceChoice,
     Engine,
+    Int8,
     LengthPenalty,
     Quantization,
     Threads,
@@ -81,6 +82,7 @@ def translate(
         Engine, typer.Option(help="ctranslate2: a model that `seq2seq export` wrote")
     ] = Engine.torch,
     threads: Threads = None,
+    int8: Int8 = False,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
 
@@ -91,7 +93,9 @@ def translate(
     """
     options = _decoding(beam, length_penalty, batch_tokens)
     with _within_memory(beam, batch_tokens):
-        translator = _translator(engine, run, checkpoint, device, threads, alignments, options)
+        translator = _translator(
+            engine, run, checkpoint, device, threads, alignments, options, int8
+        )
         _translate_input(translator, input, output, nbest, alignments)
 
 
@@ -130,15 +134,21 @@ def _translator(
     threads: int | None,
     alignments: Path | None,
     options: dict,
+    int8: bool = False,
 ) -> LineTranslator:
     from seq2seq.decode.translate import Translator
     from seq2seq.device import use_threads
 
     where, count = device_name(device), use_threads(threads)
     if engine is Engine.torch:
-        return Translator.load(run, checkpoint, where, threads=count, **options)
+        return Translator.load(run, checkpoint, where, threads=count, int8=int8, **options)
     from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
 
+    if int8:
+        raise UserError(
+            "--int8 quantizes a run's model as it loads; an exported model has its weight "
+            "type already: export it with --quantization int8 and leave out --int8 here"
+        )
     if alignments is not None:
         raise UserError(
             "--alignments needs attention weights, which CTranslate2 does not "
@@ -186,6 +196,7 @@ def evaluate(
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     threads: Threads = None,
+    int8: Int8 = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Score a translation against --ref: BLEU, chrF and TER with sacrebleu signatures.
@@ -199,6 +210,8 @@ def evaluate(
     if hyp is not None:
         if run is not None or src is not None:
             raise UserError("--hyp scores a translation as it is; drop --run and --src")
+        if int8:
+            raise UserError("--hyp scores a translation as it is: nothing decodes; drop --int8")
         hypotheses = _read_lines(hyp)
     elif run is None or src is None:
         raise UserError("pass --run RUN and --src FILE to translate, or --hyp FILE to score")
@@ -211,7 +224,9 @@ def evaluate(
             )
         options = _decoding(beam, length_penalty, batch_tokens)
         with _within_memory(beam, batch_tokens):
-            translator = _translator(Engine.torch, run, checkpoint, device, threads, None, options)
+            translator = _translator(
+                Engine.torch, run, checkpoint, device, threads, None, options, int8
+            )
             hypotheses = translator.translate(sources, progress=True)
     scores = score_corpus(hypotheses, references)
     print(json.dumps(scores.to_dict()) if as_json else str(scores))
