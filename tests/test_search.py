@@ -97,10 +97,31 @@ def test_an_exhaustive_beam_finds_the_best_sequences(arch, alpha):
         for seq in everything
     )[::-1]  # fmt: skip
     beam = (vocab - 1) ** (limit - 1)  # wide enough to keep every open prefix
-    found = beam_search(model, src, mask, torch.tensor([limit]), BOS, EOS, beam, 10, alpha)[0]
+    found = beam_search(
+        model, src, mask, torch.tensor([limit]), BOS, EOS, beam, 10, alpha, stopping="exact"
+    )[0]
     assert [h.tokens for h in found] == [seq for _, seq in scored[:10]]
     for hyp, (score, _) in zip(found, scored, strict=False):
         assert hyp.score == pytest.approx(score, abs=1e-4)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_early_stopping_is_exact_without_a_length_penalty_and_never_beats_exact(arch):
+    model = tiny(arch)
+    src, mask = source((7, 5, 3, 6))
+    limits = torch.tensor([12, 10, 8, 11])
+
+    def search(alpha, stopping):
+        return beam_search(model, src, mask, limits, BOS, EOS, beam=4, nbest=2, alpha=alpha,
+                           stopping=stopping)  # fmt: skip
+
+    early, exact = search(0.0, "early"), search(0.0, "exact")
+    assert [[h.tokens for h in s] for s in early] == [[h.tokens for h in s] for s in exact]
+    assert [[h.score for h in s] for s in early] == [[h.score for h in s] for s in exact]
+    # With a length penalty both beams evolve alike until `early` stops; `exact` goes on
+    # and can only add finished hypotheses.
+    for a, b in zip(search(1.0, "early"), search(1.0, "exact"), strict=True):
+        assert b[0].score >= a[0].score - 1e-6
 
 
 @pytest.mark.parametrize("arch", ARCHS)

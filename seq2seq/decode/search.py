@@ -10,8 +10,12 @@ is finished: it is scored with the GNMT length penalty (Wu et al., 2016),
 
 and its beam slot closes, so the beam narrows as hypotheses finish (with K = 1 this is
 greedy search exactly). A sentence is done when no slot is open, or when it has its
-n-best finished and no open hypothesis can still beat them: log-probabilities only fall,
-so an open one scores at most log P / lp(longest allowed length). Rows reorder their
+n-best finished and no open hypothesis can still beat them. Log-probabilities only fall,
+so an open one scores at most log P / lp(longest allowed length): the `exact` stopping
+rule waits until none can beat them even there. The `early` one (the default, as in most
+toolkits) stops once none would if it ended at the next step, log P / lp(|y| + 1); with
+alpha = 0 the two are one rule, and for alpha > 0 `early` may miss a hypothesis that
+would only win by growing much longer. Rows reorder their
 decoder state by index (`index_select`); done sentences leave the batch at once;
 finished hypotheses are read back through back-pointers at the end.
 """
@@ -24,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seq2seq.config import Stopping
 from seq2seq.models.base import DecoderState, Memory, Seq2Seq, Step
 
 
@@ -57,12 +62,14 @@ def beam_search(
     alpha: float = 0.0,
     min_length: int = 0,
     attention: bool = True,
+    stopping: Stopping = "early",
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each sentence, best first.
 
     `max_lengths` (B,) caps each output (EOS included; EOS is forced at the cap);
     `min_length` tokens come before EOS may (unless the cap comes first). Without
-    `attention`, no step forms or keeps attention weights it need not.
+    `attention`, no step forms or keeps attention weights it need not. `stopping`: when
+    a sentence is done (see the module's docstring).
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
@@ -81,7 +88,7 @@ def beam_search(
             beams.best_finished = _record_finished(finished, beams, top_scores, ends, t, alpha)
         beams.scores = top_scores.masked_fill(ends, float("-inf"))
         trail.append(token, origin, step.attention if attention else None, previous_slots)
-        done = beams.done()
+        done = beams.done(t, alpha, stopping)
         if bool(done.all()):
             break
         beams, previous_slots = _next_beams(beams, step.state, origin, token, done, beam)
@@ -122,13 +129,15 @@ class _Beams:
         """(A*K,) whether each row's output reaches its cap with the token of step `t`."""
         return (self.max_lengths <= t + 1).repeat_interleave(self.width)
 
-    def done(self) -> Tensor:
-        """(A,) whether each sentence is done: no open slot can beat its n-th best finished.
-
-        Log-probabilities only fall, so an open slot scores at most
-        max_k scores[k] / lp(longest allowed length).
-        """
-        bound = (self.scores / self.longest.unsqueeze(1)).amax(dim=1)
+    def done(self, t: int, alpha: float, stopping: Stopping) -> Tensor:
+        """(A,) whether each sentence is done after step `t`: no open slot can beat its
+        n-th best finished, at the longest allowed length (`exact`) or if it ended at the
+        next step (`early`), where it has t + 2 tokens with the EOS."""
+        if stopping == "exact":
+            longest = self.longest.unsqueeze(1)
+        else:
+            longest = length_penalty(torch.tensor(t + 2.0, device=self.scores.device), alpha)
+        bound = (self.scores / longest).amax(dim=1)
         return bound <= self.best_finished[:, -1]  # also when no slot is open: -inf <= x
 
     def keep(self, index: Tensor, rows: Tensor) -> _Beams:

@@ -330,6 +330,7 @@ class Translator(LineTranslator):
             alpha=decode.length_penalty,
             min_length=decode.min_len,
             attention=attention,
+            stopping=decode.stopping,
         )
 
 
