@@ -44,6 +44,7 @@ def test_defaults_and_overrides(tmp_path):
         ("model.dropout=1.5", ["model.dropout", "1.5", "less than 1"]),
         ("model.hidden_dim=abc", ["model.hidden_dim", "'abc'", "integer"]),
         ("model.hidden_dim=0", ["model.hidden_dim", "greater than 0"]),
+        ("data.test=null", ["data.test = None", "[] for none"]),
         ("train.max_time=soon", ["train.max_time", "25m"]),
         ("model.cell=transformer", ["model.cell", "'lstm' or 'gru'"]),
         ("model.arch=cnn", ["model.arch", "'rnn' or 'transformer'"]),

@@ -63,6 +63,8 @@ def describe_validation_error(error: ValidationError, root: type[BaseModel] | No
             problems.append(f"unknown key {field!r}; allowed here: {allowed}")
         elif item["type"] == "missing":
             problems.append(f"{field}: required field is missing")
+        elif item["type"] == "list_type" and item.get("input") is None:
+            problems.append(f"{field} = None: give a list, [] for none")
         elif isinstance(item.get("input"), dict):  # a check across fields of a section
             problems.append(f"{field}: {message}")
         else:
