@@ -251,7 +251,7 @@ class Translator(LineTranslator):
         (`torch.set_num_threads`; default: leave them as they are). `int8`: decode with
         int8 weights (`int8_weights`; CPU only). `decode` sets fields of the run's decode
         section for every call (beam, length_penalty, min_len, max_len_ratio,
-        max_len_offset, batch_tokens); a field given None keeps the run's value.
+        max_len_offset, batch_tokens, stopping); a field given None keeps the run's value.
         """
         check_load_arguments(run_dir, checkpoint, device)
         if threads is not None:
