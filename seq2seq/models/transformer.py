@@ -66,7 +66,9 @@ class TransformerState:
     step: Tensor  # (B,) long: the position of the next token
 
     def index_select(self, index: Tensor) -> TransformerState:
-        buffers = self.buffers.copy(self.length, self.buffers.capacity, index)
+        # Room for the next position only: a beam search reorders again at the next step,
+        # and a state that is not reordered grows by doubling (`writable`).
+        buffers = self.buffers.copy(self.length, self.length + 1, index)
         return TransformerState(buffers, self.length, self.step[index])
 
     def writable(self) -> CacheBuffers:
