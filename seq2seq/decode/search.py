@@ -45,7 +45,7 @@ def output_limits(src_lengths: Tensor, ratio: float, offset: int) -> Tensor:
     return (src_lengths.float() * ratio).ceil().long() + offset
 
 
-def length_penalty(lengths: Tensor, alpha: float) -> Tensor:
+def length_penalty(lengths: Tensor | float, alpha: float) -> Tensor | float:
     return ((5.0 + lengths) / 6.0) ** alpha
 
 
@@ -136,7 +136,7 @@ class _Beams:
         if stopping == "exact":
             longest = self.longest.unsqueeze(1)
         else:
-            longest = length_penalty(torch.tensor(t + 2.0, device=self.scores.device), alpha)
+            longest = length_penalty(t + 2.0, alpha)
         bound = (self.scores / longest).amax(dim=1)
         return bound <= self.best_finished[:, -1]  # also when no slot is open: -inf <= x
 
