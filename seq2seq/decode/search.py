@@ -226,8 +226,11 @@ def _record_finished(
     lengths = torch.full_like(top_scores, t + 1.0)
     final = torch.where(ends, top_scores / length_penalty(lengths, alpha), -torch.inf)
     width = top_scores.size(1)
-    for a, k in ends.nonzero().tolist():
-        finished[int(beams.sentences[a])].append((float(final[a, k]), t, a * width + k))
+    ended = ends.nonzero()
+    sentences = beams.sentences[ended[:, 0]].tolist()
+    scores = final[ends].tolist()
+    for sentence, score, (a, k) in zip(sentences, scores, ended.tolist(), strict=True):
+        finished[sentence].append((score, t, a * width + k))
     nbest = beams.best_finished.size(1)
     return torch.cat([beams.best_finished, final], dim=1).topk(nbest, dim=1).values
 
@@ -286,17 +289,20 @@ class _Trail:
     ) -> list[list[Hypothesis]]:
         """Follow back-pointers from each kept hypothesis's EOS slot to its first token."""
         src_lengths = src_mask[:, 0].sum(-1).tolist()
+        # Python lists: reading single elements of tensors costs microseconds each.
+        tokens, origins = [t.tolist() for t in self.tokens], [o.tolist() for o in self.origins]
+        previous = [None if p is None else p.tolist() for p in self.previous_slots]
 
         def trace(sentence: int, score: float, last_step: int, slot: int) -> Hypothesis:
             path, attention = [], []
             for s in range(last_step, -1, -1):
-                path.append(int(self.tokens[s][slot]))
-                row = int(self.origins[s][slot])
+                path.append(tokens[s][slot])
+                row = origins[s][slot]
                 weights = self.weights[s]
                 if weights is not None:
                     attention.append(weights[row, ..., : src_lengths[sentence]])
-                slots = self.previous_slots[s]
-                slot = row if slots is None else int(slots[row])
+                slots = previous[s]
+                slot = row if slots is None else slots[row]
             kept = torch.stack(attention[::-1]) if attention else None
             return Hypothesis(path[::-1][:-1], score, kept)
 

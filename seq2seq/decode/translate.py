@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +9,6 @@ from typing import Any, Literal, overload
 
 import torch
 from pydantic import ValidationError
-from torch import nn
 from tqdm import tqdm
 
 from seq2seq.attention import attention_class
@@ -19,6 +17,7 @@ from seq2seq.config import Config, DecodeConfig, describe_validation_error
 from seq2seq.data.batching import make_batch, token_batches
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
+from seq2seq.decode.cpu_weights import int8_weights, packed_weights
 from seq2seq.decode.inputs import check_line, check_lines, check_load_arguments, check_nbest
 from seq2seq.decode.inspection import inspect_attention
 from seq2seq.decode.search import Hypothesis, beam_search, output_limits
@@ -79,19 +78,6 @@ def load_trained_model(run: RunDir, checkpoint: str = "best") -> tuple[Origin, T
     step = state.get("step") if isinstance(state, dict) else None
     origin = Origin(run.root, cfg, path, step if isinstance(step, int) else None)
     return origin, tokenizer, model.eval()
-
-
-def int8_weights(model: Seq2Seq) -> Seq2Seq:
-    """The model with the weights of its linear layers in int8, for decoding on the CPU
-    (PyTorch's dynamic quantization: activations are quantized per batch on the fly).
-    About twice as fast where matrix products dominate; the outputs move (docs/benchmarks.md
-    compares BLEU), so it is never the default."""
-    with warnings.catch_warnings():
-        # torch.ao.quantization and its int8 tensors announce their move to torchao; torch
-        # is pinned, and they work.
-        warnings.filterwarnings("ignore", ".*(deprecated|torchao)", DeprecationWarning)
-        warnings.filterwarnings("ignore", ".*deprecated", UserWarning)
-        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
 
 
 @dataclass
@@ -248,8 +234,9 @@ class Translator(LineTranslator):
 
         `checkpoint`: best, last, step-N or a .pt file. `device`: cpu, cuda or auto
         (default: the run's train.device). `threads`: the CPU threads of this process
-        (`torch.set_num_threads`; default: leave them as they are). `int8`: decode with
-        int8 weights (`int8_weights`; CPU only). `decode` sets fields of the run's decode
+        (`torch.set_num_threads`; default: leave them as they are). On the CPU the linear
+        layers' weights are prepacked for oneDNN (`packed_weights`), or with `int8` made
+        int8 (`int8_weights`). `decode` sets fields of the run's decode
         section for every call (beam, length_penalty, min_len, max_len_ratio,
         max_len_offset, batch_tokens, stopping); a field given None keeps the run's value.
         """
@@ -264,6 +251,8 @@ class Translator(LineTranslator):
             if target.type != "cpu":
                 raise UserError(f"int8 decoding runs on the CPU only, not {target.type}; drop int8")
             model = int8_weights(model)
+        elif target.type == "cpu":
+            model = packed_weights(model)
         return cls(model, tokenizer, decode_cfg, target, max_source_pieces(cfg), origin)
 
     def hypotheses(self, lines: list[str], **options: Any) -> list[list[Translation]]:

@@ -15,6 +15,7 @@ from seq2seq.checkpoint import (
 )
 from seq2seq.config import Config
 from seq2seq.data.corpus import read_parallel
+from seq2seq.decode.cpu_weights import packed_weights
 from seq2seq.decode.translate import Translator, max_source_pieces
 from seq2seq.device import out_of_memory_reported
 from seq2seq.errors import UserError
@@ -55,8 +56,10 @@ def score_test(trainer: Trainer) -> dict:
     one beside it. Training is over and saved: a signal now stops at once, and running out
     of memory stops too, each saying how to finish."""
     cfg, run, log = trainer.cfg, trainer.run, trainer.log
+    # Training is over: on the CPU the test sets decode as `seq2seq evaluate` would.
+    model = packed_weights(trainer.model) if trainer.device.type == "cpu" else trainer.model
     translator = Translator(
-        trainer.model, trainer.data.tokenizer, cfg.decode, trainer.device, max_source_pieces(cfg)
+        model, trainer.data.tokenizer, cfg.decode, trainer.device, max_source_pieces(cfg)
     )
     finish = "training is finished and saved: run the same command again to score the test sets"
 

@@ -1,0 +1,98 @@
+"""Decoding weights on the CPU: float32 prepacked for oneDNN (the default), int8 (asked)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+from test_search import ARCHS, BOS, EOS, source, tiny
+from torch import nn
+
+from seq2seq import Translator
+from seq2seq.checkpoint import RunDir
+from seq2seq.decode.cpu_weights import ONEDNN, PackedLinear, packed_weights
+from seq2seq.decode.search import beam_search
+from seq2seq.decode.translate import load_trained_model
+
+pytestmark = pytest.mark.skipif(ONEDNN is None, reason="this build of PyTorch has no oneDNN")
+
+LINES = ["boka mimi toto tape podo", "toto", "mimi tape podo boka", "podo podo toto boka mimi"]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(7, 24), (3, 5, 24), (1, 1, 24)])
+def test_a_packed_layer_computes_what_the_linear_layer_does(bias, shape):
+    torch.manual_seed(0)
+    linear = nn.Linear(24, 40, bias=bias)
+    packed = PackedLinear.of(linear)
+    x = torch.randn(shape)
+    with torch.inference_mode():
+        assert packed.runs_packed(x)  # oneDNN's product, not nn.Linear's
+        torch.testing.assert_close(packed(x), linear(x), rtol=1e-5, atol=1e-5)
+        if x.dim() == 3:  # not contiguous
+            torch.testing.assert_close(
+                packed(x.transpose(0, 1)), linear(x.transpose(0, 1)), rtol=1e-5, atol=1e-5
+            )
+    assert dict(packed.state_dict()).keys() == dict(linear.state_dict()).keys()
+    assert packed.weight is linear.weight
+
+
+def test_a_packed_layer_follows_its_weight_copies_and_trains_as_a_linear_layer():
+    torch.manual_seed(0)
+    linear = nn.Linear(16, 8)
+    packed = PackedLinear.of(linear)
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        linear.weight.mul_(-2.0)  # in place: the packed copy is stale until repacked
+        torch.testing.assert_close(packed(x), linear(x), rtol=1e-5, atol=1e-5)
+    for twin in (copy.deepcopy(packed), pickle.loads(pickle.dumps(packed))):
+        with torch.inference_mode():
+            torch.testing.assert_close(twin(x), linear(x), rtol=1e-5, atol=1e-5)
+    # with gradients it is nn.Linear's own path, to the bit
+    assert not packed.runs_packed(x)
+    out = packed(x)
+    assert out.requires_grad and torch.equal(out, linear(x))
+    out.sum().backward()
+    expected = x.sum(0).expand(8, 16)
+    torch.testing.assert_close(linear.weight.grad, expected)
+
+
+def test_the_translator_packs_every_linear_layer_on_the_cpu_and_decodes_as_before(trained):
+    translator = Translator.load(trained)
+    layers = [m for m in translator.model.modules() if isinstance(m, nn.Linear)]
+    assert layers and all(type(m) is PackedLinear for m in layers)
+    _, tokenizer, model = load_trained_model(RunDir(trained))
+    plain = Translator(model, tokenizer, translator.decode, torch.device("cpu"))
+    assert not any(type(m) is PackedLinear for m in plain.model.modules())
+    for beam in (1, 3):
+        found = translator.hypotheses(LINES, beam=beam, nbest=1)
+        expected = plain.hypotheses(LINES, beam=beam, nbest=1)
+        assert [h[0].tokens for h in found] == [h[0].tokens for h in expected]
+        for got, want in zip(found, expected, strict=True):
+            assert got[0].score == pytest.approx(want[0].score, abs=1e-4)
+            torch.testing.assert_close(got[0].attention, want[0].attention, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_packed_weights_search_as_the_model_does(arch):
+    model = tiny(arch)
+    packed = packed_weights(copy.deepcopy(model))
+    assert (
+        sum(type(m) is PackedLinear for m in packed.modules())
+        == sum(type(m) is nn.Linear for m in model.modules())
+        > 0
+    )
+    src, mask = source()
+    limits = torch.full((src.size(0),), 8)
+    for beam in (1, 4):
+        found, expected = (
+            beam_search(m, src, mask, limits, BOS, EOS, beam=beam, nbest=beam, alpha=0.6)
+            for m in (packed, model)
+        )
+        assert [[h.tokens for h in hyps] for hyps in found] == [
+            [h.tokens for h in hyps] for hyps in expected
+        ]
+        scores = [h.score for hyps in found for h in hyps]
+        assert scores == pytest.approx([h.score for hyps in expected for h in hyps], abs=1e-5)
