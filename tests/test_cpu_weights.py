@@ -1,4 +1,4 @@
-"""Decoding weights on the CPU: float32 prepacked for oneDNN (the default), int8 (asked)."""
+"""Decoding weights on the CPU: float32 prepacked for oneDNN (int8: test_python_api.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from torch import nn
 
 from seq2seq import Translator
 from seq2seq.checkpoint import RunDir
-from seq2seq.decode.cpu_weights import ONEDNN, PackedLinear, packed_weights
+from seq2seq.decode import cpu_weights
+from seq2seq.decode.cpu_weights import ONEDNN, PACKED_MIN_WEIGHTS, PackedLinear, packed_weights
 from seq2seq.decode.search import beam_search
 from seq2seq.decode.translate import load_trained_model
 
@@ -59,7 +60,16 @@ def test_a_packed_layer_follows_its_weight_copies_and_trains_as_a_linear_layer()
     torch.testing.assert_close(linear.weight.grad, expected)
 
 
-def test_the_translator_packs_every_linear_layer_on_the_cpu_and_decodes_as_before(trained):
+def test_only_weights_big_enough_to_gain_are_packed():
+    big = int(PACKED_MIN_WEIGHTS**0.5)
+    model = packed_weights(nn.Sequential(nn.Linear(big, big), nn.Linear(big, big - 1)))
+    assert [type(m) for m in model] == [PackedLinear, nn.Linear]
+
+
+def test_the_translator_packs_the_linear_layers_on_the_cpu_and_decodes_as_before(
+    trained, monkeypatch
+):
+    monkeypatch.setattr(cpu_weights, "PACKED_MIN_WEIGHTS", 0)  # the toy model's are small
     translator = Translator.load(trained)
     layers = [m for m in translator.model.modules() if isinstance(m, nn.Linear)]
     assert layers and all(type(m) is PackedLinear for m in layers)
@@ -76,7 +86,8 @@ def test_the_translator_packs_every_linear_layer_on_the_cpu_and_decodes_as_befor
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_packed_weights_search_as_the_model_does(arch):
+def test_packed_weights_search_as_the_model_does(arch, monkeypatch):
+    monkeypatch.setattr(cpu_weights, "PACKED_MIN_WEIGHTS", 0)
     model = tiny(arch)
     packed = packed_weights(copy.deepcopy(model))
     assert (

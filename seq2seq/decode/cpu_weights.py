@@ -74,14 +74,22 @@ class PackedLinear(nn.Linear):
         return ONEDNN[0](x.contiguous(), self.packed, self.bias, "none", [], "")
 
 
+# The smallest weight (in elements) worth packing: a oneDNN call costs 10-20 us more than
+# MKL's, which a 128 x 128 or 256 x 256 product never wins back; from 256 x 1024 (the
+# feed-forward of the Multi30k recipe, the output layer of the study's models) oneDNN is
+# 1.1-5x faster (one thread, docs/benchmarks.md).
+PACKED_MIN_WEIGHTS = 1 << 18
+
+
 def packed_weights(model: Seq2Seq) -> Seq2Seq:
-    """`model` with every linear layer made a `PackedLinear` (in place), for decoding on
-    the CPU; unchanged where PyTorch has no oneDNN."""
+    """`model` with every linear layer of at least `PACKED_MIN_WEIGHTS` weights made a
+    `PackedLinear` (in place), for decoding on the CPU; unchanged where PyTorch has no
+    oneDNN."""
     if ONEDNN is None:
         return model
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear:
+            if type(child) is nn.Linear and child.weight.numel() >= PACKED_MIN_WEIGHTS:
                 setattr(parent, name, PackedLinear.of(child))
     return model
 
