@@ -71,26 +71,13 @@ class PackedLinear(nn.Linear):
             return F.linear(x, self.weight, self.bias)
         if self.weight._version != self.packed_version:
             self.pack()
-        rows = x.reshape(-1, x.size(-1))
-        padding = padded_rows(rows.size(0)) - rows.size(0)
-        if padding:
-            rows = F.pad(rows, (0, 0, 0, padding))
-        out = ONEDNN[0](rows, self.packed, self.bias, "none", [], "")
-        return out[: rows.size(0) - padding].view(*x.shape[:-1], out.size(-1))
-
-
-def padded_rows(rows: int) -> int:
-    """`rows` rounded up to 8, 16, ... in steps of at most 1/16 of it: oneDNN compiles a
-    kernel for each number of rows it meets (about a millisecond each), and a decoder
-    meets hundreds of them as sentences finish; this way it meets about 16 per octave."""
-    step = max(8, 1 << max(rows.bit_length() - 5, 0))
-    return -(-rows // step) * step
+        return ONEDNN[0](x.contiguous(), self.packed, self.bias, "none", [], "")
 
 
 # The smallest weight (in elements) worth packing: a oneDNN call costs 10-20 us more than
-# MKL's, which a 128 x 128 or 256 x 256 product never wins back; from 256 x 1024 (the
-# feed-forward of the Multi30k recipe, the output layer of the study's models) oneDNN is
-# 1.1-5x faster (one thread, docs/benchmarks.md).
+# MKL's, which a 128 x 128 product never wins back; 256 x 256 wins from about a hundred
+# rows, 256 x 1024 and the output layers from a few (one thread, on the CPU of
+# docs/benchmarks.md).
 PACKED_MIN_WEIGHTS = 1 << 16
 
 
