@@ -4,6 +4,8 @@ oneDNN (the default on the CPU) and int8 (an option: it moves the outputs)."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -12,12 +14,19 @@ from torch import Tensor, nn
 from seq2seq.models import Seq2Seq
 
 
-def _onednn_ops() -> tuple | None:
+class OneDNNOps(NamedTuple):
     """PyTorch's oneDNN linear product and its weight packing (what its own compiler uses
-    for inference on CPUs), or None where this build of PyTorch has no oneDNN."""
+    for inference on CPUs)."""
+
+    linear: Callable[..., Tensor]  # (x, packed weight, bias, "none", [], "") -> x W^T + b
+    pack: Callable[[Tensor, int | None], Tensor]  # (weight, expected rows or None)
+
+
+def _onednn_ops() -> OneDNNOps | None:
+    """The ops, or None where this build of PyTorch has no oneDNN."""
     try:
         ops = torch.ops.mkldnn
-        return ops._linear_pointwise.default, ops._reorder_linear_weight.default
+        return OneDNNOps(ops._linear_pointwise.default, ops._reorder_linear_weight.default)
     except (AttributeError, RuntimeError):
         return None
 
@@ -49,7 +58,7 @@ class PackedLinear(nn.Linear):
 
     def pack(self) -> None:
         with torch.no_grad():
-            self.packed = ONEDNN[1](self.weight, None)
+            self.packed = ONEDNN.pack(self.weight, None)
         self.packed_version = self.weight._version
 
     def __getstate__(self) -> dict:
@@ -71,7 +80,7 @@ class PackedLinear(nn.Linear):
             return F.linear(x, self.weight, self.bias)
         if self.weight._version != self.packed_version:
             self.pack()
-        return ONEDNN[0](x.contiguous(), self.packed, self.bias, "none", [], "")
+        return ONEDNN.linear(x.contiguous(), self.packed, self.bias, "none", [], "")
 
 
 # The smallest weight (in elements) worth packing: a oneDNN call costs 10-20 us more than
