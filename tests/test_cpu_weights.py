@@ -13,7 +13,13 @@ from torch import nn
 from seq2seq import Translator
 from seq2seq.checkpoint import RunDir
 from seq2seq.decode import cpu_weights
-from seq2seq.decode.cpu_weights import ONEDNN, PACKED_MIN_WEIGHTS, PackedLinear, packed_weights
+from seq2seq.decode.cpu_weights import (
+    ONEDNN,
+    PACKED_MIN_WEIGHTS,
+    PackedLinear,
+    PackedLSTM,
+    packed_weights,
+)
 from seq2seq.decode.search import beam_search
 from seq2seq.decode.translate import load_trained_model
 
@@ -60,6 +66,55 @@ def test_a_packed_layer_follows_its_weight_copies_and_trains_as_a_linear_layer()
     torch.testing.assert_close(linear.weight.grad, expected)
 
 
+@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_a_packed_lstm_steps_as_the_lstm_does(layers, bias, batch_first):
+    torch.manual_seed(0)
+    lstm = nn.LSTM(12, 20, num_layers=layers, bias=bias, batch_first=batch_first).eval()
+    packed = PackedLSTM.of(lstm)
+    step = torch.randn((5, 1, 12) if batch_first else (1, 5, 12))
+    state = (torch.randn(layers, 5, 20), torch.randn(layers, 5, 20))
+    with torch.inference_mode():
+        assert packed.runs_packed(step, state)  # one oneDNN product per layer
+        found, expected = packed(step, state), lstm(step, state)
+    for got, want in zip(
+        torch.utils._pytree.tree_leaves(found),
+        torch.utils._pytree.tree_leaves(expected),
+        strict=True,
+    ):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert [p is q for p, q in zip(packed.parameters(), lstm.parameters(), strict=True)] == [
+        True
+    ] * len(list(lstm.parameters()))
+
+
+def test_a_packed_lstm_runs_sequences_and_gradients_as_the_lstm_and_follows_its_weights():
+    torch.manual_seed(0)
+    lstm = nn.LSTM(6, 8, num_layers=2, dropout=0.5, batch_first=True)
+    packed = PackedLSTM.of(lstm)
+    sequence, step = torch.randn(3, 4, 6), torch.randn(3, 1, 6)
+    state = (torch.zeros(2, 3, 8), torch.zeros(2, 3, 8))
+    with torch.inference_mode():
+        assert not packed.runs_packed(sequence, state)  # more than one step
+        assert not packed.runs_packed(step, None)
+        assert not packed.runs_packed(step, state)  # training: dropout between layers
+    packed.eval(), lstm.eval()
+    assert not packed.runs_packed(step, state)  # gradients wanted
+    out, _ = packed(step, state)
+    assert torch.equal(out, lstm(step, state)[0])  # nn.LSTM's own path, to the bit
+    out.sum().backward()
+    assert lstm.weight_ih_l0.grad is not None
+    with torch.no_grad():
+        lstm.weight_hh_l1.mul_(-2.0)  # in place: packed again before the next step
+        torch.testing.assert_close(packed(step, state)[0], lstm(step, state)[0])
+    for twin in (copy.deepcopy(packed), pickle.loads(pickle.dumps(packed))):
+        with torch.inference_mode():
+            assert twin.runs_packed(step, state)
+            torch.testing.assert_close(twin(step, state)[0], lstm(step, state)[0])
+
+
 def test_only_weights_big_enough_to_gain_are_packed():
     big = int(PACKED_MIN_WEIGHTS**0.5)
     model = packed_weights(nn.Sequential(nn.Linear(big, big), nn.Linear(big, big - 1)))
@@ -95,6 +150,8 @@ def test_packed_weights_search_as_the_model_does(arch, monkeypatch):
         == sum(type(m) is nn.Linear for m in model.modules())
         > 0
     )
+    lstms = [m for m in model.modules() if type(m) is nn.LSTM and not m.bidirectional]
+    assert sum(type(m) is PackedLSTM for m in packed.modules()) == len(lstms)
     src, mask = source()
     limits = torch.full((src.size(0),), 8)
     for beam in (1, 4):
