@@ -97,10 +97,11 @@ def test_a_packed_lstm_runs_sequences_and_gradients_as_the_lstm_and_follows_its_
     sequence, step = torch.randn(3, 4, 6), torch.randn(3, 1, 6)
     state = (torch.zeros(2, 3, 8), torch.zeros(2, 3, 8))
     with torch.inference_mode():
+        assert not packed.runs_packed(step, state)  # training: dropout between layers
+        packed.eval(), lstm.eval()
         assert not packed.runs_packed(sequence, state)  # more than one step
         assert not packed.runs_packed(step, None)
-        assert not packed.runs_packed(step, state)  # training: dropout between layers
-    packed.eval(), lstm.eval()
+        assert packed.runs_packed(step, state)
     assert not packed.runs_packed(step, state)  # gradients wanted
     out, _ = packed(step, state)
     assert torch.equal(out, lstm(step, state)[0])  # nn.LSTM's own path, to the bit

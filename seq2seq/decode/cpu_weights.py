@@ -34,10 +34,18 @@ def _onednn_ops() -> OneDNNOps | None:
 ONEDNN = _onednn_ops()
 
 
-class _PacksItsCopies:
-    """oneDNN's layout has no storage to copy or pickle: a copy packs its own."""
+class _PackedWeights:
+    """What the packed layers share: when their inputs allow the packed path, and copies
+    that pack their own (oneDNN's layout has no storage to copy or pickle)."""
 
     packed: object
+
+    @staticmethod
+    def for_inference(tensors: tuple[Tensor, ...]) -> bool:
+        """All float32 on the CPU, and no gradient wanted through them."""
+        if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
+            return False
+        return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
     def __getstate__(self) -> dict:
         state = dict(super().__getstate__())  # type: ignore[misc]
@@ -46,7 +54,7 @@ class _PacksItsCopies:
         return state
 
 
-class PackedLinear(_PacksItsCopies, nn.Linear):
+class PackedLinear(_PackedWeights, nn.Linear):
     """A linear layer whose float32 weight is also held in oneDNN's blocked layout, so
     that inference runs oneDNN's product on it: on the CPU measured (docs/benchmarks.md)
     1.1-1.6x MKL's speed on the Multi30k Transformer's shapes, and several times it on
@@ -75,10 +83,7 @@ class PackedLinear(_PacksItsCopies, nn.Linear):
 
     def runs_packed(self, x: Tensor) -> bool:
         tensors = (x, self.weight) if self.bias is None else (x, self.weight, self.bias)
-        if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
-            return False
-        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-        return x.dim() >= 2 and not needs_grad
+        return x.dim() >= 2 and self.for_inference(tensors)
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.runs_packed(x):
@@ -88,7 +93,7 @@ class PackedLinear(_PacksItsCopies, nn.Linear):
         return ONEDNN.linear(x.contiguous(), self.packed, self.bias, "none", [], "")
 
 
-class PackedLSTM(_PacksItsCopies, nn.LSTM):
+class PackedLSTM(_PackedWeights, nn.LSTM):
     """An LSTM whose single steps at inference (a decoder's: one time step of a plain
     tensor, float32 on the CPU) run one oneDNN product per layer on the packed weights
     [W_ih | W_hh] and the summed biases:
@@ -136,12 +141,9 @@ class PackedLSTM(_PacksItsCopies, nn.LSTM):
     def runs_packed(self, x: Tensor, state: object) -> bool:
         if not isinstance(x, Tensor) or not isinstance(state, tuple) or x.dim() != 3:
             return False
-        tensors = (x, *state, *self._flat_weights)
-        if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
-            return False
-        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         dropping = self.training and self.dropout > 0 and self.num_layers > 1
-        return x.size(1 if self.batch_first else 0) == 1 and not needs_grad and not dropping
+        one_step = x.size(1 if self.batch_first else 0) == 1
+        return one_step and not dropping and self.for_inference((x, *state, *self._flat_weights))
 
     def forward(self, x, state=None):  # noqa: ANN001, ANN201 (nn.LSTM's signature)
         if not self.runs_packed(x, state):
