@@ -1,12 +1,20 @@
 """`seq2seq inspect` and `Translator.attention_diagnostics`: a trained model's attention."""
 
 import json
+import shutil
 
+import pytest
+import torch
+import yaml
 from cli_helpers import run_cli
 
 from seq2seq import Translator
 from seq2seq.attention.diagnostics import DIAGNOSTICS
+from seq2seq.checkpoint import RunDir
 from seq2seq.data.corpus import read_lines
+from seq2seq.decode.translate import load_trained_model
+from seq2seq.train.distributed import World
+from seq2seq.train.run import build_trainer
 
 
 def test_inspect_prints_a_table_and_the_same_json_as_the_python_api(toy, trained, tmp_path, capsys):
@@ -43,3 +51,51 @@ def test_inspect_refuses_files_that_are_not_pairs_in_one_line(toy, trained, tmp_
     ref.write_text("\n\n")
     assert run_cli("inspect", "--run", trained, "--src", src, "--ref", ref) == 2
     assert "every pair has a blank side" in capsys.readouterr().err
+
+
+def test_init_is_the_model_that_training_started_from(six_steps, tmp_path):
+    run = RunDir(six_steps)
+    fresh = RunDir(tmp_path / "fresh")  # the same config, set up again but not trained
+    shutil.copytree(run.tokenizer, fresh.tokenizer)
+    started = build_trainer(run.load_config(), fresh, World()).model.state_dict()
+    torch.manual_seed(7)  # whatever the caller drew before, init is the run's seed's draw
+    origin, _, initial = load_trained_model(run, "init")
+    assert origin.checkpoint is None and origin.step == 0 and origin.checkpoint_name == "init"
+    assert initial.state_dict().keys() == started.keys()
+    for name, weights in initial.state_dict().items():
+        assert torch.equal(weights, started[name]), name
+    assert initial.length_ratio.item() != 1.0  # the corpus's, not the default
+    last = load_trained_model(run, "last")[2].state_dict()
+    assert any(not torch.equal(w, last[name]) for name, w in initial.state_dict().items())
+
+
+def test_inspect_init_measures_the_weights_before_training(toy, trained, capsys):
+    data = toy / "data"
+    pairs = ("--src", data / "test.src", "--ref", data / "test.tgt")
+    assert run_cli("inspect", "--run", trained, *pairs, "--checkpoint", "init", "--json") == 0
+    at_start = json.loads(capsys.readouterr().out)["sites"]
+    sources, references = read_lines(data / "test.src"), read_lines(data / "test.tgt")
+    api = Translator.load(trained, "init").attention_diagnostics(sources, references)
+    assert api["sites"] == at_start
+    trained_sites = Translator.load(trained).attention_diagnostics(sources, references)["sites"]
+    assert at_start["decoder.attention"]["mean"] != trained_sites["decoder.attention"]["mean"]
+    assert run_cli("inspect", "--run", trained, *pairs, "--checkpoint", "init") == 0
+    assert "its initial weights (seed 1): 10 sentence pairs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["inspect", "translate"])
+def test_init_of_a_fine_tuned_run_is_refused_naming_its_parent(
+    toy, trained, tmp_path, capsys, command
+):
+    child = tmp_path / "child"
+    shutil.copytree(trained, child, ignore=shutil.ignore_patterns("tensorboard"))
+    config = yaml.safe_load((child / "config.yaml").read_text())
+    config["train"]["init_from"] = str(trained)
+    (child / "config.yaml").write_text(yaml.safe_dump(config))
+    data = toy / "data"
+    args = ["--src", data / "test.src", "--ref", data / "test.tgt"]
+    if command == "translate":
+        args = ["--input", data / "test.src"]
+    assert run_cli(command, "--run", child, *args, "--checkpoint", "init") == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"weights of train.init_from ({trained})" in error

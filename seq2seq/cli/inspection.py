@@ -36,5 +36,7 @@ def inspect_run(
         print(json.dumps(found))
         return
     skipped = f", {len(found['skipped'])} with a blank side skipped" if found["skipped"] else ""
-    print(f"{translator.origin.checkpoint}: {found['pairs']} sentence pairs{skipped}\n")
+    origin = translator.origin
+    weights = origin.checkpoint or f"{origin.run}, its initial weights (seed {origin.config.seed})"
+    print(f"{weights}: {found['pairs']} sentence pairs{skipped}\n")
     print(diagnostics_table(found["sites"]))

@@ -31,7 +31,11 @@ def device_name(choice: Device | None) -> str | None:
 
 
 Checkpoint = Annotated[
-    str, typer.Option(metavar="CHECKPOINT", help="best, last, step-N or a .pt file")
+    str,
+    typer.Option(
+        metavar="CHECKPOINT",
+        help="best, last, step-N, a .pt file, or init (the weights before the first update)",
+    ),
 ]
 Beam = Annotated[
     int | None, typer.Option(min=1, help="beam size, 1 = greedy; default: the run's decode.beam")

@@ -54,30 +54,58 @@ def check_tokenizer(state: dict, tokenizer: Tokenizer, path: Path, run: RunDir) 
         )
 
 
+INITIAL = "init"  # the checkpoint name of the weights a run started from
+
+
 @dataclass(frozen=True)
 class Origin:
     """Where a loaded model comes from."""
 
     run: Path
     config: Config
-    checkpoint: Path
+    checkpoint: Path | None  # None: the run's initial weights (INITIAL)
     step: int | None  # the training step the checkpoint saved (None: not recorded)
+
+    @property
+    def checkpoint_name(self) -> str:
+        return INITIAL if self.checkpoint is None else self.checkpoint.stem
 
 
 def load_trained_model(run: RunDir, checkpoint: str = "best") -> tuple[Origin, Tokenizer, Seq2Seq]:
     """A run's config and checkpoint, its tokenizer and the model of one of its checkpoints
-    (best, last, step-N or a .pt file), on the CPU in eval mode; a checkpoint that does not
-    fit the config or the tokenizer is a `UserError`."""
+    (best, last, step-N, a .pt file, or `init`: see `initial_model`), on the CPU in eval
+    mode; a checkpoint that does not fit the config or the tokenizer is a `UserError`."""
     cfg = run.load_config()
-    path = run.resolve_checkpoint(checkpoint)
+    path = run.resolve_checkpoint("last" if checkpoint == INITIAL else checkpoint)
     tokenizer = Tokenizer.load(run.tokenizer)
     model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
     state = load_checkpoint(path)
     check_tokenizer(state, tokenizer, path, run)
     load_model_weights(model, state, cfg.model, path)
+    if checkpoint == INITIAL:
+        origin = Origin(run.root, cfg, None, 0)
+        return origin, tokenizer, initial_model(run, cfg, tokenizer, model).eval()
     step = state.get("step") if isinstance(state, dict) else None
     origin = Origin(run.root, cfg, path, step if isinstance(step, int) else None)
     return origin, tokenizer, model.eval()
+
+
+def initial_model(run: RunDir, cfg: Config, tokenizer: Tokenizer, trained: Seq2Seq) -> Seq2Seq:
+    """The weights `run` started training from, drawn again as training drew them
+    (`torch.manual_seed(cfg.seed)`, then the model; the caller's random state is left as
+    it was), with the training corpus's length ratio of the `trained` model: the ratio is
+    not learned, and location-based attention reads it. A fine-tuned run started from its
+    parent's weights, not from a draw: a `UserError`."""
+    if cfg.train.init_from is not None:
+        raise UserError(
+            f"run {run.root} started from the weights of train.init_from "
+            f"({cfg.train.init_from}), not from a draw of its own; load that checkpoint instead"
+        )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
+    model.length_ratio.copy_(trained.length_ratio)
+    return model
 
 
 @dataclass
@@ -232,8 +260,9 @@ class Translator(LineTranslator):
     ) -> Translator:
         """The model of a trained run directory and its tokenizer.
 
-        `checkpoint`: best, last, step-N or a .pt file. `device`: cpu, cuda or auto
-        (default: the run's train.device). `threads`: the CPU threads of this process
+        `checkpoint`: best, last, step-N, a .pt file or init (the weights before the first
+        update, `initial_model`). `device`: cpu, cuda or auto (default: the run's
+        train.device). `threads`: the CPU threads of this process
         (`torch.set_num_threads`; default: leave them as they are). On the CPU the linear
         layers' weights are prepacked for oneDNN (`packed_weights`), or with `int8` made
         int8 (`int8_weights`). `decode` sets fields of the run's decode

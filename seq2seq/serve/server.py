@@ -60,7 +60,7 @@ def model_info(translator: Translator, limits: ServeLimits) -> dict[str, Any]:
         "run": cfg.name,
         "languages": {"source": cfg.data.src, "target": cfg.data.tgt},
         "model": architecture,
-        "checkpoint": {"name": origin.checkpoint.stem, "step": origin.step},
+        "checkpoint": {"name": origin.checkpoint_name, "step": origin.step},
         "decode": translator.decode.model_dump(),
         "max_source_pieces": translator.max_source,
         "limits": asdict(limits) | {"max_body": limits.max_body},
