@@ -81,3 +81,53 @@ def test_no_measured_attention_writes_no_section(tmp_path, monkeypatch):
     finished_run(directory, sweep.run(sweep.cells[0], 1), 10, {10: {}})
     assert write_diagnostics(collect(directory), tmp_path) == ""
     assert not (tmp_path / CHART).exists()
+
+
+def test_the_report_lists_the_runs_locked_onto_the_source_eos_and_when(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    grid = {"model.attention.type": ["dot", "cosine"]}
+    no_test_set = {**BASE, "data": {**BASE["data"], "test": []}}
+    sweep = load_sweep(write_sweep(tmp_path, base_config=no_test_set, grid=grid))
+    directory = SweepDir(tmp_path / "sweep")
+    directory.adopt(sweep)
+    dot, cosine = sweep.cells
+    sinks = {
+        (dot, 1): [0.6, 0.7, 0.2, 0.55],  # locked, freed, locked again
+        (dot, 2): [0.1, 0.2, 0.3, 0.49],  # never quite
+        (cosine, 1): [0.1] * 4,
+    }
+    for (cell, seed), masses in sinks.items():
+        sites = {
+            10 * (i + 1): {"decoder.attention": site("target", "source", 0.5, sink_mass=mass)}
+            for i, mass in enumerate(masses)
+        }
+        finished_run(directory, sweep.run(cell, seed), 40, sites)
+    layers = {  # one decoder layer locked, the other not (their mean, 0.45, would not be)
+        "decoder_layers.0.cross_attention": site("target", "source", 0.5, sink_mass=0.8),
+        "decoder_layers.1.cross_attention": site("target", "source", 0.5, sink_mass=0.1),
+        "decoder_layers.1.self_attention": site("target", "target", 0.5, sink_mass=0.9),
+    }
+    finished_run(directory, sweep.run(cosine, 2), 10, {10: layers})
+    out = tmp_path / "report"
+    out.mkdir()
+    markdown = write_diagnostics(collect(directory), out).splitlines()
+    assert "## Attention locked onto the source's end of sentence" in markdown
+    dot_row = row(markdown[markdown.index("| cell | locked runs | when |") :], "dot")
+    assert dot_row == ["dot", "1 of 2", "seed 1: 10-20, 40 (3 of 4 validations; largest 0.70)"]
+    cosine_row = row(markdown[markdown.index("| cell | locked runs | when |") :], "cosine")
+    assert cosine_row == ["cosine", "1 of 2", "seed 2: 10 (1 of 1 validations; largest 0.80)"]
+
+
+def test_no_locked_run_is_one_sentence_naming_the_largest_sink_mass(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    no_test_set = {**BASE, "data": {**BASE["data"], "test": []}}
+    grid = {"model.attention.type": ["dot"]}
+    sweep = load_sweep(write_sweep(tmp_path, base_config=no_test_set, grid=grid))
+    directory = SweepDir(tmp_path / "sweep")
+    directory.adopt(sweep)
+    for seed, mass in ((1, 0.3), (2, 0.45)):
+        sites = {10: {"decoder.attention": site("target", "source", 0.5, sink_mass=mass)}}
+        finished_run(directory, sweep.run(sweep.cells[0], seed), 10, sites)
+    markdown = write_diagnostics(collect(directory), tmp_path)
+    assert "| cell | locked runs |" not in markdown
+    assert "at a validation; the largest: 0.45 (dot, seed 2)." in markdown

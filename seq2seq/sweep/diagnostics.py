@@ -1,6 +1,7 @@
 """The attention diagnostics of a sweep's report: per cell, curves over updates of the
-diagnostics in CURVES (mean and std over seeds) and a table of every diagnostic at the
-tested (best) checkpoint, read from each run's summary.json.
+diagnostics in CURVES (mean and std over seeds), a table of every diagnostic at the
+tested (best) checkpoint, and the runs whose attention locked onto the source's EOS
+(sink mass >= LOCKED) and at which validations, read from each run's summary.json.
 
 A run's value of a diagnostic at a validation is its mean over the model's
 cross-attention sites (queries from the target, keys from the source: the RNN's
@@ -26,6 +27,9 @@ CURVES = {  # diagnostic -> its panel in attention-diagnostics.png
     "sink_mass": "sink mass (weight on source EOS)",
 }
 CHART = "attention-diagnostics.png"
+# The sink mass from which a run counts as locked onto the source's EOS: half of the
+# attention on one of the ~14 source pieces of a Multi30k sentence.
+LOCKED = 0.5
 
 
 def cross_attention(sites: dict[str, dict]) -> dict[str, float]:
@@ -38,9 +42,12 @@ def cross_attention(sites: dict[str, dict]) -> dict[str, float]:
     return {name: statistics.fmean(found) for name, found in values.items()}
 
 
-def _runs(result: CellResult) -> list[dict]:
+def _runs(result: CellResult) -> dict[int, dict]:
     """Each seed's summary.json."""
-    return [json.loads(run.root.summary.read_text("utf-8")) for run in result.runs.values()]
+    return {
+        seed: json.loads(run.root.summary.read_text("utf-8"))
+        for seed, run in sorted(result.runs.items())
+    }
 
 
 def _by_step(summary: dict) -> dict[int, dict[str, float]]:
@@ -65,7 +72,7 @@ def write_diagnostics(results: SweepResults, out: Path) -> str:
     lines = _table(results)
     if chart is not None:
         lines += [f"![attention diagnostics over updates]({CHART})", ""]
-    return "\n".join(lines)
+    return "\n".join([*lines, *_locks(results)])
 
 
 def _chart(results: SweepResults) -> bytes | None:
@@ -73,7 +80,7 @@ def _chart(results: SweepResults) -> bytes | None:
     panels: dict[str, dict] = {title: {} for title in CURVES.values()}
     for result in results.cells:
         steps: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for summary in _runs(result):
+        for summary in _runs(result).values():
             for step, values in _by_step(summary).items():
                 for name in CURVES:
                     if name in values and math.isfinite(values[name]):
@@ -97,7 +104,7 @@ def _table(results: SweepResults) -> list[str]:
     names: list[str] = list(DIAGNOSTICS)
     for result in results.cells:
         at_best = []
-        for summary in _runs(result):
+        for summary in _runs(result).values():
             found = _by_step(summary).get(summary["best_step"])
             if found is not None:
                 at_best.append(found)
@@ -129,3 +136,84 @@ def _cell(values: list[float]) -> str:
         return "-"
     mean, std = _spread(values)
     return f"{mean:.3g} ± {std:.2g}" if len(values) > 1 else f"{mean:.3g}"
+
+
+def _locks(results: SweepResults) -> list[str]:
+    """Per cell, the runs in which a cross-attention module's sink mass reached LOCKED at
+    some validation, with those validations and the run's largest sink mass; [] where no
+    run measured it."""
+    rows, largest = [], (-math.inf, "", 0)
+    for result in results.cells:
+        measured, locked = 0, []
+        for seed, summary in _runs(result).items():
+            sinks = _largest_sink_mass(summary)
+            if not sinks:
+                continue
+            measured += 1
+            peak = max(sinks.values())
+            largest = max(largest, (peak, result.cell.title, seed))
+            if peak >= LOCKED:
+                at = [step for step, mass in sinks.items() if mass >= LOCKED]
+                locked.append(
+                    f"seed {seed}: {_step_ranges(list(sinks), at)} ({len(at)} of "
+                    f"{len(sinks)} validations; largest {peak:.2f})"
+                )
+        if measured:
+            rows.append(
+                f"| {result.cell.title} | {len(locked)} of {measured} | {'; '.join(locked)} |"
+            )
+    if not rows:
+        return []
+    heading = ["## Attention locked onto the source's end of sentence", ""]
+    if largest[0] < LOCKED:
+        peak, title, seed = largest
+        return [
+            *heading,
+            f"No cross-attention module of any run put {LOCKED:g} or more of its weight on the "
+            f"source's EOS (sink mass) at a validation; the largest: {peak:.2f} ({title}, "
+            f"seed {seed}).",
+            "",
+        ]
+    return [
+        *heading,
+        f"A run is locked at a validation where a cross-attention module puts {LOCKED:g} or "
+        "more of its weight on the source's EOS (sink mass, averaged over the target positions "
+        "and heads; the largest of the modules). Per cell: the runs locked at some validation, "
+        "of those that measured it; for each, the updates of the validations it was locked "
+        "at and its largest sink mass.",
+        "",
+        "| cell | locked runs | when |",
+        "|---|---:|---|",
+        *rows,
+        "",
+    ]
+
+
+def _largest_sink_mass(summary: dict) -> dict[int, float]:
+    """Validation step -> the largest sink mass of the cross-attention modules (each the
+    mean over its heads): a lock in one decoder layer counts, not diluted by the others."""
+    found = {}
+    for point in summary["validations"]:
+        masses = [
+            entry["mean"]["sink_mass"]
+            for entry in (point.get("attention") or {}).values()
+            if (entry["queries"], entry["keys"]) == ("target", "source")
+            and math.isfinite(entry["mean"].get("sink_mass", math.nan))
+        ]
+        if masses:
+            found[point["step"]] = max(masses)
+    return dict(sorted(found.items()))
+
+
+def _step_ranges(steps: list[int], chosen: list[int]) -> str:
+    """`chosen` of the consecutive validation `steps` as ranges: "250-750, 1,250"."""
+    spans: list[list[int]] = []
+    for index, step in enumerate(steps):
+        if step in chosen:
+            if spans and spans[-1][-1] == steps[index - 1]:
+                spans[-1].append(step)
+            else:
+                spans.append([step])
+    return ", ".join(
+        f"{span[0]:,}" if len(span) == 1 else f"{span[0]:,}-{span[-1]:,}" for span in spans
+    )
