@@ -111,16 +111,20 @@ Band = tuple[list[int], list[float], list[float]]  # x values, means, spreads (e
 
 def band_panels_figure(panels: dict[str, dict[str, Band]], xlabel: str) -> Figure:
     """A panel per title (title -> name -> band) side by side, a line per name with a
-    shaded band of +- its spread, e.g. a diagnostic's mean and std over seeds per step."""
+    shaded band of +- its spread, e.g. a diagnostic's mean and std over seeds per step.
+    A name has one colour in every panel, also in panels that lack some names; the first
+    panel's legend names its lines."""
+    names = dict.fromkeys(name for bands in panels.values() for name in bands)
+    colours = {name: f"C{i}" for i, name in enumerate(names)}
     figure, grid = plt.subplots(
         1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False, layout="constrained"
     )
     for axes, (title, bands) in zip(grid.flat, panels.items(), strict=True):
         for name, (xs, means, spreads) in bands.items():
-            (line,) = axes.plot(xs, means, marker=".", label=name)
+            axes.plot(xs, means, marker=".", label=name, color=colours[name])
             low = [m - s for m, s in zip(means, spreads, strict=True)]
             high = [m + s for m, s in zip(means, spreads, strict=True)]
-            axes.fill_between(xs, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+            axes.fill_between(xs, low, high, color=colours[name], alpha=0.2, linewidth=0)
         axes.set_title(title, fontsize=10)
         axes.set_xlabel(xlabel)
         axes.grid(alpha=0.3)

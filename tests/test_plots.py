@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from seq2seq.plots import attention_figure, figure_png
+from seq2seq.plots import attention_figure, band_panels_figure, figure_png
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -19,3 +19,13 @@ def test_heatmap_png_for_single_and_multi_head_weights():
 def test_labels_must_match_the_weights():
     with pytest.raises(ValueError, match="do not match 3 target x 5 source"):
         attention_figure(torch.zeros(3, 4), list("abcde"), list("xyz"))
+
+
+def test_a_name_keeps_its_colour_in_panels_that_lack_other_names():
+    band = ([1, 2], [0.5, 0.4], [0.1, 0.1])
+    panels = {"all": {"dot": band, "cosine": band}, "some": {"cosine": band}}
+    figure = band_panels_figure(panels, "update")
+    colours = [{line.get_label(): line.get_color() for line in axes.lines} for axes in figure.axes]
+    assert colours[0]["dot"] != colours[0]["cosine"] == colours[1]["cosine"]
+    assert [axes.get_title() for axes in figure.axes] == ["all", "some"]
+    assert figure_png(figure).startswith(PNG)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 
 from sweep_helpers import BASE, write_sweep
 
-from seq2seq.sweep import SweepDir, load_sweep
-from seq2seq.sweep.diagnostics import CHART, write_diagnostics
+from seq2seq.sweep import SweepDir, diagnostics, load_sweep
+from seq2seq.sweep.diagnostics import CHART, CURVES, write_diagnostics
 from seq2seq.sweep.results import collect
 
 
@@ -71,6 +72,31 @@ def test_the_report_averages_cross_attention_over_layers_and_seeds_at_the_best_s
     assert cosine_row[heading.index("temperature")] == "10 ± 0" and dot_row[-1] == "-"
     assert dot_row[heading.index("entropy")] == "-"  # not in these summaries
     assert f"![attention diagnostics over updates]({CHART})" in markdown
+
+
+def test_the_chart_draws_the_temperature_of_the_types_that_have_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    grid = {"model.attention.type": ["dot", "cosine"]}
+    no_test_set = {**BASE, "data": {**BASE["data"], "test": []}}
+    sweep = load_sweep(write_sweep(tmp_path, base_config=no_test_set, grid=grid))
+    directory = SweepDir(tmp_path / "sweep")
+    directory.adopt(sweep)
+    dot, cosine = sweep.cells
+    for cell, scales in ((dot, {}), (cosine, {"temperature": 10.0})):
+        sites = {step: {"decoder.attention": site("target", "source", 0.5, **scales)}
+                 for step in (10, 20)}  # fmt: skip
+        finished_run(directory, sweep.run(cell, 1), 20, sites)
+    drawn = {}
+    monkeypatch.setattr(diagnostics, "band_panels_figure", lambda panels, _: drawn.update(panels))
+    monkeypatch.setattr(diagnostics, "figure_png", lambda _: b"png")
+    write_diagnostics(collect(directory), tmp_path)
+    assert list(drawn) == list(CURVES.values())
+    assert set(drawn[CURVES["sink_mass"]]) == {"dot", "cosine"}
+    assert drawn[CURVES["temperature"]] == {"cosine": ([10, 20], [10.0, 10.0], [0.0, 0.0])}
+    shutil.rmtree(directory.run(sweep.run(cosine, 1)).root)
+    drawn.clear()
+    write_diagnostics(collect(directory), tmp_path)
+    assert list(drawn) == [CURVES[name] for name in ("entropy_norm", "energy_std", "sink_mass")]
 
 
 def test_no_measured_attention_writes_no_section(tmp_path, monkeypatch):

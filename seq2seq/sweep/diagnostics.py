@@ -25,6 +25,7 @@ CURVES = {  # diagnostic -> its panel in attention-diagnostics.png
     "entropy_norm": "normalised entropy (1 = uniform)",
     "energy_std": "energy std over keys",
     "sink_mass": "sink mass (weight on source EOS)",
+    "temperature": "temperature g (the types that have one)",
 }
 CHART = "attention-diagnostics.png"
 # The sink mass from which a run counts as locked onto the source's EOS: half of the
@@ -92,9 +93,8 @@ def _chart(results: SweepResults) -> bytes | None:
                 panels[title][result.cell.title] = (
                     xs, [m for _, (m, _) in points], [d for _, (_, d) in points]
                 )  # fmt: skip
-    if not any(panels.values()):
-        return None
-    return figure_png(band_panels_figure(panels, "update"))
+    drawn = {title: bands for title, bands in panels.items() if bands}
+    return figure_png(band_panels_figure(drawn, "update")) if drawn else None
 
 
 def _table(results: SweepResults) -> list[str]:
