@@ -142,31 +142,20 @@ def _locks(results: SweepResults) -> list[str]:
     """Per cell, the runs in which a cross-attention module's sink mass reached LOCKED at
     some validation, with those validations and the run's largest sink mass; [] where no
     run measured it."""
-    rows, largest = [], (-math.inf, "", 0)
+    measured = {}  # cell -> seed -> step -> the largest sink mass of its modules
     for result in results.cells:
-        measured, locked = 0, []
-        for seed, summary in _runs(result).items():
-            sinks = _largest_sink_mass(summary)
-            if not sinks:
-                continue
-            measured += 1
-            peak = max(sinks.values())
-            largest = max(largest, (peak, result.cell.title, seed))
-            if peak >= LOCKED:
-                at = [step for step, mass in sinks.items() if mass >= LOCKED]
-                locked.append(
-                    f"seed {seed}: {_step_ranges(list(sinks), at)} ({len(at)} of "
-                    f"{len(sinks)} validations; largest {peak:.2f})"
-                )
-        if measured:
-            rows.append(
-                f"| {result.cell.title} | {len(locked)} of {measured} | {'; '.join(locked)} |"
-            )
-    if not rows:
+        sinks = {seed: _largest_sink_mass(summary) for seed, summary in _runs(result).items()}
+        if with_sinks := {seed: by_step for seed, by_step in sinks.items() if by_step}:
+            measured[result.cell.title] = with_sinks
+    if not measured:
         return []
     heading = ["## Attention locked onto the source's end of sentence", ""]
-    if largest[0] < LOCKED:
-        peak, title, seed = largest
+    peak, title, seed = max(
+        (max(sinks.values()), title, seed)
+        for title, runs in measured.items()
+        for seed, sinks in runs.items()
+    )
+    if peak < LOCKED:
         return [
             *heading,
             f"No cross-attention module of any run put {LOCKED:g} or more of its weight on the "
@@ -184,9 +173,21 @@ def _locks(results: SweepResults) -> list[str]:
         "",
         "| cell | locked runs | when |",
         "|---|---:|---|",
-        *rows,
+        *(_lock_row(title, runs) for title, runs in measured.items()),
         "",
     ]
+
+
+def _lock_row(title: str, runs: dict[int, dict[int, float]]) -> str:
+    locked = []
+    for seed, sinks in runs.items():
+        at = [step for step, mass in sinks.items() if mass >= LOCKED]
+        if at:
+            locked.append(
+                f"seed {seed}: {_step_ranges(list(sinks), at)} ({len(at)} of {len(sinks)} "
+                f"validations; largest {max(sinks.values()):.2f})"
+            )
+    return f"| {title} | {len(locked)} of {len(runs)} | {'; '.join(locked)} |"
 
 
 def _largest_sink_mass(summary: dict) -> dict[int, float]:
