@@ -32,6 +32,16 @@ def finished_run(directory: SweepDir, run, best_step: int, attention: dict[int, 
     (path / "summary.json").write_text(json.dumps(summary))
 
 
+def sweep_of(tmp_path, types: list[str]):
+    """A sweep over attention types with no test set (scores.json {} is whole), adopted."""
+    no_test_set = {**BASE, "data": {**BASE["data"], "test": []}}
+    grid = {"model.attention.type": types}
+    sweep = load_sweep(write_sweep(tmp_path, base_config=no_test_set, grid=grid))
+    directory = SweepDir(tmp_path / "sweep")
+    directory.adopt(sweep)
+    return sweep, directory
+
+
 def row(markdown: list[str], first: str) -> list[str]:
     """The cells of the table row that starts with `first`."""
     line = next(line for line in markdown if line.startswith(f"| {first} |"))
@@ -42,11 +52,7 @@ def test_the_report_averages_cross_attention_over_layers_and_seeds_at_the_best_s
     tmp_path, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)
-    grid = {"model.attention.type": ["dot", "cosine"]}
-    no_test_set = {**BASE, "data": {**BASE["data"], "test": []}}  # scores.json {} is whole
-    sweep = load_sweep(write_sweep(tmp_path, base_config=no_test_set, grid=grid))
-    directory = SweepDir(tmp_path / "sweep")
-    directory.adopt(sweep)
+    sweep, directory = sweep_of(tmp_path, ["dot", "cosine"])
     dot, cosine = sweep.cells
     for seed, (early, late) in {1: (0.8, 0.6), 2: (0.6, 0.4)}.items():
         sites = {step: {"decoder.attention": site("target", "source", value)}
@@ -76,11 +82,7 @@ def test_the_report_averages_cross_attention_over_layers_and_seeds_at_the_best_s
 
 def test_the_chart_draws_the_temperature_of_the_types_that_have_one(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    grid = {"model.attention.type": ["dot", "cosine"]}
-    no_test_set = {**BASE, "data": {**BASE["data"], "test": []}}
-    sweep = load_sweep(write_sweep(tmp_path, base_config=no_test_set, grid=grid))
-    directory = SweepDir(tmp_path / "sweep")
-    directory.adopt(sweep)
+    sweep, directory = sweep_of(tmp_path, ["dot", "cosine"])
     dot, cosine = sweep.cells
     for cell, scales in ((dot, {}), (cosine, {"temperature": 10.0})):
         sites = {step: {"decoder.attention": site("target", "source", 0.5, **scales)}
@@ -101,21 +103,17 @@ def test_the_chart_draws_the_temperature_of_the_types_that_have_one(tmp_path, mo
 
 def test_no_measured_attention_writes_no_section(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    sweep = load_sweep(write_sweep(tmp_path, grid={"model.attention.type": ["dot"]}))
-    directory = SweepDir(tmp_path / "sweep")
-    directory.adopt(sweep)
+    sweep, directory = sweep_of(tmp_path, ["dot"])
     finished_run(directory, sweep.run(sweep.cells[0], 1), 10, {10: {}})
-    assert write_diagnostics(collect(directory), tmp_path) == ""
+    results = collect(directory)
+    assert [len(cell.runs) for cell in results.cells] == [1]  # finished, but measured nothing
+    assert write_diagnostics(results, tmp_path) == ""
     assert not (tmp_path / CHART).exists()
 
 
 def test_the_report_lists_the_runs_locked_onto_the_source_eos_and_when(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    grid = {"model.attention.type": ["dot", "cosine"]}
-    no_test_set = {**BASE, "data": {**BASE["data"], "test": []}}
-    sweep = load_sweep(write_sweep(tmp_path, base_config=no_test_set, grid=grid))
-    directory = SweepDir(tmp_path / "sweep")
-    directory.adopt(sweep)
+    sweep, directory = sweep_of(tmp_path, ["dot", "cosine"])
     dot, cosine = sweep.cells
     sinks = {
         (dot, 1): [0.6, 0.7, 0.2, 0.55],  # locked, freed, locked again
@@ -146,11 +144,7 @@ def test_the_report_lists_the_runs_locked_onto_the_source_eos_and_when(tmp_path,
 
 def test_no_locked_run_is_one_sentence_naming_the_largest_sink_mass(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    no_test_set = {**BASE, "data": {**BASE["data"], "test": []}}
-    grid = {"model.attention.type": ["dot"]}
-    sweep = load_sweep(write_sweep(tmp_path, base_config=no_test_set, grid=grid))
-    directory = SweepDir(tmp_path / "sweep")
-    directory.adopt(sweep)
+    sweep, directory = sweep_of(tmp_path, ["dot"])
     for seed, mass in ((1, 0.3), (2, 0.45)):
         sites = {10: {"decoder.attention": site("target", "source", 0.5, sink_mass=mass)}}
         finished_run(directory, sweep.run(sweep.cells[0], seed), 10, sites)
