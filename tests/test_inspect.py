@@ -99,3 +99,15 @@ def test_init_of_a_fine_tuned_run_is_refused_naming_its_parent(
     assert run_cli(command, "--run", child, *args, "--checkpoint", "init") == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and f"weights of train.init_from ({trained})" in error
+
+
+def test_init_of_a_run_without_checkpoints_says_what_it_needs(toy, trained, tmp_path, capsys):
+    untrained = tmp_path / "untrained"
+    untrained.mkdir()
+    shutil.copy(trained / "config.yaml", untrained / "config.yaml")
+    shutil.copytree(trained / "tokenizer", untrained / "tokenizer")
+    data = toy / "data"
+    args = ["--src", data / "test.src", "--ref", data / "test.tgt", "--checkpoint", "init"]
+    assert run_cli("inspect", "--run", untrained, *args) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "length ratio from the run's last checkpoint" in error

@@ -76,6 +76,11 @@ def load_trained_model(run: RunDir, checkpoint: str = "best") -> tuple[Origin, T
     (best, last, step-N, a .pt file, or `init`: see `initial_model`), on the CPU in eval
     mode; a checkpoint that does not fit the config or the tokenizer is a `UserError`."""
     cfg = run.load_config()
+    if checkpoint == INITIAL and not run.checkpoint("last").is_file():
+        raise UserError(
+            f"checkpoint init of {run.root} takes the training corpus's length ratio from the "
+            "run's last checkpoint, and it has none; train it first (seq2seq train)"
+        )
     path = run.resolve_checkpoint("last" if checkpoint == INITIAL else checkpoint)
     tokenizer = Tokenizer.load(run.tokenizer)
     model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
