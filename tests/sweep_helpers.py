@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -36,3 +37,29 @@ def write_sweep(directory: Path, base_config: dict = BASE, **changes) -> Path:
     path = directory / "sweep_file.yaml"
     path.write_text(yaml.safe_dump({**SWEEP, **changes}))
     return path
+
+
+REFERENCES = [f"sentence number {i} with some words in it" for i in range(30)]
+
+
+def hand_made_run(root: Path, run, scores: dict, hypotheses: list[str], validations) -> None:
+    """A finished run directory as train.run leaves it, written by hand."""
+    path = root / "runs" / run.name
+    (path / "test").mkdir(parents=True)
+    (path / "config.yaml").write_text(run.config.to_yaml())
+    (path / "test/test.hyp").write_text("".join(h + "\n" for h in hypotheses))
+    (path / "test/scores.json").write_text(json.dumps({"test": scores}))
+    summary = {
+        "steps": 100,
+        "best_step": validations[-1][0],
+        "best_bleu": scores["bleu"],
+        "train_seconds": 10.0 * run.seed,
+        "target_tokens_per_s": 1000.0,
+        "parameters": 1234,
+        "skipped_updates": 0,
+        # The loss falls with BLEU, so that only the best step's gives its perplexity.
+        "validations": [
+            {"step": s, "bleu": b, "chrf": 0.0, "loss": 5.0 - b / 50} for s, b in validations
+        ],
+    }
+    (path / "summary.json").write_text(json.dumps(summary))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from sacrebleu.metrics import BLEU, CHRF
-from sweep_helpers import write_sweep
+from sweep_helpers import REFERENCES, hand_made_run, write_sweep
 
 from seq2seq import evaluate
 from seq2seq.evaluate import Metric
@@ -20,32 +20,6 @@ from seq2seq.sweep.directory import RunState
 from seq2seq.sweep.report import results_csv, results_markdown
 from seq2seq.sweep.results import Spread, collect
 from seq2seq.sweep.tables import ranking
-
-REFERENCES = [f"sentence number {i} with some words in it" for i in range(30)]
-
-
-def hand_made_run(root: Path, run, scores: dict, hypotheses: list[str], validations) -> None:
-    """A finished run directory as train.run leaves it, written by hand."""
-    path = root / "runs" / run.name
-    (path / "test").mkdir(parents=True)
-    (path / "config.yaml").write_text(run.config.to_yaml())
-    (path / "test/test.hyp").write_text("".join(h + "\n" for h in hypotheses))
-    (path / "test/scores.json").write_text(json.dumps({"test": scores}))
-    summary = {
-        "steps": 100,
-        "best_step": validations[-1][0],
-        "best_bleu": scores["bleu"],
-        "train_seconds": 10.0 * run.seed,
-        "target_tokens_per_s": 1000.0,
-        "parameters": 1234,
-        "skipped_updates": 0,
-        # The loss falls with BLEU, so that only the best step's gives its perplexity.
-        "validations": [
-            {"step": s, "bleu": b, "chrf": 0.0, "loss": 5.0 - b / 50} for s, b in validations
-        ],
-    }
-    (path / "summary.json").write_text(json.dumps(summary))
-
 
 # Hypotheses of the baseline's two seeds: its first word, then its first three words.
 POOR = {1: [r.split()[0] for r in REFERENCES], 2: [" ".join(r.split()[:3]) for r in REFERENCES]}

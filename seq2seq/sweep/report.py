@@ -1,4 +1,5 @@
-"""A sweep's report, DIR/report/: results.md (its tables: sweep/tables.py), results.csv,
+"""A sweep's report, DIR/report/: results.md (its tables: sweep/tables.py; a continued
+sweep's budgets: sweep/budgets.py), results.csv,
 bleu.png, curves.png, length-TESTSET.png, attention.png, attention-diagnostics.png
 (sweep/diagnostics.py) and TensorBoard's HParams view (tensorboard/), from whatever has
 finished.
@@ -29,6 +30,7 @@ from seq2seq.plots import (
     figure_png,
 )
 from seq2seq.significance import Comparison
+from seq2seq.sweep.budgets import budget_tables
 from seq2seq.sweep.diagnostics import write_diagnostics
 from seq2seq.sweep.directory import SweepDir
 from seq2seq.sweep.results import (
@@ -135,6 +137,7 @@ def results_markdown(results: SweepResults, charts: list[str] | None = None) -> 
         lines += [f"## {name}", "", *scores_table(results, name), "", how_to_read(results), ""]
     if results.test_sets:
         lines += [ranking(results), ""]
+    lines += budget_tables(results)
     lines += ["## Training", "", *training_table(results), "", TRAINING_NOTE, ""]
     for name in results.test_sets:
         lines += length_table(results, name)

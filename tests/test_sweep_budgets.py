@@ -1,0 +1,105 @@
+"""A continued sweep's report: each cell's score at the first sweep's budget beside its
+own, the gain, and the gap to the baseline at both budgets, on hand-made runs."""
+
+from __future__ import annotations
+
+import shutil
+
+from sacrebleu.metrics import BLEU
+from sweep_helpers import REFERENCES, hand_made_run, write_sweep
+
+from seq2seq.sweep import SweepDir, load_sweep
+from seq2seq.sweep.budgets import budget_tables
+from seq2seq.sweep.report import results_markdown
+from seq2seq.sweep.results import collect
+
+GRID = {"model.attention.type": ["bahdanau", "dot"]}
+FIVE_WORDS = [" ".join(r.split()[:5]) for r in REFERENCES]  # BLEU 54.9
+SIX_WORDS = [" ".join(r.split()[:6]) for r in REFERENCES]  # 71.7
+
+
+def bleu(hypotheses: list[str]) -> float:
+    return BLEU().corpus_score(hypotheses, [REFERENCES]).score
+
+
+def finish(directory: SweepDir, sweep, hypotheses: dict) -> None:
+    for (cell, seed), lines in hypotheses.items():
+        score = {"bleu": bleu(lines), "chrf": 0.0}
+        hand_made_run(directory.root, sweep.run(sweep.cells[cell], seed), score, lines, [(7, 1.0)])
+
+
+def two_sweeps(tmp_path, monkeypatch, first_runs: dict, continued_runs: dict):
+    """The first sweep (7 updates) and one continuing it to 14, with hypotheses by (cell
+    index, seed); returns the continued sweep's results."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d/test.tgt").write_text("".join(r + "\n" for r in REFERENCES))
+    (tmp_path / "d/test.src").write_text("".join("w w\n" for _ in REFERENCES))
+    first = load_sweep(write_sweep(tmp_path, grid=GRID))
+    first_dir = SweepDir(tmp_path / "first")
+    first_dir.adopt(first)
+    finish(first_dir, first, first_runs)
+    longer = {"train.max_steps": 14}
+    path = write_sweep(tmp_path, grid=GRID, set=longer, continue_from="first")
+    second = load_sweep(path)
+    second_dir = SweepDir(tmp_path / "second")
+    second_dir.adopt(second)
+    finish(second_dir, second, continued_runs)
+    return collect(second_dir)
+
+
+def row(lines: list[str], first: str) -> list[str]:
+    line = next(line for line in lines if line.startswith(f"| {first} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_a_gap_that_closes_with_more_updates_shows_in_both_columns(tmp_path, monkeypatch):
+    first_runs = {(0, 1): SIX_WORDS, (0, 2): SIX_WORDS, (1, 1): FIVE_WORDS, (1, 2): SIX_WORDS}
+    continued = {(0, 1): REFERENCES, (0, 2): REFERENCES, (1, 1): REFERENCES, (1, 2): REFERENCES}
+    results = two_sweeps(tmp_path, monkeypatch, first_runs, continued)
+    lines = budget_tables(results)
+    assert lines[0] == "## The first budget against this one" and "### test" in lines
+    assert "\n".join(lines) in results_markdown(results)
+    head = row(lines, "cell")
+    assert head[2:] == [
+        "BLEU, 7 updates",
+        "14 updates",
+        "gain",
+        "Δ baseline, 7 updates",
+        "14 updates",
+    ]
+    six, five = bleu(SIX_WORDS), bleu(FIVE_WORDS)
+    assert row(lines, "bahdanau") == [
+        "bahdanau", "2", f"{six:.2f}", "100.00", f"{100 - six:+.2f}", "baseline", "",
+    ]  # fmt: skip
+    dot_first = (five + six) / 2  # seeds 1 and 2
+    assert row(lines, "dot") == [
+        "dot", "2", f"{dot_first:.2f}", "100.00", f"{100 - dot_first:+.2f}",
+        f"{dot_first - six:+.2f}", "+0.00",
+    ]  # fmt: skip
+
+
+def test_runs_whose_first_run_is_not_finished_are_left_out_and_named(tmp_path, monkeypatch):
+    first_runs = {(0, 1): SIX_WORDS, (0, 2): SIX_WORDS, (1, 1): FIVE_WORDS}
+    continued = {(0, 1): REFERENCES, (0, 2): REFERENCES, (1, 1): REFERENCES, (1, 2): REFERENCES}
+    lines = budget_tables(two_sweeps(tmp_path, monkeypatch, first_runs, continued))
+    assert row(lines, "dot")[:2] == ["dot", "1"]
+    assert row(lines, "dot")[5] == f"{bleu(FIVE_WORDS) - bleu(SIX_WORDS):+.2f}"  # seed 1 only
+    assert "Left out (not finished in `first`): dot, seed 2." in lines
+
+
+def test_an_unreadable_first_sweep_is_one_line_not_a_failed_report(tmp_path, monkeypatch):
+    runs = {(0, 1): REFERENCES, (1, 1): REFERENCES}
+    results = two_sweeps(tmp_path, monkeypatch, runs, runs)
+    shutil.rmtree(tmp_path / "first")
+    lines = budget_tables(results)
+    assert (
+        len(lines) == 4 and "continues the runs of `first`, which cannot be read here" in lines[2]
+    )
+
+
+def test_a_sweep_that_continues_none_has_no_such_section(tmp_path, monkeypatch):
+    runs = {(0, 1): REFERENCES, (1, 1): REFERENCES}
+    results = two_sweeps(tmp_path, monkeypatch, runs, runs)
+    first = collect(SweepDir(tmp_path / "first"))
+    assert budget_tables(first) == [] and budget_tables(results) != []
