@@ -81,6 +81,12 @@ class RunDir:
         """The heatmap a sweep report draws of this run, kept for reports without checkpoints."""
         return self.root / "best-attention.json"
 
+    @property
+    def initial_attention(self) -> Path:
+        """The attention diagnostics of its initial weights that a sweep report measured,
+        kept for reports without checkpoints."""
+        return self.root / "init-attention.json"
+
     def test_hypotheses(self, name: str) -> Path:
         """test/NAME.hyp, the translation of test set NAME. Runs trained before that name
         wrote test/NAME.TGT, which is read where it is the one there."""

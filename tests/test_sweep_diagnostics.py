@@ -8,8 +8,11 @@ import statistics
 
 from sweep_helpers import BASE, write_sweep
 
+from seq2seq import Translator
+from seq2seq.checkpoint import RunDir
+from seq2seq.data.corpus import read_parallel
 from seq2seq.sweep import SweepDir, diagnostics, load_sweep
-from seq2seq.sweep.diagnostics import CHART, CURVES, write_diagnostics
+from seq2seq.sweep.diagnostics import CHART, CURVES, initial_sites, write_diagnostics
 from seq2seq.sweep.results import collect
 
 
@@ -151,3 +154,35 @@ def test_no_locked_run_is_one_sentence_naming_the_largest_sink_mass(tmp_path, mo
     markdown = write_diagnostics(collect(directory), tmp_path)
     assert "| cell | locked runs |" not in markdown
     assert "at a validation; the largest: 0.45 (dot, seed 2)." in markdown
+
+
+def test_the_curves_start_at_the_initial_weights_where_they_were_measured(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweep, directory = sweep_of(tmp_path, ["dot"])
+    run = sweep.run(sweep.cells[0], 1)
+    sites = {step: {"decoder.attention": site("target", "source", 0.4)} for step in (10, 20)}
+    finished_run(directory, run, 20, sites)
+    at_start = {"decoder.attention": site("target", "source", 0.9, sink_mass=0.8)}
+    directory.run(run).initial_attention.write_text(json.dumps(at_start))
+    drawn = {}
+    monkeypatch.setattr(diagnostics, "band_panels_figure", lambda panels, _: drawn.update(panels))
+    monkeypatch.setattr(diagnostics, "figure_png", lambda _: b"png")
+    markdown = write_diagnostics(collect(directory), tmp_path)
+    assert drawn[CURVES["entropy_norm"]]["dot"][:2] == ([0, 10, 20], [0.9, 0.4, 0.4])
+    assert "No cross-attention module of any run put 0.5" in markdown  # init: no validation
+
+
+def test_initial_sites_are_measured_once_and_kept_for_runs_without_checkpoints(
+    toy, trained, tmp_path
+):
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(trained, run.root, ignore=shutil.ignore_patterns("tensorboard"))
+    cfg = run.load_config()
+    measured = initial_sites(run, cfg)
+    valid = read_parallel(cfg.data.valid, cfg.data.src, cfg.data.tgt)
+    expected = Translator.load(run.root, "init").attention_diagnostics(valid.src, valid.tgt)
+    assert measured == expected["sites"] and run.initial_attention.is_file()
+    shutil.rmtree(run.checkpoints)  # as a study's committed run directory
+    assert initial_sites(run, cfg) == measured
+    run.initial_attention.unlink()
+    assert initial_sites(run, cfg) is None  # nothing to measure it from: no point at 0

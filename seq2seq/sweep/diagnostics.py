@@ -3,6 +3,11 @@ diagnostics in CURVES (mean and std over seeds), a table of every diagnostic at 
 tested (best) checkpoint, and the runs whose attention locked onto the source's EOS
 (sink mass >= LOCKED) and at which validations, read from each run's summary.json.
 
+The curves start at update 0 where a run's initial weights were measured: the report
+measures them once on the validation set (the run's tokenizer and last checkpoint, for
+its corpus's length ratio, must be there) and keeps them in the run's init-attention.json,
+so that a sweep directory kept without checkpoints rebuilds the same report.
+
 A run's value of a diagnostic at a validation is its mean over the model's
 cross-attention sites (queries from the target, keys from the source: the RNN's
 attention, each Transformer decoder layer's cross-attention); summary.json keeps every
@@ -18,6 +23,11 @@ from collections import defaultdict
 from pathlib import Path
 
 from seq2seq.attention.diagnostics import DIAGNOSTICS
+from seq2seq.checkpoint import RunDir
+from seq2seq.config import Config
+from seq2seq.data.corpus import read_parallel
+from seq2seq.decode.translate import Translator
+from seq2seq.files import atomic_write_text
 from seq2seq.plots import band_panels_figure, figure_png
 from seq2seq.sweep.results import CellResult, SweepResults
 
@@ -64,6 +74,23 @@ def _spread(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def initial_sites(run: RunDir, cfg: Config) -> dict | None:
+    """The diagnostics (site -> entry) of the run's initial weights on the validation set:
+    init-attention.json, measured into it first where the run can still be loaded (its
+    last checkpoint); None where it measures no attention or cannot be loaded."""
+    if run.initial_attention.is_file():
+        return json.loads(run.initial_attention.read_text("utf-8"))
+    if not cfg.train.attention_diagnostics or not run.checkpoint("last").is_file():
+        return None
+    if cfg.train.init_from is not None:  # its start is its parent's weights, not a draw
+        return None
+    valid = read_parallel(cfg.data.valid, cfg.data.src, cfg.data.tgt)
+    initial = Translator.load(run.root, "init", device="cpu")
+    sites = initial.attention_diagnostics(valid.src, valid.tgt)["sites"]
+    atomic_write_text(run.initial_attention, json.dumps(sites) + "\n")
+    return sites
+
+
 def write_diagnostics(results: SweepResults, out: Path) -> str:
     """Write out/CHART where there are curves to draw; the report's markdown section (the
     table and the chart), or "" where no run measured attention."""
@@ -81,8 +108,12 @@ def _chart(results: SweepResults) -> bytes | None:
     panels: dict[str, dict] = {title: {} for title in CURVES.values()}
     for result in results.cells:
         steps: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for summary in _runs(result).values():
-            for step, values in _by_step(summary).items():
+        for seed, summary in _runs(result).items():
+            initial = initial_sites(
+                result.runs[seed].root, results.sweep.run(result.cell, seed).config
+            )
+            at_start = {0: cross_attention(initial)} if initial else {}
+            for step, values in (at_start | _by_step(summary)).items():
                 for name in CURVES:
                     if name in values and math.isfinite(values[name]):
                         steps[step][name].append(values[name])
