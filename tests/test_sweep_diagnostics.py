@@ -170,6 +170,9 @@ def test_the_curves_start_at_the_initial_weights_where_they_were_measured(tmp_pa
     markdown = write_diagnostics(collect(directory), tmp_path)
     assert drawn[CURVES["entropy_norm"]]["dot"][:2] == ([0, 10, 20], [0.9, 0.4, 0.4])
     assert "No cross-attention module of any run put 0.5" in markdown  # init: no validation
+    lines = markdown.splitlines()
+    at_start = lines[lines.index("## Attention diagnostics at the initial weights") :]
+    assert row(at_start, "dot")[row(at_start, "cell").index("entropy_norm")] == "0.9"
 
 
 def test_initial_sites_are_measured_once_and_kept_for_runs_without_checkpoints(

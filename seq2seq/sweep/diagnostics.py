@@ -41,6 +41,23 @@ CHART = "attention-diagnostics.png"
 # The sink mass from which a run counts as locked onto the source's EOS: half of the
 # attention on one of the ~14 source pieces of a Multi30k sentence.
 LOCKED = 0.5
+Points = dict[int, dict[int, dict[str, float]]]  # seed -> step -> cross-attention diagnostics
+BEST = -1  # the key of a seed's best validation among its steps (no step is negative)
+TABLES = (  # (step, where, what the table says)
+    (
+        BEST,
+        "at the tested checkpoint",
+        "Each diagnostic (docs/attention.md) at the validation of the best checkpoint (the "
+        "one that translated the test sets), averaged over the cross-attention modules and "
+        "heads: mean ± std over the seeds (- where the type has none).",
+    ),
+    (
+        0,
+        "at the initial weights",
+        "The same of each run's initial weights (update 0, its seed's draw; see "
+        "`--checkpoint init`), measured on the validation set by the report.",
+    ),
+)
 
 
 def cross_attention(sites: dict[str, dict]) -> dict[str, float]:
@@ -93,72 +110,74 @@ def initial_sites(run: RunDir, cfg: Config) -> dict | None:
 
 def write_diagnostics(results: SweepResults, out: Path) -> str:
     """Write out/CHART where there are curves to draw; the report's markdown section (the
-    table and the chart), or "" where no run measured attention."""
-    chart = _chart(results)
+    tables and the chart), or "" where no run measured attention."""
+    points = {result.cell.title: _points(results, result) for result in results.cells}
+    chart = _chart(points)
     if chart is not None:
         (out / CHART).write_bytes(chart)
-    lines = _table(results)
+    lines = [line for table in TABLES for line in _table(points, *table)]
     if chart is not None:
         lines += [f"![attention diagnostics over updates]({CHART})", ""]
     return "\n".join([*lines, *_locks(results)])
 
 
-def _chart(results: SweepResults) -> bytes | None:
+def _points(results: SweepResults, result: CellResult) -> Points:
+    """Each seed's diagnostics by step: the validations', and step 0 where the initial
+    weights were measured; a seed's best step is `BEST` in it."""
+    found = {}
+    for seed, summary in _runs(result).items():
+        cfg = results.sweep.run(result.cell, seed).config
+        initial = initial_sites(result.runs[seed].root, cfg)
+        by_step = ({0: cross_attention(initial)} if initial else {}) | _by_step(summary)
+        best = by_step.get(summary["best_step"])
+        found[seed] = by_step | ({BEST: best} if best is not None else {})
+    return found
+
+
+def _chart(points: dict[str, Points]) -> bytes | None:
     """The PNG of the CURVES per cell over updates; None where no run measured any."""
     panels: dict[str, dict] = {title: {} for title in CURVES.values()}
-    for result in results.cells:
+    for cell, seeds in points.items():
         steps: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for seed, summary in _runs(result).items():
-            initial = initial_sites(
-                result.runs[seed].root, results.sweep.run(result.cell, seed).config
-            )
-            at_start = {0: cross_attention(initial)} if initial else {}
-            for step, values in (at_start | _by_step(summary)).items():
+        for by_step in seeds.values():
+            for step, values in by_step.items():
                 for name in CURVES:
-                    if name in values and math.isfinite(values[name]):
+                    if step != BEST and name in values and math.isfinite(values[name]):
                         steps[step][name].append(values[name])
         for name, title in CURVES.items():
-            points = [(s, _spread(v[name])) for s, v in sorted(steps.items()) if v[name]]
-            if points:
-                xs = [s for s, _ in points]
-                panels[title][result.cell.title] = (
-                    xs, [m for _, (m, _) in points], [d for _, (_, d) in points]
+            found = [(s, _spread(v[name])) for s, v in sorted(steps.items()) if v[name]]
+            if found:
+                xs = [s for s, _ in found]
+                panels[title][cell] = (
+                    xs, [m for _, (m, _) in found], [d for _, (_, d) in found]
                 )  # fmt: skip
     drawn = {title: bands for title, bands in panels.items() if bands}
     return figure_png(band_panels_figure(drawn, "update")) if drawn else None
 
 
-def _table(results: SweepResults) -> list[str]:
-    """The table at the tested checkpoint: per cell, each diagnostic's mean ± std over the
-    seeds at their best step; [] where no run measured any."""
+def _table(points: dict[str, Points], step: int, where: str, intro: str) -> list[str]:
+    """Per cell, each diagnostic's mean ± std over the seeds at `step` (BEST: each seed's
+    best); [] where no run has that point."""
     rows = []
     names: list[str] = list(DIAGNOSTICS)
-    for result in results.cells:
-        at_best = []
-        for summary in _runs(result).values():
-            found = _by_step(summary).get(summary["best_step"])
-            if found is not None:
-                at_best.append(found)
-        if not at_best:
-            continue
-        names = list(dict.fromkeys([*names, *(n for v in at_best for n in v)]))  # + scales
-        rows.append((result.cell.title, at_best))
+    for cell, seeds in points.items():
+        found = [by_step[step] for by_step in seeds.values() if step in by_step]
+        if found:
+            names = list(dict.fromkeys([*names, *(n for v in found for n in v)]))  # + scales
+            rows.append((cell, found))
     if not rows:
         return []
     lines = [
-        "## Attention diagnostics at the tested checkpoint",
+        f"## Attention diagnostics {where}",
         "",
-        "Each diagnostic (docs/attention.md) at the validation of the best checkpoint (the one "
-        "that translated the test sets), "
-        "averaged over the cross-attention modules and heads: mean ± std over the seeds "
-        "(- where the type has none).",
+        intro,
         "",
         "| cell | seeds | " + " | ".join(names) + " |",
         "|---|---:|" + "---:|" * len(names),
     ]
-    for title, at_best in rows:
-        cells = [_cell([v[n] for v in at_best if n in v]) for n in names]
-        lines.append(f"| {title} | {len(at_best)} | " + " | ".join(cells) + " |")
+    for cell, found in rows:
+        cells = [_cell([v[n] for v in found if n in v]) for n in names]
+        lines.append(f"| {cell} | {len(found)} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
