@@ -112,8 +112,8 @@ Band = tuple[list[int], list[float], list[float]]  # x values, means, spreads (e
 def band_panels_figure(panels: dict[str, dict[str, Band]], xlabel: str) -> Figure:
     """A panel per title (title -> name -> band) side by side, a line per name with a
     shaded band of +- its spread, e.g. a diagnostic's mean and std over seeds per step.
-    A name has one colour in every panel, also in panels that lack some names; the first
-    panel's legend names its lines."""
+    A name has one colour in every panel, also in panels that lack some names; one legend
+    beside the panels names them all."""
     names = dict.fromkeys(name for bands in panels.values() for name in bands)
     colours = {name: f"C{i}" for i, name in enumerate(names)}
     figure, grid = plt.subplots(
@@ -128,7 +128,8 @@ def band_panels_figure(panels: dict[str, dict[str, Band]], xlabel: str) -> Figur
         axes.set_title(title, fontsize=10)
         axes.set_xlabel(xlabel)
         axes.grid(alpha=0.3)
-    grid.flat[0].legend(fontsize=8)
+    handles = {line.get_label(): line for axes in grid.flat for line in axes.lines}
+    figure.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize=8)
     return figure
 
 

@@ -23,9 +23,11 @@ def test_labels_must_match_the_weights():
 
 def test_a_name_keeps_its_colour_in_panels_that_lack_other_names():
     band = ([1, 2], [0.5, 0.4], [0.1, 0.1])
-    panels = {"all": {"dot": band, "cosine": band}, "some": {"cosine": band}}
+    panels = {"some": {"cosine": band}, "all": {"dot": band, "cosine": band}}
     figure = band_panels_figure(panels, "update")
     colours = [{line.get_label(): line.get_color() for line in axes.lines} for axes in figure.axes]
-    assert colours[0]["dot"] != colours[0]["cosine"] == colours[1]["cosine"]
-    assert [axes.get_title() for axes in figure.axes] == ["all", "some"]
+    assert colours[1]["dot"] != colours[1]["cosine"] == colours[0]["cosine"]
+    assert [axes.get_title() for axes in figure.axes] == ["some", "all"]
+    # one legend for all panels, with the names the first panel lacks
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["cosine", "dot"]
     assert figure_png(figure).startswith(PNG)
