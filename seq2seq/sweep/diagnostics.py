@@ -159,14 +159,14 @@ def _table(points: dict[str, Points], step: int, where: str, intro: str) -> list
     """Per cell, each diagnostic's mean ± std over the seeds at `step` (BEST: each seed's
     best); [] where no run has that point."""
     rows = []
-    names: list[str] = list(DIAGNOSTICS)
     for cell, seeds in points.items():
         found = [by_step[step] for by_step in seeds.values() if step in by_step]
         if found:
-            names = list(dict.fromkeys([*names, *(n for v in found for n in v)]))  # + scales
             rows.append((cell, found))
     if not rows:
         return []
+    scales = {name for _, found in rows for values in found for name in values}
+    names = [*DIAGNOSTICS, *sorted(scales - set(DIAGNOSTICS))]  # the learned scales last
     lines = [
         f"## Attention diagnostics {where}",
         "",
