@@ -8,6 +8,7 @@ from seq2seq.attention import (
     MultiHead,
     attention_class,
     attention_names,
+    base,
     build_attention,
     register_attention,
 )
@@ -382,3 +383,31 @@ def test_only_location_limits_the_source_length():
     }
     assert limits.pop("location") == 256
     assert set(limits.values()) == {None}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_attention_is_the_softmax_of_scaled_energies_and_picks_its_kernel(dtype, monkeypatch):
+    kernels = []
+    real = base.sdpa_kernel
+    monkeypatch.setattr(
+        base, "sdpa_kernel", lambda backend: kernels.append(backend) or real(backend)
+    )
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5 if i else 4, 8) for i in range(3))
+    mask = (torch.arange(5) < torch.tensor([5, 3])[:, None])[:, None, None, :]  # (B, 1, 1, S)
+    inputs = [x.to(dtype).requires_grad_() for x in (q, k, v)]
+    out = base.fused_attention(*inputs, mask)
+    out.float().square().sum().backward()
+    exact = [x.detach().to(dtype).double().requires_grad_() for x in (q, k, v)]
+    energies = exact[0] @ exact[1].transpose(-1, -2) / math.sqrt(8)
+    weights = energies.masked_fill(~mask, -math.inf).softmax(-1)
+    (weights @ exact[2]).square().sum().backward()
+    tolerance = 1e-5 if dtype == torch.float32 else 3e-2  # bf16: the output's rounding
+    assert torch.allclose(out.double(), weights @ exact[2], atol=tolerance, rtol=tolerance)
+    for fast, slow in zip(inputs, exact, strict=True):
+        assert torch.allclose(fast.grad.double(), slow.grad, atol=10 * tolerance, rtol=tolerance)
+    # PyTorch's fused CPU kernel has a slow bf16 backward: the math kernel there, only there
+    assert kernels == ([] if dtype == torch.float32 else [base.SDPBackend.MATH])
+    with torch.no_grad():
+        base.fused_attention(*inputs, mask)
+    assert len(kernels) == (0 if dtype == torch.float32 else 1)  # inference: the fused one

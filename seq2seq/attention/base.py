@@ -14,7 +14,9 @@ from collections.abc import Callable
 from typing import ClassVar, NamedTuple, Protocol
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seq2seq.config import ATTENTION_TYPES, AttentionConfig
 
@@ -24,6 +26,24 @@ class AttentionOutput(NamedTuple):
     # (B, Tq, Tk), or (B, H, Tq, Tk) for multi-head; None only when the caller passed
     # need_weights=False and the type took a fused path that never forms them.
     weights: Tensor | None
+
+
+def fused_attention(query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+    """`F.scaled_dot_product_attention` (no dropout, no extra scale), with PyTorch's math
+    kernel where its fused one is slow: a pass that needs gradients, in bfloat16 or
+    float16, on the CPU. There the fused kernel's backward made a bf16 training step of
+    the Multi30k Transformer recipe 1.2-1.3x slower (docs/benchmarks.md); the math kernel
+    computes those dtypes in float32."""
+    slow_backward = (
+        query.device.type == "cpu"
+        and query.dtype in (torch.bfloat16, torch.float16)
+        and torch.is_grad_enabled()
+        and (query.requires_grad or keys.requires_grad or values.requires_grad)
+    )
+    if not slow_backward:
+        return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
 
 
 class AttentionRecorder(Protocol):

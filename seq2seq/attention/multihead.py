@@ -12,13 +12,13 @@ instead: no copies of the heads, no mask per head.
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.attention.base import (
     Attention,
     AttentionOutput,
     attention_class,
+    fused_attention,
     register_attention,
 )
 from seq2seq.attention.scores import ScaledDotAttention
@@ -78,8 +78,8 @@ class MultiHead(Attention):
         def heads_first(x: Tensor) -> Tensor:  # a (B, H, T, d) view
             return x.view(x.size(0), x.size(1), self.heads, -1).transpose(1, 2)
 
-        context = F.scaled_dot_product_attention(
-            heads_first(query), heads_first(keys), heads_first(values), attn_mask=mask.unsqueeze(1)
+        context = fused_attention(
+            heads_first(query), heads_first(keys), heads_first(values), mask.unsqueeze(1)
         )
         return context.transpose(1, 2).flatten(2)
 

@@ -9,7 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.attention.base import Attention, AttentionOutput, register_attention
+from seq2seq.attention.base import (
+    Attention,
+    AttentionOutput,
+    fused_attention,
+    register_attention,
+)
 from seq2seq.config import AttentionConfig
 from seq2seq.errors import UserError
 
@@ -58,7 +63,7 @@ class DotAttention(Attention):
 class ScaledDotAttention(DotAttention):
     """Scaled dot product (Vaswani et al., 2017): q . k / sqrt(d), times g if it has one.
 
-    Without weights asked for, it runs PyTorch's fused `F.scaled_dot_product_attention`
+    Without weights asked for, it runs PyTorch's fused attention (`fused_attention`)
     (on g q, which gives the same energies).
     """
 
@@ -78,9 +83,7 @@ class ScaledDotAttention(DotAttention):
             return super().attend(query, prepared_keys, prepared_values, mask, positions)
         if self.recorder is not None:
             self.recorder.observe(self, query, prepared_keys, mask, positions)
-        context = F.scaled_dot_product_attention(
-            self.tempered(query), prepared_keys, prepared_values, attn_mask=mask
-        )
+        context = fused_attention(self.tempered(query), prepared_keys, prepared_values, mask)
         return AttentionOutput(context, None)
 
 
