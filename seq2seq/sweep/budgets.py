@@ -29,9 +29,10 @@ def budget_tables(results: SweepResults) -> list[str]:
     if source is None or not results.cells:
         return []
     lines = ["## The first budget against this one", ""]
+    first_dir = SweepDir(Path(source))
     try:
-        first_sweep = SweepDir(Path(source)).load()
-        first, left_out = _first_scores(results, first_sweep, SweepDir(Path(source)))
+        first_sweep = first_dir.load()
+        first, left_out = _first_scores(results, first_sweep, first_dir)
     except (OSError, ValueError, UserError) as error:
         problem = str(error).splitlines()[0]
         return [
