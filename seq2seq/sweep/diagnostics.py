@@ -111,21 +111,22 @@ def initial_sites(run: RunDir, cfg: Config) -> dict | None:
 def write_diagnostics(results: SweepResults, out: Path) -> str:
     """Write out/CHART where there are curves to draw; the report's markdown section (the
     tables and the chart), or "" where no run measured attention."""
-    points = {result.cell.title: _points(results, result) for result in results.cells}
+    summaries = {result.cell.title: _runs(result) for result in results.cells}
+    points = {result.cell.title: _points(results, result, summaries) for result in results.cells}
     chart = _chart(points)
     if chart is not None:
         (out / CHART).write_bytes(chart)
     lines = [line for table in TABLES for line in _table(points, *table)]
     if chart is not None:
         lines += [f"![attention diagnostics over updates]({CHART})", ""]
-    return "\n".join([*lines, *_locks(results)])
+    return "\n".join([*lines, *_locks(summaries)])
 
 
-def _points(results: SweepResults, result: CellResult) -> Points:
+def _points(results: SweepResults, result: CellResult, summaries: dict) -> Points:
     """Each seed's diagnostics by step: the validations', and step 0 where the initial
     weights were measured; a seed's best step is `BEST` in it."""
     found = {}
-    for seed, summary in _runs(result).items():
+    for seed, summary in summaries[result.cell.title].items():
         cfg = results.sweep.run(result.cell, seed).config
         initial = initial_sites(result.runs[seed].root, cfg)
         by_step = ({0: cross_attention(initial)} if initial else {}) | _by_step(summary)
@@ -188,15 +189,15 @@ def _cell(values: list[float]) -> str:
     return f"{mean:.3g} ± {std:.2g}" if len(values) > 1 else f"{mean:.3g}"
 
 
-def _locks(results: SweepResults) -> list[str]:
+def _locks(summaries: dict[str, dict[int, dict]]) -> list[str]:
     """Per cell, the runs in which a cross-attention module's sink mass reached LOCKED at
     some validation, with those validations and the run's largest sink mass; [] where no
-    run measured it."""
+    run measured it. `summaries`: cell -> seed -> its summary.json."""
     measured = {}  # cell -> seed -> step -> the largest sink mass of its modules
-    for result in results.cells:
-        sinks = {seed: _largest_sink_mass(summary) for seed, summary in _runs(result).items()}
+    for cell, runs in summaries.items():
+        sinks = {seed: _largest_sink_mass(summary) for seed, summary in runs.items()}
         if with_sinks := {seed: by_step for seed, by_step in sinks.items() if by_step}:
-            measured[result.cell.title] = with_sinks
+            measured[cell] = with_sinks
     if not measured:
         return []
     heading = ["## Attention locked onto the source's end of sentence", ""]
