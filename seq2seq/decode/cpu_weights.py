@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.models import Seq2Seq
+from seq2seq.models.recurrent import StepLSTM
 
 
 class OneDNNOps(NamedTuple):
@@ -93,19 +94,15 @@ class PackedLinear(_PackedWeights, nn.Linear):
         return ONEDNN.linear(x.contiguous(), self.packed, self.bias, "none", [], "")
 
 
-class PackedLSTM(_PackedWeights, nn.LSTM):
-    """An LSTM whose single steps at inference (a decoder's: one time step of a plain
-    tensor, float32 on the CPU) run one oneDNN product per layer on the packed weights
-    [W_ih | W_hh] and the summed biases:
+class PackedLSTM(_PackedWeights, StepLSTM):
+    """A `StepLSTM` whose single steps at inference (float32 on the CPU) run one oneDNN
+    product per layer on the packed weights [W_ih | W_hh] and the summed biases:
 
         i, f, g, o = [x, h] [W_ih | W_hh]^T + b_ih + b_hh   (split in four)
-        c' = sigmoid(f) c + sigmoid(i) tanh(g),   h' = sigmoid(o) tanh(c')
 
-    PyTorch's own LSTM reorders its weights for oneDNN at every call, which a step of a
-    few hundred rows pays for each output token (measured 1.4x faster this way on the
-    Multi30k RNN's decoder, one thread). Anything else (sequences, gradients, training,
-    other dtypes or devices) takes `nn.LSTM`'s path; weights changed in place are packed
-    again, as in `PackedLinear`.
+    measured 1.4x faster than PyTorch's own LSTM on the Multi30k RNN's decoder (one
+    thread), which reorders its weights for oneDNN at every call. Anything else takes
+    `StepLSTM`'s path; weights changed in place are packed again, as in `PackedLinear`.
     """
 
     @classmethod
@@ -138,28 +135,21 @@ class PackedLSTM(_PackedWeights, nn.LSTM):
                 self.packed.append((ONEDNN.pack(torch.cat([w_ih, w_hh], dim=1), None), bias))
         self.packed_version = self._weights_version()
 
-    def runs_packed(self, x: Tensor, state: object) -> bool:
-        if not isinstance(x, Tensor) or not isinstance(state, tuple) or x.dim() != 3:
+    def runs_packed(self, x: object, state: object) -> bool:
+        if not self.runs_steps(x, state):
             return False
-        dropping = self.training and self.dropout > 0 and self.num_layers > 1
-        one_step = x.size(1 if self.batch_first else 0) == 1
-        return one_step and not dropping and self.for_inference((x, *state, *self._flat_weights))
+        return self.for_inference((x, *state, *self._flat_weights))  # type: ignore[misc]
 
     def forward(self, x, state=None):  # noqa: ANN001, ANN201 (nn.LSTM's signature)
         if not self.runs_packed(x, state):
             return super().forward(x, state)
         if self._weights_version() != self.packed_version:
             self.pack()
-        inputs, (hidden, cell) = x.squeeze(1 if self.batch_first else 0), state
-        new_hidden, new_cell = [], []
-        for layer, (weight, bias) in enumerate(self.packed):
-            joined = torch.cat([inputs, hidden[layer]], dim=-1)
-            i, f, g, o = ONEDNN.linear(joined, weight, bias, "none", [], "").chunk(4, dim=-1)
-            new_cell.append(torch.sigmoid(f) * cell[layer] + torch.sigmoid(i) * torch.tanh(g))
-            inputs = torch.sigmoid(o) * torch.tanh(new_cell[-1])
-            new_hidden.append(inputs)
-        output = inputs.unsqueeze(1 if self.batch_first else 0)
-        return output, (torch.stack(new_hidden), torch.stack(new_cell))
+        return self.step(x, state, self._packed_gates)
+
+    def _packed_gates(self, layer: int, inputs: Tensor, hidden: Tensor) -> Tensor:
+        weight, bias = self.packed[layer]
+        return ONEDNN.linear(torch.cat([inputs, hidden], dim=-1), weight, bias, "none", [], "")
 
 
 # The smallest weight (in elements) worth packing: a oneDNN call costs 10-20 us more than
@@ -167,6 +157,7 @@ class PackedLSTM(_PackedWeights, nn.LSTM):
 # rows, 256 x 1024 and the output layers from a few (one thread, on the CPU of
 # docs/benchmarks.md).
 PACKED_MIN_WEIGHTS = 1 << 16
+_LSTMS = (nn.LSTM, StepLSTM)
 
 
 def packed_weights(model: Seq2Seq) -> Seq2Seq:
@@ -179,7 +170,7 @@ def packed_weights(model: Seq2Seq) -> Seq2Seq:
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear and child.weight.numel() >= PACKED_MIN_WEIGHTS:
                 setattr(parent, name, PackedLinear.of(child))
-            elif type(child) is nn.LSTM and not child.bidirectional and not child.proj_size:
+            elif type(child) in _LSTMS and not (child.bidirectional or child.proj_size):
                 setattr(parent, name, PackedLSTM.of(child))
     return model
 

@@ -20,8 +20,10 @@ from seq2seq.attention import build_attention
 from seq2seq.config import ModelConfig
 from seq2seq.models.base import Memory, Seq2Seq, Step
 from seq2seq.models.dropout import Dropout
+from seq2seq.models.recurrent import StepLSTM
 
 _CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
+_DECODER_CELLS = {"lstm": StepLSTM, "gru": nn.GRU}  # a step at a time
 
 
 @dataclass
@@ -82,7 +84,7 @@ class RNNDecoder(nn.Module):
         )
         self.bridge = nn.Linear(encoder_dim, hidden * cfg.decoder_layers)
         self.attention = build_attention(cfg.attention, hidden, hidden, cfg.heads(cfg.attention))
-        self.rnn = _CELLS[cfg.cell](
+        self.rnn = _DECODER_CELLS[cfg.cell](
             cfg.embed_dim + hidden,
             hidden,
             num_layers=cfg.decoder_layers,
