@@ -9,9 +9,8 @@ from seq2seq.models.recurrent import StepLSTM
 
 def twins(layers: int, bias: bool, batch_first: bool, dropout: float = 0.0):
     torch.manual_seed(0)
-    lstm = nn.LSTM(6, 8, num_layers=layers, bias=bias, batch_first=batch_first, dropout=dropout)
-    step_lstm = StepLSTM(6, 8, num_layers=layers, bias=bias, batch_first=batch_first)
-    step_lstm.dropout = dropout
+    shape = dict(num_layers=layers, bias=bias, batch_first=batch_first, dropout=dropout)
+    lstm, step_lstm = nn.LSTM(6, 8, **shape), StepLSTM(6, 8, **shape)
     step_lstm.load_state_dict(lstm.state_dict())
     return lstm, step_lstm
 

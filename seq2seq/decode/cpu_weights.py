@@ -138,7 +138,7 @@ class PackedLSTM(_PackedWeights, StepLSTM):
     def runs_packed(self, x: object, state: object) -> bool:
         if not self.runs_steps(x, state):
             return False
-        return self.for_inference((x, *state, *self._flat_weights))  # type: ignore[misc]
+        return self.for_inference((x, *state, *self._flat_weights))
 
     def forward(self, x, state=None):  # noqa: ANN001, ANN201 (nn.LSTM's signature)
         if not self.runs_packed(x, state):
