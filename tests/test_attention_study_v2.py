@@ -1,4 +1,5 @@
-"""The sweep files of the attention study's second edition (issue 34): what they promise."""
+"""The attention study's second edition (issue 34): what its sweep files promise, and its
+page's figures against the committed reports."""
 
 from __future__ import annotations
 
@@ -98,3 +99,32 @@ def test_the_continuations_differ_from_their_sweep_in_budget_and_seeds_only(arch
         )
         assert {k for k in a if a[k] != b[k]} == {"name", "train.max_steps"}
         assert b["train.max_steps"] == 2 * a["train.max_steps"] == twice
+
+
+def report_cells(report: Path) -> dict[tuple[str, str], list[str]]:
+    """(test set, type) -> the cells of its row in a sweep report's tables per test set."""
+    found, test_set = {}, None
+    for line in report.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            test_set = line[3:] if line[3:] in TEST_SETS else None
+        elif test_set and line.startswith("| ") and not line.startswith("| model."):
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            found[test_set, cells[0].split(" ")[0]] = cells
+    return found
+
+
+def test_the_study_pages_step_1_table_is_its_reports():
+    """Every difference, interval and adjusted p of the page's table, as the committed
+    report has it (BLEU: the row's Δ and p columns)."""
+    page = (ROOT / "docs/results/attention-study-v2.md").read_text(encoding="utf-8")
+    section = page.split("### Step 1:")[1].split("\n\n")[2]
+    report = report_cells(ROOT / "docs/results/attention-transformer-v2/report/results.md")
+    rows = [line for line in section.splitlines() if line.startswith("| `")][1:]
+    assert len(rows) == 8
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        for test_set, cell in zip(TEST_SETS, cells[1:4], strict=True):
+            difference, adjusted = cell.split(", p ")
+            theirs = report[test_set, cells[0].strip("`")]
+            assert theirs[3] == difference
+            assert float(theirs[4].split("(")[1].rstrip(") *")) == float(adjusted)
