@@ -1,4 +1,5 @@
-"""The sweep file the sweep tests start from, and a writer for variants of it."""
+"""The sweep file the sweep tests start from, a writer for variants of it, and the cells
+of a report's table rows."""
 
 from __future__ import annotations
 
@@ -63,3 +64,13 @@ def hand_made_run(root: Path, run, scores: dict, hypotheses: list[str], validati
         ],
     }
     (path / "summary.json").write_text(json.dumps(summary))
+
+
+def cells(line: str) -> list[str]:
+    """The cells of a markdown table row."""
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def row(markdown: list[str], first: str) -> list[str]:
+    """The cells of the table row that starts with `first`."""
+    return cells(next(line for line in markdown if line.startswith(f"| {first} |")))

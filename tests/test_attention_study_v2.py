@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sweep_helpers import cells
 
 from seq2seq.config import flatten
 from seq2seq.sweep import load_sweep
@@ -108,8 +109,8 @@ def report_cells(report: Path) -> dict[tuple[str, str], list[str]]:
         if line.startswith("## "):
             test_set = line[3:] if line[3:] in TEST_SETS else None
         elif test_set and line.startswith("| ") and not line.startswith("| model."):
-            cells = [cell.strip() for cell in line.strip("|").split("|")]
-            found[test_set, cells[0].split(" ")[0]] = cells
+            found_cells = cells(line)
+            found[test_set, found_cells[0].split(" ")[0]] = found_cells
     return found
 
 
@@ -122,9 +123,9 @@ def test_the_study_pages_step_1_table_is_its_reports():
     rows = [line for line in section.splitlines() if line.startswith("| `")][1:]
     assert len(rows) == 8
     for row in rows:
-        cells = [cell.strip() for cell in row.strip("|").split("|")]
-        for test_set, cell in zip(TEST_SETS, cells[1:4], strict=True):
+        ours = cells(row)
+        for test_set, cell in zip(TEST_SETS, ours[1:4], strict=True):
             difference, adjusted = cell.split(", p ")
-            theirs = report[test_set, cells[0].strip("`")]
+            theirs = report[test_set, ours[0].strip("`")]
             assert theirs[3] == difference
             assert float(theirs[4].split("(")[1].rstrip(") *")) == float(adjusted)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 
 from sacrebleu.metrics import BLEU
-from sweep_helpers import REFERENCES, hand_made_run, write_sweep
+from sweep_helpers import REFERENCES, hand_made_run, row, write_sweep
 
 from seq2seq.sweep import SweepDir, load_sweep
 from seq2seq.sweep.budgets import budget_tables
@@ -46,11 +46,6 @@ def two_sweeps(tmp_path, monkeypatch, first_runs: dict, continued_runs: dict):
     second_dir.adopt(second)
     finish(second_dir, second, continued_runs)
     return collect(second_dir)
-
-
-def row(lines: list[str], first: str) -> list[str]:
-    line = next(line for line in lines if line.startswith(f"| {first} |"))
-    return [cell.strip() for cell in line.strip("|").split("|")]
 
 
 def test_a_gap_that_closes_with_more_updates_shows_in_both_columns(tmp_path, monkeypatch):

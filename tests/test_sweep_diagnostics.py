@@ -6,7 +6,7 @@ import json
 import shutil
 import statistics
 
-from sweep_helpers import BASE, write_sweep
+from sweep_helpers import BASE, row, write_sweep
 
 from seq2seq import Translator
 from seq2seq.checkpoint import RunDir
@@ -43,12 +43,6 @@ def sweep_of(tmp_path, types: list[str]):
     directory = SweepDir(tmp_path / "sweep")
     directory.adopt(sweep)
     return sweep, directory
-
-
-def row(markdown: list[str], first: str) -> list[str]:
-    """The cells of the table row that starts with `first`."""
-    line = next(line for line in markdown if line.startswith(f"| {first} |"))
-    return [cell.strip() for cell in line.strip("|").split("|")]
 
 
 def test_the_report_averages_cross_attention_over_layers_and_seeds_at_the_best_step(
