@@ -1,4 +1,4 @@
-"""scripts/bench.py train: one JSON line of consistent throughput and FLOP figures."""
+"""scripts/bench.py train (bench_train.py): one JSON line of consistent throughput and FLOP figures."""
 
 import json
 import subprocess
@@ -24,7 +24,7 @@ def test_train_prints_one_consistent_json_line(toy):
     row = json.loads(lines[0])
     assert row["mode"] == "train" and row["steps"] == 2 and row["threads"] == 1
     assert row["tokens_per_s"] > row["target_tokens_per_s"] > 0
-    assert 0 <= row["padding_ratio"] < 1
+    assert 0 <= row["padding_ratio"] < 1 and row["peak_rss_mb"] > 0
     assert "profile of 10 updates" in result.stderr and "aten::" in result.stderr
     flops = row["mflop_per_target_token"] * 1e6 * row["target_tokens_per_s"]
     assert row["mfu"] == pytest.approx(
@@ -33,7 +33,7 @@ def test_train_prints_one_consistent_json_line(toy):
 
 
 def test_matmul_weights_split_the_model_by_side(load_script):
-    bench = load_script("bench")
+    bench = load_script("bench_train")
     cfg = ModelConfig(arch="transformer", embed_dim=16, hidden_dim=16, ff_dim=32)
     model = build_model(cfg, 50, 60, 1)
     source, target = bench.matmul_weights(model)

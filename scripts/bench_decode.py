@@ -1,0 +1,145 @@
+"""`scripts/bench.py decode`: translation speed of this project's decoder and of
+CTranslate2 on the same run.
+
+Each engine and beam size translates the input after a warm-up (the first 50 lines), in a
+fresh process (bench.py runs it so, and adds its peak resident memory), and reports
+sentences/s, target tokens/s (output pieces + EOS), and with --ref the BLEU and chrF of the
+output. `torch` is this project's decoder (`torch-int8`: with int8 linear layers,
+`Translator.load(..., int8=True)`); `ct2-TYPE` exports the run to CTranslate2 with TYPE
+weights (float32, int16, int8) into a temporary directory first and decodes with it, on as
+many threads. A run whose config.yaml holds keys that the measured seq2seq does not know (a
+newer run, measured with an older commit under `compare`) is read without them, and the
+line lists them (`config_keys_left_out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from inspect import signature
+from pathlib import Path
+
+ENGINES = ("torch", "torch-int8", "ct2-float32", "ct2-int16", "ct2-int8")
+
+
+def load_translator(
+    args: argparse.Namespace, engine: str, beam: int, exported: Path | None, run: Path
+):
+    """This project's Translator on `run` (the run as the measured code reads it), or
+    CTranslate2 on its export."""
+    options = {
+        "beam": beam, "batch_tokens": args.batch_tokens, "length_penalty": args.length_penalty
+    }  # fmt: skip
+    if engine.startswith("torch"):
+        from seq2seq.decode.translate import Translator
+
+        int8 = {"int8": True} if engine == "torch-int8" else {}  # older commits lack it
+        return Translator.load(run, args.checkpoint, **int8, **options)
+    from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
+
+    return CTranslate2Translator.load(exported, threads=args.threads, **options)
+
+
+def run_for_this_code(run: Path, directory: Path) -> tuple[Path, list[str]]:
+    """The run as the measured seq2seq reads it, and the config keys left out for it.
+
+    An older commit's schema lacks the keys that newer configs write (at their defaults,
+    for a run trained without them): those are left out of a copy of config.yaml, beside
+    links to the run's other files in `directory`. A run it reads as it is comes back as it is.
+    """
+    import yaml
+    from pydantic import ValidationError
+
+    import seq2seq.attention  # noqa: F401  (older commits validate attention types only after it)
+    from seq2seq.config import Config
+
+    config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    dropped: list[str] = []
+    while True:
+        try:
+            Config.model_validate(config)
+            break
+        except ValidationError as error:
+            unknown = [e["loc"] for e in error.errors() if e["type"] == "extra_forbidden"]
+            if not unknown:
+                break  # another problem: loading the run reports it
+        for *parents, key in unknown:
+            section = config
+            for parent in parents:
+                section = section[parent]
+            del section[key]
+            dropped.append(".".join(map(str, [*parents, key])))
+    if not dropped:
+        return run, []
+    copy = directory / run.name
+    copy.mkdir()
+    for entry in run.iterdir():
+        if entry.name != "config.yaml":
+            (copy / entry.name).symlink_to(entry.resolve())
+    (copy / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return copy, dropped
+
+
+def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: Path | None) -> dict:
+    """Runs in its own process: load the model, warm up, time one pass over the input."""
+    import torch
+
+    from seq2seq.data.corpus import read_lines
+    from seq2seq.evaluate import score_corpus
+
+    torch.set_num_threads(args.threads)
+    lines = read_lines(args.input)[: args.limit]
+    with tempfile.TemporaryDirectory() as directory:
+        run, dropped = run_for_this_code(args.run, Path(directory))
+        translator = load_translator(args, engine, beam, exported, run)
+    cuda = getattr(translator, "device", None) is not None and translator.device.type == "cuda"
+    translator.translate(lines[:50])
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    # What `seq2seq translate` asks for: no attention weights (older commits had no choice).
+    options = (
+        {"attention": False} if "attention" in signature(translator.hypotheses).parameters else {}
+    )
+    started = time.perf_counter()
+    found = translator.hypotheses(lines, **options)
+    if cuda:
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    outputs = [hyps[0] if hyps else None for hyps in found]
+    tokens = sum(len(h.tokens) + 1 for h in outputs if h is not None)
+    result = {
+        "mode": "decode",
+        "engine": engine,
+        "run": str(args.run),
+        "beam": beam,
+        "sentences": len(lines),
+        "seconds": round(seconds, 3),
+        "sentences_per_s": round(len(lines) / seconds, 2),
+        "target_tokens_per_s": round(tokens / seconds, 1),
+        "device": "cuda" if cuda else "cpu",
+        "threads": args.threads,
+        "batch_tokens": translator.decode.batch_tokens,
+        "length_penalty": translator.decode.length_penalty,
+    }
+    if dropped:
+        result["config_keys_left_out"] = dropped
+    if cuda:
+        result["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    if args.ref:
+        references = read_lines(args.ref)[: args.limit]
+        scores = score_corpus([h.text if h else "" for h in outputs], references)
+        result.update(bleu=round(scores.bleu, 2), chrf=round(scores.chrf, 2))
+    return result
+
+
+def export_for(args: argparse.Namespace, engine: str, directory: Path) -> Path | None:
+    """The run exported with the engine's quantization into `directory` (None: torch)."""
+    if engine.startswith("torch"):
+        return None
+    from seq2seq.decode.export import export_ctranslate2
+
+    exported = directory / engine
+    export_ctranslate2(args.run, exported, engine.removeprefix("ct2-"), args.checkpoint)
+    return exported

@@ -1,0 +1,229 @@
+"""`scripts/bench.py train`, `losses` and `diagnostics`: what a training update costs.
+
+`train` trains the config's model for --warmup updates, then times --steps updates (data,
+forward, backward, clipping, optimizer step; no validation) and reports target and
+source+target tokens/s (pieces + EOS, padding excluded, as the JoeyNMT harness counts),
+the padding share of the batches, and the model FLOP utilisation: training FLOPs per
+target token counted analytically (6 x the weights of every matrix product a token goes
+through: encoder weights per source token, decoder and output weights per target token;
+attention scores and element-wise work left out) times tokens/s, over a matmul peak
+measured on the spot in the same dtype. The tokenizer is trained into a temporary run
+directory first (or reused with --tokenizer DIR).
+
+`losses` gives the loss of each of the first --steps updates of a run from its start (the
+config's seed, dropout on): two commits that compute the same arithmetic give the same
+curve.
+
+`diagnostics` times the attention diagnostics' pass over the validation set (what a
+validation with them adds to one without) against the training between two validations
+(train.valid_every updates) and against the validation's teacher-forced loss pass, in
+--repeats interleaved rounds, and reports medians and ranges.
+
+Each runs in a fresh process (bench.py runs it so, and adds its peak resident memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def matmul_peak_gflops(dtype_name: str, seconds: float = 3.0, size: int = 2048) -> float:
+    """Large square matmuls on this machine now, in the training dtype: the MFU denominator."""
+    import torch
+
+    dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b  # warm-up
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        a @ b
+        done += 1
+    return 2 * size**3 * done / (time.perf_counter() - started) / 1e9
+
+
+def matmul_weights(model) -> tuple[int, int]:
+    """(source-side, target-side) weights used in matrix products per token.
+
+    Modules under a top-level name starting with `encoder` run per source token; all the
+    others (decoder, output) per target token. Memory projections of the decoder (RNN
+    memory, cross-attention keys and values) also run per source token: with a length
+    ratio near 1 the difference is small, and it is left out.
+    """
+    from torch import nn
+
+    source = target = 0
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            weights = module.weight.numel()
+        elif isinstance(module, nn.RNNBase):
+            weights = sum(p.numel() for n, p in module.named_parameters() if "weight" in n)
+        else:
+            continue
+        if name.startswith("encoder"):
+            source += weights
+        else:
+            target += weights
+    return source, target
+
+
+PROFILED_STEPS = 10
+
+
+def profile_updates(trainer, batches: list[list[int]], rows: int) -> None:
+    """torch.profiler's table of the `rows` costliest operators over these updates, to
+    stderr; run after the timed updates, so its overhead is not in the figures."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for indices in batches:
+            trainer.train_step(indices)
+    table = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+    print(f"profile of {len(batches)} updates:\n{table}", file=sys.stderr)
+
+
+def training_batches(trainer, epochs: int, needed: int) -> list[list[int]]:
+    """The first `needed` batches of the training data, over as many epochs as it takes."""
+    batches: list[list[int]] = []
+    for epoch in range(epochs):
+        if len(batches) >= needed:
+            break
+        batches += trainer.data.train.epoch(epoch)
+    if len(batches) < needed:
+        raise SystemExit(f"the corpus gives {len(batches)} batches; {needed} needed")
+    return batches[:needed]
+
+
+def training_speed(trainer, timed: list[list[int]], seconds: float, precision: str) -> dict:
+    """Speeds, padding and model FLOP utilisation of `timed` updates that took `seconds`."""
+    data = trainer.data.train
+    src = sum(len(data.src[i]) + 1 for b in timed for i in b)
+    tgt = sum(data.target_tokens(b) for b in timed)
+    padded = sum(
+        len(b) * (max(len(data.src[i]) for i in b) + 1 + max(len(data.tgt[i]) for i in b) + 1)
+        for b in timed
+    )
+    source_side, target_side = matmul_weights(trainer.model)
+    flops_per_target = 6 * (target_side + source_side * src / tgt)
+    peak = matmul_peak_gflops(precision)
+    speed = tgt / seconds
+    return {
+        "seconds": round(seconds, 2),
+        "target_tokens_per_s": round(speed, 1),
+        "tokens_per_s": round((src + tgt) / seconds, 1),
+        "target_tokens_per_update": round(tgt / len(timed), 1),
+        "padding_ratio": round(1 - (src + tgt) / padded, 4),
+        "mflop_per_target_token": round(flops_per_target / 1e6, 3),
+        "matmul_peak_gflops": round(peak, 1),
+        "mfu": round(flops_per_target * speed / (peak * 1e9), 5),
+    }
+
+
+def new_trainer(args: argparse.Namespace, directory: str):
+    """The config's trainer on a fresh run in `directory`, with --tokenizer's if given."""
+    import shutil
+
+    from seq2seq.checkpoint import RunDir
+    from seq2seq.config import load_config
+    from seq2seq.train.distributed import World
+    from seq2seq.train.run import build_trainer
+
+    cfg = load_config(args.config, [*args.set, f"train.threads={args.threads}"])
+    run = RunDir(Path(directory) / "run")
+    if args.tokenizer:
+        shutil.copytree(args.tokenizer, run.tokenizer)
+    trainer = build_trainer(cfg, run, World())
+    trainer.model.train()
+    return cfg, trainer
+
+
+def measure_losses(args: argparse.Namespace) -> dict:
+    """Runs in its own process: the loss per target token of the first --steps updates."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg, trainer = new_trainer(args, tmp)
+        batches = training_batches(trainer, cfg.train.max_epochs, args.steps)
+        losses = []
+        for indices in batches:
+            loss, _ = trainer.train_step(indices)
+            trainer.progress.step += 1  # the schedule reads it
+            losses.append(float(loss))
+    return {"mode": "losses", "config": str(args.config), "threads": args.threads,
+            "steps": args.steps, "losses": losses}  # fmt: skip
+
+
+def measure_train(args: argparse.Namespace) -> dict:
+    """Runs in its own process: build the run, warm up, time --steps updates."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg, trainer = new_trainer(args, tmp)
+        needed = args.warmup + args.steps + (args.profile and PROFILED_STEPS)
+        batches = training_batches(trainer, cfg.train.max_epochs, needed)
+        for indices in batches[: args.warmup]:
+            trainer.train_step(indices)
+        timed = batches[args.warmup : args.warmup + args.steps]
+        started = time.perf_counter()
+        for indices in timed:
+            trainer.train_step(indices)
+        seconds = time.perf_counter() - started
+        if args.profile:
+            profile_updates(trainer, batches[args.warmup + args.steps :], args.profile)
+        speed = training_speed(trainer, timed, seconds, cfg.train.precision)
+    return {
+        "mode": "train",
+        "config": str(args.config),
+        "arch": cfg.model.arch,
+        "precision": cfg.train.precision,
+        "threads": args.threads,
+        "steps": args.steps,
+        **speed,
+    }
+
+
+def measure_diagnostics(args: argparse.Namespace) -> dict:
+    """Runs in its own process: the attention diagnostics' cost (train.attention_diagnostics)
+    against the training between two validations (train.valid_every updates). --repeats
+    rounds, interleaved: --steps updates, the validation's teacher-forced loss pass, the
+    diagnostics' pass over the validation set (what validating with them adds); medians
+    and ranges."""
+    from seq2seq.attention.diagnostics import measure_attention
+    from seq2seq.checkpoint import RunDir
+    from seq2seq.config import load_config
+    from seq2seq.train.distributed import World
+    from seq2seq.train.run import build_trainer
+
+    cfg = load_config(args.config, [*args.set, f"train.threads={args.threads}"])
+    times: dict[str, list[float]] = {"update": [], "loss_pass": [], "diagnostics": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = build_trainer(cfg, RunDir(Path(tmp) / "run"), World())
+        validator = trainer.validator
+        batches = training_batches(trainer, cfg.train.max_epochs, args.steps * args.repeats + 1)
+        trainer.model.train()
+        trainer.train_step(batches.pop())  # warm-up
+        for rep in range(args.repeats):
+            started = time.perf_counter()
+            for indices in batches[rep * args.steps : (rep + 1) * args.steps]:
+                trainer.train_step(indices)
+            times["update"].append((time.perf_counter() - started) / args.steps)
+            started = time.perf_counter()
+            validator.teacher_forced_loss(trainer.model)
+            times["loss_pass"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            measure_attention(trainer.model, validator.pairs())
+            times["diagnostics"].append(time.perf_counter() - started)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    between = median["update"] * cfg.train.valid_every
+    return {
+        "mode": "diagnostics",
+        "config": str(args.config),
+        "threads": args.threads,
+        "valid_every": cfg.train.valid_every,
+        "validation_pairs": len(trainer.data.valid_src),
+        **{f"{name}_s": round(value, 3) for name, value in median.items()},
+        **{f"{name}_s_range": [round(min(v), 3), round(max(v), 3)] for name, v in times.items()},
+        "train_s_between_validations": round(between, 1),
+        "diagnostics_share_of_training": round(median["diagnostics"] / between, 5),
+        "diagnostics_over_loss_pass": round(median["diagnostics"] / median["loss_pass"], 3),
+    }
