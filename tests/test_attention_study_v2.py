@@ -3,6 +3,7 @@ page's figures against the committed reports."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,23 @@ def test_the_study_pages_step_1_table_is_its_reports():
             theirs = report[test_set, ours[0].strip("`")]
             assert theirs[3] == difference
             assert float(theirs[4].split("(")[1].rstrip(") *")) == float(adjusted)
+
+
+def test_the_study_pages_first_edition_table_is_the_committed_runs():
+    """Each seed's test_2016_flickr BLEU, first edition -> second, as the runs' scores."""
+
+    def bleu(sweep: str, kind: str, seed: str) -> float:
+        run = ROOT / f"docs/results/{sweep}/runs/attention.type={kind},seed={seed}"
+        scores = json.loads((run / "test/scores.json").read_text(encoding="utf-8"))
+        return scores["test_2016_flickr"]["bleu"]
+
+    page = (ROOT / "docs/results/attention-study-v2.md").read_text(encoding="utf-8")
+    section = page.split("### Step 1 against the first edition")[1]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert len(rows) == 9
+    for row in rows:
+        kind, *seeds = cells(row)
+        for seed, cell in zip("12", seeds, strict=True):
+            first, second = (float(x) for x in cell.split(" -> "))
+            assert first == bleu("attention-transformer", kind.strip("`"), seed)
+            assert second == bleu("attention-transformer-v2", kind.strip("`"), seed)
