@@ -1,4 +1,4 @@
-"""scripts/bench.py train (bench_train.py): one JSON line of consistent throughput and FLOP figures."""
+"""scripts/bench.py train (bench_train.py): one JSON line of consistent throughput figures."""
 
 import json
 import subprocess

@@ -315,11 +315,16 @@ def test_an_unexpected_failure_is_a_json_500_for_its_request_alone(trained):
 
 
 def test_sigterm_lets_the_request_in_flight_finish_and_refuses_new_ones(trained, translator):
-    process, url = start_server(trained, "--batch-wait-ms", "1500")
+    process, url = start_server(trained, "--batch-wait-ms", "3000")
     port = int(url.rsplit(":", 1)[1].strip("/"))
     with ThreadPoolExecutor(1) as pool:
         in_flight = pool.submit(httpx2.post, url + "translate", json={"text": LINES}, timeout=30)
-        time.sleep(0.5)  # the request waits in its batch for 1.5 s
+        # Signalled once the server holds the request (it waits in its batch for 3 s), not
+        # after a fixed sleep, which a loaded machine outlasts before the request is sent.
+        deadline = time.monotonic() + 20
+        while httpx2.get(url + "health", timeout=5).json()["queued"] < 1:
+            assert time.monotonic() < deadline, "the request never reached the server"
+            time.sleep(0.02)
         process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:

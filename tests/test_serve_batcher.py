@@ -76,6 +76,27 @@ def test_a_batch_stops_growing_at_max_lines():
     assert [len(lines) for lines, _, _ in search.calls] == [4, 2]  # 2 + 2 reach 3; then 2
 
 
+def test_waiting_counts_the_batch_being_collected_until_its_search_starts():
+    gate = threading.Event()
+    search = Recorder(gate)
+
+    async def scenario():
+        batcher = MicroBatcher(search, max_lines=100, max_wait=1.0, max_queue=10)
+        batcher.start()
+        asks = [asyncio.ensure_future(batcher.translate([line], 1, 1)) for line in "ab"]
+        await asyncio.sleep(0.1)  # both taken from the queue into the batch, which waits on
+        collecting = (batcher.queue.qsize(), batcher.waiting)
+        while not search.started.is_set():
+            await asyncio.sleep(0.01)
+        searching = batcher.waiting
+        gate.set()
+        await asyncio.gather(*asks)
+        await batcher.stop()
+        return collecting, searching
+
+    assert run(scenario()) == ((0, 2), 0)
+
+
 def test_a_full_queue_refuses_and_a_stopping_batcher_finishes_what_it_holds():
     gate = threading.Event()
     search = Recorder(gate)

@@ -62,7 +62,7 @@ def create_app(
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "queued": batcher.queue.qsize(), "batches": batcher.batches}
+        return {"status": "ok", "queued": batcher.waiting, "batches": batcher.batches}
 
     @app.get("/info")
     async def model_info() -> dict[str, Any]:

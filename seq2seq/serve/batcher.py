@@ -68,8 +68,14 @@ class MicroBatcher:
         self.max_wait = max_wait
         self.queue: asyncio.Queue[_Job] = asyncio.Queue(max_queue)
         self.batches = 0  # decoded so far: for /health and tests
+        self.collecting = 0  # jobs taken into the batch that `_collect` is still filling
         self.closing = False
         self._worker: asyncio.Task | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Requests not yet being decoded: in the queue or in the batch being collected."""
+        return self.queue.qsize() + self.collecting
 
     def start(self) -> None:
         self._worker = asyncio.get_running_loop().create_task(self._run())
@@ -110,7 +116,7 @@ class MicroBatcher:
         """The oldest job and those that come within `max_wait` of it, up to `max_lines`
         lines (one job larger than that goes alone)."""
         jobs = [await self.queue.get()]
-        lines = len(jobs[0].lines)
+        lines, self.collecting = len(jobs[0].lines), 1
         deadline = time.monotonic() + self.max_wait
         while lines < self.max_lines:
             try:
@@ -124,7 +130,8 @@ class MicroBatcher:
                 except asyncio.TimeoutError:
                     break
             jobs.append(job)
-            lines += len(job.lines)
+            lines, self.collecting = lines + len(job.lines), len(jobs)
+        self.collecting = 0
         return jobs
 
     async def _decode(self, jobs: list[_Job]) -> None:
