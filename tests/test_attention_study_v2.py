@@ -150,3 +150,20 @@ def test_the_study_pages_first_edition_table_is_the_committed_runs():
             first, second = (float(x) for x in cell.split(" -> "))
             assert first == bleu("attention-transformer", kind.strip("`"), seed)
             assert second == bleu("attention-transformer-v2", kind.strip("`"), seed)
+
+
+def test_the_readmes_transformer_column_is_the_second_editions_report():
+    """Each type's test_2016_flickr mean ± sd and wins in the README, as the report has them."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("| attention | RNN, first edition |")[1].split("\n\n")[0]
+    report = report_cells(ROOT / "docs/results/attention-transformer-v2/report/results.md")
+    rows = [cells(line) for line in table.splitlines() if line.startswith("| `")]
+    checked = 0
+    for kind, _, _, bleu, wins in rows:
+        if bleu.startswith("(is"):
+            continue
+        theirs = report["test_2016_flickr", kind.split("`")[1]]
+        assert theirs[2] == bleu
+        assert wins == "baseline" if theirs[3] == "baseline" else wins == theirs[5]
+        checked += 1
+    assert checked == 6
