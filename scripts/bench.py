@@ -55,8 +55,9 @@ def with_peak_memory(measure: Callable[..., dict], *args: object) -> dict:
     """Runs in the measurement's own process: its line, with the process's peak resident
     memory added."""
     result = measure(*args)
-    result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    return result  # ru_maxrss: KiB on Linux
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    result["peak_rss_mb"] = round(peak_kib / 1024, 1)
+    return result
 
 
 # The figures `compare` summarises, and the fields that say which measurement a line is.
