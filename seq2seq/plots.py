@@ -133,6 +133,41 @@ def band_panels_figure(panels: dict[str, dict[str, Band]], xlabel: str) -> Figur
     return figure
 
 
+Line = tuple[list[int], list[float]]  # x values, y values
+
+
+def line_grid_figure(
+    rows: dict[str, dict[str, dict[str, Line]]], xlabel: str, marks: dict[str, float]
+) -> Figure:
+    """Small multiples: a row of panels per row title and a column per column title (row
+    -> column -> name -> line), a line per name with one colour per name throughout, the
+    panels of a column on one y scale; `marks` (column -> y) draws a dashed line across
+    that column's panels, e.g. a threshold."""
+    columns = list(dict.fromkeys(column for panels in rows.values() for column in panels))
+    names = dict.fromkeys(n for panels in rows.values() for ls in panels.values() for n in ls)
+    colours = {name: f"C{i}" for i, name in enumerate(names)}
+    figure, grid = plt.subplots(
+        len(rows), len(columns), figsize=(4.2 * len(columns), 0.8 + 1.9 * len(rows)),
+        squeeze=False, sharex=True, sharey="col", layout="constrained",
+    )  # fmt: skip
+    for axes_row, (title, panels) in zip(grid, rows.items(), strict=True):
+        axes_row[0].set_ylabel(title, fontsize=9)
+        for axes, column in zip(axes_row, columns, strict=True):
+            for name, (xs, ys) in panels.get(column, {}).items():
+                axes.plot(xs, ys, marker=".", markersize=3, label=name, color=colours[name])
+            if column in marks:
+                axes.axhline(marks[column], color="grey", linestyle="--", linewidth=0.8)
+            axes.grid(alpha=0.3)
+    for axes, column in zip(grid[0], columns, strict=True):
+        axes.set_title(column, fontsize=10)
+    for axes in grid[-1]:
+        axes.set_xlabel(xlabel)
+    handles = {line.get_label(): line for axes in grid.flat for line in axes.lines}
+    drawn = {label: line for label, line in handles.items() if not label.startswith("_")}
+    figure.legend(drawn.values(), drawn.keys(), loc="outside right upper", fontsize=8)
+    return figure
+
+
 def figure_png(figure: Figure) -> bytes:
     """The figure as PNG bytes; the figure is closed (matplotlib keeps open ones alive)."""
     buffer = io.BytesIO()

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from seq2seq.plots import attention_figure, band_panels_figure, figure_png
+from seq2seq.plots import attention_figure, band_panels_figure, figure_png, line_grid_figure
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -30,4 +30,23 @@ def test_a_name_keeps_its_colour_in_panels_that_lack_other_names():
     assert [axes.get_title() for axes in figure.axes] == ["some", "all"]
     # one legend for all panels, with the names the first panel lacks
     assert [text.get_text() for text in figure.legends[0].get_texts()] == ["cosine", "dot"]
+    assert figure_png(figure).startswith(PNG)
+
+
+def test_a_grid_has_a_row_per_title_a_column_per_panel_and_its_marks():
+    line = ([250, 500], [0.6, 0.2])
+    rows = {
+        "dot": {"entropy": {"seed 1": line, "seed 2": line}, "sink": {"seed 1": line}},
+        "cosine": {"sink": {"seed 2": line}},  # lacks a column and a seed
+    }
+    figure = line_grid_figure(rows, "update", {"sink": 0.5})
+    (dot_entropy, dot_sink), (cosine_entropy, cosine_sink) = figure.axes[:2], figure.axes[2:4]
+    assert [dot_entropy.get_title(), dot_sink.get_title()] == ["entropy", "sink"]
+    assert [dot_entropy.get_ylabel(), cosine_entropy.get_ylabel()] == ["dot", "cosine"]
+    colours = {line.get_label(): line.get_color() for line in dot_entropy.lines}
+    assert cosine_sink.lines[0].get_color() == colours["seed 2"] != colours["seed 1"]
+    assert not cosine_entropy.lines
+    marks = [line for line in dot_sink.lines + cosine_sink.lines if line.get_linestyle() == "--"]
+    assert [line.get_ydata()[0] for line in marks] == [0.5, 0.5]
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["seed 1", "seed 2"]
     assert figure_png(figure).startswith(PNG)

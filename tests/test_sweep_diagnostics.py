@@ -12,7 +12,15 @@ from seq2seq import Translator
 from seq2seq.checkpoint import RunDir
 from seq2seq.data.corpus import read_parallel
 from seq2seq.sweep import SweepDir, diagnostics, load_sweep
-from seq2seq.sweep.diagnostics import CHART, CURVES, initial_sites, write_diagnostics
+from seq2seq.sweep.diagnostics import (
+    CHART,
+    CURVES,
+    LOCKED,
+    RUN_CURVES,
+    RUNS_CHART,
+    initial_sites,
+    write_diagnostics,
+)
 from seq2seq.sweep.results import collect
 
 
@@ -75,6 +83,8 @@ def test_the_report_averages_cross_attention_over_layers_and_seeds_at_the_best_s
     assert cosine_row[heading.index("temperature")] == "10 ± 0" and dot_row[-1] == "-"
     assert dot_row[heading.index("entropy")] == "-"  # not in these summaries
     assert f"![attention diagnostics over updates]({CHART})" in markdown
+    assert (out / RUNS_CHART).read_bytes().startswith(b"\x89PNG")
+    assert f"![every run's attention over updates]({RUNS_CHART})" in markdown
 
 
 def test_the_chart_draws_the_temperature_of_the_types_that_have_one(tmp_path, monkeypatch):
@@ -96,6 +106,39 @@ def test_the_chart_draws_the_temperature_of_the_types_that_have_one(tmp_path, mo
     drawn.clear()
     write_diagnostics(collect(directory), tmp_path)
     assert list(drawn) == [CURVES[name] for name in ("entropy_norm", "energy_std", "sink_mass")]
+
+
+def test_every_run_is_a_line_of_its_validations_with_its_largest_sink_mass(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweep, directory = sweep_of(tmp_path, ["dot", "cosine"])
+    dot, cosine = sweep.cells
+    for seed in (1, 2):
+        sites = {step: {"decoder.attention": site("target", "source", step / 100 + seed)}
+                 for step in (10, 20)}  # fmt: skip
+        finished_run(directory, sweep.run(dot, seed), 20, sites)
+    layers = {  # entropy: the mean of the cross-attention modules; sink: the largest
+        "decoder_layers.0.cross_attention": site("target", "source", 0.25, sink_mass=0.8),
+        "decoder_layers.1.cross_attention": site("target", "source", 0.5, sink_mass=0.1),
+        "decoder_layers.1.self_attention": site("target", "target", 0.9, sink_mass=0.9),
+    }
+    finished_run(directory, sweep.run(cosine, 1), 10, {10: layers})
+    initial = directory.run(sweep.run(cosine, 1)).initial_attention  # update 0: not drawn
+    initial.write_text(json.dumps({"decoder.attention": site("target", "source", 0.99)}))
+    drawn = {}
+    monkeypatch.setattr(
+        diagnostics, "line_grid_figure", lambda rows, _, marks: drawn.update(rows, marks=marks)
+    )
+    monkeypatch.setattr(diagnostics, "figure_png", lambda _: b"png")
+    write_diagnostics(collect(directory), tmp_path)
+    entropy, sink = RUN_CURVES
+    assert drawn.pop("marks") == {sink: LOCKED}
+    assert drawn == {
+        "dot": {
+            entropy: {"seed 1": ([10, 20], [1.1, 1.2]), "seed 2": ([10, 20], [2.1, 2.2])},
+            sink: {"seed 1": ([10, 20], [0.1, 0.1]), "seed 2": ([10, 20], [0.1, 0.1])},
+        },
+        "cosine": {entropy: {"seed 1": ([10], [0.375])}, sink: {"seed 1": ([10], [0.8])}},
+    }
 
 
 def test_no_measured_attention_writes_no_section(tmp_path, monkeypatch):

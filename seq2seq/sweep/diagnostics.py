@@ -1,7 +1,8 @@
 """The attention diagnostics of a sweep's report: per cell, curves over updates of the
-diagnostics in CURVES (mean and std over seeds), a table of every diagnostic at the
-tested (best) checkpoint, and the runs whose attention locked onto the source's EOS
-(sink mass >= LOCKED) and at which validations, read from each run's summary.json.
+diagnostics in CURVES (mean and std over seeds) and every run's RUN_CURVES, a table of
+every diagnostic at the tested (best) checkpoint, and the runs whose attention locked
+onto the source's EOS (sink mass >= LOCKED) and at which validations, read from each
+run's summary.json.
 
 The curves start at update 0 where a run's initial weights were measured: the report
 measures them once on the validation set (the run's tokenizer and last checkpoint, for
@@ -28,7 +29,7 @@ from seq2seq.config import Config
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decode.translate import Translator
 from seq2seq.files import atomic_write_text
-from seq2seq.plots import band_panels_figure, figure_png
+from seq2seq.plots import band_panels_figure, figure_png, line_grid_figure
 from seq2seq.sweep.results import CellResult, SweepResults
 
 CURVES = {  # diagnostic -> its panel in attention-diagnostics.png
@@ -38,6 +39,10 @@ CURVES = {  # diagnostic -> its panel in attention-diagnostics.png
     "temperature": "temperature g (the types that have one)",
 }
 CHART = "attention-diagnostics.png"
+# Every run's curves, a row per cell: its normalised entropy (the mean of its
+# cross-attention modules) and its sink mass (the largest module's, as locks count it).
+RUN_CURVES = ("normalised entropy", "sink mass (largest module)")
+RUNS_CHART = "attention-runs.png"
 # The sink mass from which a run counts as locked onto the source's EOS: half of the
 # attention on one of the ~14 source pieces of a Multi30k sentence.
 LOCKED = 0.5
@@ -113,12 +118,23 @@ def write_diagnostics(results: SweepResults, out: Path) -> str:
     tables and the chart), or "" where no run measured attention."""
     summaries = {result.cell.title: _runs(result) for result in results.cells}
     points = {result.cell.title: _points(results, result, summaries) for result in results.cells}
-    chart = _chart(points)
-    if chart is not None:
-        (out / CHART).write_bytes(chart)
+    charts = {CHART: _chart(points), RUNS_CHART: _runs_chart(points, summaries)}
+    for name, chart in charts.items():
+        if chart is not None:
+            (out / name).write_bytes(chart)
     lines = [line for table in TABLES for line in _table(points, *table)]
-    if chart is not None:
+    if charts[CHART] is not None:
         lines += [f"![attention diagnostics over updates]({CHART})", ""]
+    if charts[RUNS_CHART] is not None:
+        lines += [
+            "Every run at each validation: its normalised entropy (the mean of its "
+            "cross-attention modules) and its sink mass (its largest module's, as the locks "
+            "below count it), a row per cell and a line per seed; dashed: the sink mass of "
+            f"{LOCKED:g} from which a run counts as locked.",
+            "",
+            f"![every run's attention over updates]({RUNS_CHART})",
+            "",
+        ]
     return "\n".join([*lines, *_locks(summaries)])
 
 
@@ -154,6 +170,35 @@ def _chart(points: dict[str, Points]) -> bytes | None:
                 )  # fmt: skip
     drawn = {title: bands for title, bands in panels.items() if bands}
     return figure_png(band_panels_figure(drawn, "update")) if drawn else None
+
+
+def _runs_chart(points: dict[str, Points], summaries: dict[str, dict[int, dict]]) -> bytes | None:
+    """The PNG of RUN_CURVES of every run at its validations, a row per cell and a line
+    per seed; None where no run measured them."""
+    rows = {}
+    for cell, seeds in points.items():
+        entropy = {
+            seed: _at_validations(by_step, "entropy_norm") for seed, by_step in seeds.items()
+        }
+        sinks = {seed: _largest_sink_mass(summary) for seed, summary in summaries[cell].items()}
+        panels = {
+            title: {f"seed {seed}": (list(c), list(c.values())) for seed, c in curves.items() if c}
+            for title, curves in zip(RUN_CURVES, (entropy, sinks), strict=True)
+        }
+        if any(panels.values()):
+            rows[cell] = panels
+    if not rows:
+        return None
+    return figure_png(line_grid_figure(rows, "update", {RUN_CURVES[1]: LOCKED}))
+
+
+def _at_validations(by_step: dict[int, dict[str, float]], name: str) -> dict[int, float]:
+    """A run's diagnostic at each validation (not the initial weights, 0, nor BEST)."""
+    return {
+        step: values[name]
+        for step, values in by_step.items()
+        if step > 0 and math.isfinite(values.get(name, math.nan))
+    }
 
 
 def _table(points: dict[str, Points], step: int, where: str, intro: str) -> list[str]:

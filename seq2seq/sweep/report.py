@@ -1,6 +1,6 @@
 """A sweep's report, DIR/report/: results.md (its tables: sweep/tables.py; a continued
-sweep's budgets: sweep/budgets.py), results.csv,
-bleu.png, curves.png, length-TESTSET.png, attention.png, attention-diagnostics.png
+sweep's budgets: sweep/budgets.py), results.csv, bleu.png, curves.png,
+length-TESTSET.png, attention.png, attention-diagnostics.png and attention-runs.png
 (sweep/diagnostics.py) and TensorBoard's HParams view (tensorboard/), from whatever has
 finished.
 
