@@ -114,8 +114,8 @@ def initial_sites(run: RunDir, cfg: Config) -> dict | None:
 
 
 def write_diagnostics(results: SweepResults, out: Path) -> str:
-    """Write out/CHART where there are curves to draw; the report's markdown section (the
-    tables and the chart), or "" where no run measured attention."""
+    """Write out/CHART and out/RUNS_CHART where there are curves to draw; the report's
+    markdown section (the tables and the charts), or "" where no run measured attention."""
     summaries = {result.cell.title: _runs(result) for result in results.cells}
     points = {result.cell.title: _points(results, result, summaries) for result in results.cells}
     charts = {CHART: _chart(points), RUNS_CHART: _runs_chart(points, summaries)}
