@@ -118,7 +118,11 @@ def write_diagnostics(results: SweepResults, out: Path) -> str:
     markdown section (the tables and the charts), or "" where no run measured attention."""
     summaries = {result.cell.title: _runs(result) for result in results.cells}
     points = {result.cell.title: _points(results, result, summaries) for result in results.cells}
-    charts = {CHART: _chart(points), RUNS_CHART: _runs_chart(points, summaries)}
+    sinks = {  # cell -> seed -> step -> the largest sink mass of its modules
+        cell: {seed: _largest_sink_mass(summary) for seed, summary in runs.items()}
+        for cell, runs in summaries.items()
+    }
+    charts = {CHART: _chart(points), RUNS_CHART: _runs_chart(points, sinks)}
     for name, chart in charts.items():
         if chart is not None:
             (out / name).write_bytes(chart)
@@ -135,7 +139,7 @@ def write_diagnostics(results: SweepResults, out: Path) -> str:
             f"![every run's attention over updates]({RUNS_CHART})",
             "",
         ]
-    return "\n".join([*lines, *_locks(summaries)])
+    return "\n".join([*lines, *_locks(sinks)])
 
 
 def _points(results: SweepResults, result: CellResult, summaries: dict) -> Points:
@@ -172,7 +176,9 @@ def _chart(points: dict[str, Points]) -> bytes | None:
     return figure_png(band_panels_figure(drawn, "update")) if drawn else None
 
 
-def _runs_chart(points: dict[str, Points], summaries: dict[str, dict[int, dict]]) -> bytes | None:
+def _runs_chart(
+    points: dict[str, Points], sinks: dict[str, dict[int, dict[int, float]]]
+) -> bytes | None:
     """The PNG of RUN_CURVES of every run at its validations, a row per cell and a line
     per seed; None where no run measured them."""
     rows = {}
@@ -180,10 +186,9 @@ def _runs_chart(points: dict[str, Points], summaries: dict[str, dict[int, dict]]
         entropy = {
             seed: _at_validations(by_step, "entropy_norm") for seed, by_step in seeds.items()
         }
-        sinks = {seed: _largest_sink_mass(summary) for seed, summary in summaries[cell].items()}
         panels = {
             title: {f"seed {seed}": (list(c), list(c.values())) for seed, c in curves.items() if c}
-            for title, curves in zip(RUN_CURVES, (entropy, sinks), strict=True)
+            for title, curves in zip(RUN_CURVES, (entropy, sinks[cell]), strict=True)
         }
         if any(panels.values()):
             rows[cell] = panels
@@ -234,14 +239,13 @@ def _cell(values: list[float]) -> str:
     return f"{mean:.3g} ± {std:.2g}" if len(values) > 1 else f"{mean:.3g}"
 
 
-def _locks(summaries: dict[str, dict[int, dict]]) -> list[str]:
+def _locks(sinks: dict[str, dict[int, dict[int, float]]]) -> list[str]:
     """Per cell, the runs in which a cross-attention module's sink mass reached LOCKED at
     some validation, with those validations and the run's largest sink mass; [] where no
-    run measured it. `summaries`: cell -> seed -> its summary.json."""
-    measured = {}  # cell -> seed -> step -> the largest sink mass of its modules
-    for cell, runs in summaries.items():
-        sinks = {seed: _largest_sink_mass(summary) for seed, summary in runs.items()}
-        if with_sinks := {seed: by_step for seed, by_step in sinks.items() if by_step}:
+    run measured it. `sinks`: cell -> seed -> step -> the largest sink mass of its modules."""
+    measured = {}  # the same, of the runs that measured it
+    for cell, runs in sinks.items():
+        if with_sinks := {seed: by_step for seed, by_step in runs.items() if by_step}:
             measured[cell] = with_sinks
     if not measured:
         return []
