@@ -4,6 +4,7 @@ page's figures against the committed reports."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -115,14 +116,22 @@ def report_cells(report: Path) -> dict[tuple[str, str], list[str]]:
     return found
 
 
-def test_the_study_pages_step_1_table_is_its_reports():
+STEPS = {  # step -> its sweep, the first edition's, how many types and the seeds both ran
+    "1": ("attention-transformer-v2", "attention-transformer", 9, "12"),
+    "2": ("attention-rnn-v2", "attention-rnn", 11, "123"),
+}
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_the_study_pages_step_table_is_its_reports(step):
     """Every difference, interval and adjusted p of the page's table, as the committed
     report has it (BLEU: the row's Δ and p columns)."""
+    sweep, _, types, _ = STEPS[step]
     page = (ROOT / "docs/results/attention-study-v2.md").read_text(encoding="utf-8")
-    section = page.split("### Step 1:")[1].split("\n\n")[2]
-    report = report_cells(ROOT / "docs/results/attention-transformer-v2/report/results.md")
+    section = page.split(f"### Step {step}:")[1].split("\n\n")[2]
+    report = report_cells(ROOT / f"docs/results/{sweep}/report/results.md")
     rows = [line for line in section.splitlines() if line.startswith("| `")][1:]
-    assert len(rows) == 8
+    assert len(rows) == types - 1
     for row in rows:
         ours = cells(row)
         for test_set, cell in zip(TEST_SETS, ours[1:4], strict=True):
@@ -132,8 +141,10 @@ def test_the_study_pages_step_1_table_is_its_reports():
             assert float(theirs[4].split("(")[1].rstrip(") *")) == float(adjusted)
 
 
-def test_the_study_pages_first_edition_table_is_the_committed_runs():
+@pytest.mark.parametrize("step", STEPS)
+def test_the_study_pages_first_edition_table_is_the_committed_runs(step):
     """Each seed's test_2016_flickr BLEU, first edition -> second, as the runs' scores."""
+    second, first, types, seeds = STEPS[step]
 
     def bleu(sweep: str, kind: str, seed: str) -> float:
         run = ROOT / f"docs/results/{sweep}/runs/attention.type={kind},seed={seed}"
@@ -141,29 +152,33 @@ def test_the_study_pages_first_edition_table_is_the_committed_runs():
         return scores["test_2016_flickr"]["bleu"]
 
     page = (ROOT / "docs/results/attention-study-v2.md").read_text(encoding="utf-8")
-    section = page.split("### Step 1 against the first edition")[1]
+    section = re.split(r"\n##+ ", page.split(f"### Step {step} against the first edition")[1])[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
-    assert len(rows) == 9
+    assert len(rows) == types
     for row in rows:
-        kind, *seeds = cells(row)
-        for seed, cell in zip("12", seeds, strict=True):
-            first, second = (float(x) for x in cell.split(" -> "))
-            assert first == bleu("attention-transformer", kind.strip("`"), seed)
-            assert second == bleu("attention-transformer-v2", kind.strip("`"), seed)
+        kind, *cells_of_seeds = cells(row)
+        for seed, cell in zip(seeds, cells_of_seeds, strict=True):
+            first_bleu, second_bleu = (float(x) for x in cell.split(" -> "))
+            assert first_bleu == bleu(first, kind.strip("`"), seed)
+            assert second_bleu == bleu(second, kind.strip("`"), seed)
 
 
-def test_the_readmes_transformer_column_is_the_second_editions_report():
-    """Each type's test_2016_flickr mean ± sd and wins in the README, as the report has them."""
+def test_the_readmes_table_is_the_second_editions_reports():
+    """Each type's test_2016_flickr mean ± sd and wins in the README, as the reports have them."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    table = readme.split("| attention | RNN, first edition |")[1].split("\n\n")[0]
-    report = report_cells(ROOT / "docs/results/attention-transformer-v2/report/results.md")
+    table = readme.split("| attention | RNN, second edition |")[1].split("\n\n")[0]
+    reports = [
+        report_cells(ROOT / f"docs/results/{sweep}/report/results.md")
+        for sweep in ("attention-rnn-v2", "attention-transformer-v2")
+    ]
     rows = [cells(line) for line in table.splitlines() if line.startswith("| `")]
     checked = 0
-    for kind, _, _, bleu, wins in rows:
-        if bleu.startswith("(is"):
-            continue
-        theirs = report["test_2016_flickr", kind.split("`")[1]]
-        assert theirs[2] == bleu
-        assert wins == "baseline" if theirs[3] == "baseline" else wins == theirs[5]
-        checked += 1
-    assert checked == 6
+    for kind, *columns in rows:
+        for report, bleu, wins in zip(reports, columns[0::2], columns[1::2], strict=True):
+            if bleu.startswith("(is"):
+                continue
+            theirs = report["test_2016_flickr", kind.split("`")[1]]
+            assert theirs[2] == bleu
+            assert wins == "baseline" if theirs[3] == "baseline" else wins == theirs[5]
+            checked += 1
+    assert checked == len(rows) * 2 - 2  # bahdanau and scaled-dot are one model each there
