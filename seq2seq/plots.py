@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 
 import matplotlib
 
@@ -91,13 +92,27 @@ def bar_figure(
     return figure
 
 
+# A line's style per name: matplotlib's 10 colours, then the same colours dashed and
+# dotted, so that a chart of 11 attention types draws no two alike.
+LINE_STYLES = ("-", "--", ":")
+
+
+def line_styles(names: Iterable[str]) -> dict[str, dict[str, str]]:
+    """Each name's colour and line style, in order, distinct for up to 30 names."""
+    return {
+        name: {"color": f"C{i % 10}", "linestyle": LINE_STYLES[i // 10 % len(LINE_STYLES)]}
+        for i, name in enumerate(names)
+    }
+
+
 def curves_figure(
     curves: dict[str, tuple[list[int], list[float]]], xlabel: str, ylabel: str
 ) -> Figure:
     """A line per name (name -> x values, y values), e.g. validation BLEU against step."""
     figure, axes = plt.subplots(figsize=(7.0, 4.5))
+    styles = line_styles(curves)
     for name, (xs, ys) in curves.items():
-        axes.plot(xs, ys, marker=".", label=name)
+        axes.plot(xs, ys, marker=".", label=name, **styles[name])
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3)
@@ -114,17 +129,16 @@ def band_panels_figure(panels: dict[str, dict[str, Band]], xlabel: str) -> Figur
     shaded band of +- its spread, e.g. a diagnostic's mean and std over seeds per step.
     A name has one colour in every panel, also in panels that lack some names; one legend
     beside the panels names them all."""
-    names = dict.fromkeys(name for bands in panels.values() for name in bands)
-    colours = {name: f"C{i}" for i, name in enumerate(names)}
+    styles = line_styles(dict.fromkeys(name for bands in panels.values() for name in bands))
     figure, grid = plt.subplots(
         1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False, layout="constrained"
     )
     for axes, (title, bands) in zip(grid.flat, panels.items(), strict=True):
         for name, (xs, means, spreads) in bands.items():
-            axes.plot(xs, means, marker=".", label=name, color=colours[name])
+            axes.plot(xs, means, marker=".", label=name, **styles[name])
             low = [m - s for m, s in zip(means, spreads, strict=True)]
             high = [m + s for m, s in zip(means, spreads, strict=True)]
-            axes.fill_between(xs, low, high, color=colours[name], alpha=0.2, linewidth=0)
+            axes.fill_between(xs, low, high, color=styles[name]["color"], alpha=0.2, linewidth=0)
         axes.set_title(title, fontsize=10)
         axes.set_xlabel(xlabel)
         axes.grid(alpha=0.3)
@@ -144,8 +158,9 @@ def line_grid_figure(
     panels of a column on one y scale; `marks` (column -> y) draws a dashed line across
     that column's panels, e.g. a threshold."""
     columns = list(dict.fromkeys(column for panels in rows.values() for column in panels))
-    names = dict.fromkeys(n for panels in rows.values() for ls in panels.values() for n in ls)
-    colours = {name: f"C{i}" for i, name in enumerate(names)}
+    styles = line_styles(
+        dict.fromkeys(n for panels in rows.values() for ls in panels.values() for n in ls)
+    )
     figure, grid = plt.subplots(
         len(rows), len(columns), figsize=(4.2 * len(columns), 0.8 + 1.9 * len(rows)),
         squeeze=False, sharex=True, sharey="col", layout="constrained",
@@ -154,7 +169,7 @@ def line_grid_figure(
         axes_row[0].set_ylabel(title, fontsize=9)
         for axes, column in zip(axes_row, columns, strict=True):
             for name, (xs, ys) in panels.get(column, {}).items():
-                axes.plot(xs, ys, marker=".", markersize=3, label=name, color=colours[name])
+                axes.plot(xs, ys, marker=".", markersize=3, label=name, **styles[name])
             if column in marks:
                 axes.axhline(marks[column], color="grey", linestyle="--", linewidth=0.8)
             axes.grid(alpha=0.3)

@@ -1,7 +1,13 @@
 import pytest
 import torch
 
-from seq2seq.plots import attention_figure, band_panels_figure, figure_png, line_grid_figure
+from seq2seq.plots import (
+    attention_figure,
+    band_panels_figure,
+    curves_figure,
+    figure_png,
+    line_grid_figure,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -50,3 +56,17 @@ def test_a_grid_has_a_row_per_title_a_column_per_panel_and_its_marks():
     assert [line.get_ydata()[0] for line in marks] == [0.5, 0.5]
     assert [text.get_text() for text in figure.legends[0].get_texts()] == ["seed 1", "seed 2"]
     assert figure_png(figure).startswith(PNG)
+
+
+def test_eleven_lines_are_drawn_in_eleven_styles():
+    names = [f"type {i}" for i in range(11)]
+    band = ([1, 2], [0.5, 0.4], [0.1, 0.1])
+    figures = [
+        curves_figure({name: band[:2] for name in names}, "step", "BLEU"),
+        band_panels_figure({"entropy": dict.fromkeys(names, band)}, "update"),
+        line_grid_figure({"dot": {"sink": dict.fromkeys(names, band[:2])}}, "update", {}),
+    ]
+    for figure in figures:
+        styles = {(line.get_color(), line.get_linestyle()) for line in figure.axes[0].lines}
+        assert len(styles) == len(names)
+        figure_png(figure)
