@@ -104,15 +104,18 @@ def test_the_continuations_differ_from_their_sweep_in_budget_and_seeds_only(arch
         assert b["train.max_steps"] == 2 * a["train.max_steps"] == twice
 
 
-def report_cells(report: Path) -> dict[tuple[str, str], list[str]]:
-    """(test set, type) -> the cells of its row in a sweep report's tables per test set."""
-    found, test_set = {}, None
+def report_cells(report: Path) -> dict[tuple[str, tuple[str, ...]], list[str]]:
+    """(test set, a row's grid values) -> the row's other cells (seeds, BLEU, Δ BLEU, p,
+    wins, ...) in a sweep report's tables per test set."""
+    found, test_set, grid = {}, None, 1
     for line in report.read_text(encoding="utf-8").splitlines():
         if line.startswith("## "):
             test_set = line[3:] if line[3:] in TEST_SETS else None
-        elif test_set and line.startswith("| ") and not line.startswith("| model."):
-            found_cells = cells(line)
-            found[test_set, found_cells[0].split(" ")[0]] = found_cells
+        elif test_set and line.startswith("| model."):
+            grid = sum(cell.startswith("model.") for cell in cells(line))
+        elif test_set and line.startswith("| "):
+            row = cells(line)
+            found[test_set, (row[0].split(" ")[0], *row[1:grid])] = row[grid:]
     return found
 
 
@@ -120,25 +123,42 @@ STEPS = {  # step -> its sweep, the first edition's, how many types and the seed
     "1": ("attention-transformer-v2", "attention-transformer", 9, "12"),
     "2": ("attention-rnn-v2", "attention-rnn", 11, "123"),
 }
+TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its grid values
+    "Step 1:": ("attention-transformer-v2", 9, {}),
+    "Step 2:": ("attention-rnn-v2", 11, {}),
+    "Step 3: cosine or dot in the RNN": (
+        "attention-temperature-rnn",
+        5,
+        {
+            "`scaled-dot`, g learned from 1": ("scaled-dot", "1", "true"),
+            "`cosine`, g learned from 10": ("cosine", "null", "true"),
+            "`cosine`, g fixed at 10": ("cosine", "10", "false"),
+            "`cosine`, g fixed at 1": ("cosine", "1", "false"),
+        },
+    ),
+}
 
 
-@pytest.mark.parametrize("step", STEPS)
-def test_the_study_pages_step_table_is_its_reports(step):
-    """Every difference, interval and adjusted p of the page's table, as the committed
+@pytest.mark.parametrize("title", TABLES)
+def test_the_study_pages_step_table_is_its_reports(title):
+    """Every difference, interval, adjusted p and † of the page's table, as the committed
     report has it (BLEU: the row's Δ and p columns)."""
-    sweep, _, types, _ = STEPS[step]
+    sweep, rows_wanted, grid_values = TABLES[title]
     page = (ROOT / "docs/results/attention-study-v2.md").read_text(encoding="utf-8")
-    section = page.split(f"### Step {step}:")[1].split("\n\n")[2]
+    section = page.split(f"### {title}")[1].split("\n\n")[2]
     report = report_cells(ROOT / f"docs/results/{sweep}/report/results.md")
     rows = [line for line in section.splitlines() if line.startswith("| `")][1:]
-    assert len(rows) == types - 1
+    assert len(rows) == rows_wanted - 1
     for row in rows:
-        ours = cells(row)
-        for test_set, cell in zip(TEST_SETS, ours[1:4], strict=True):
+        name, *ours = cells(row)
+        key = grid_values.get(name, (name.strip("`"),))
+        for test_set, cell in zip(TEST_SETS, ours[:3], strict=True):
             difference, adjusted = cell.split(", p ")
-            theirs = report[test_set, ours[0].strip("`")]
-            assert theirs[3] == difference
-            assert float(theirs[4].split("(")[1].rstrip(") *")) == float(adjusted)
+            _, _, their_difference, their_p, *_ = report[test_set, key]
+            assert their_difference == difference
+            their_adjusted = re.search(r"\((\S+)\)", their_p).group(1)
+            assert float(their_adjusted) == float(adjusted.rstrip(" †"))
+            assert ("†" in their_p) == adjusted.endswith("†")
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -177,8 +197,8 @@ def test_the_readmes_table_is_the_second_editions_reports():
         for report, bleu, wins in zip(reports, columns[0::2], columns[1::2], strict=True):
             if bleu.startswith("(is"):
                 continue
-            theirs = report["test_2016_flickr", kind.split("`")[1]]
-            assert theirs[2] == bleu
-            assert wins == "baseline" if theirs[3] == "baseline" else wins == theirs[5]
+            theirs = report["test_2016_flickr", (kind.split("`")[1],)]
+            assert theirs[1] == bleu
+            assert wins == "baseline" if theirs[2] == "baseline" else wins == theirs[4]
             checked += 1
     assert checked == len(rows) * 2 - 2  # bahdanau and scaled-dot are one model each there
