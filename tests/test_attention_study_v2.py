@@ -124,8 +124,7 @@ STEPS = {  # step -> its sweep, the first edition's, how many types and the seed
     "2": ("attention-rnn-v2", "attention-rnn", 11, "123"),
 }
 TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its grid values
-    "Step 1:": ("attention-transformer-v2", 9, {}),
-    "Step 2:": ("attention-rnn-v2", 11, {}),
+    **{f"Step {step}:": (sweep, types, {}) for step, (sweep, _, types, _) in STEPS.items()},
     "Step 3: cosine or dot in the RNN": (
         "attention-temperature-rnn",
         5,
