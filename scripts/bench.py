@@ -7,7 +7,7 @@
         [--repeats 3] [--threads 2] [--set ...]
     python scripts/bench.py decode --run runs/multi30k-transformer \
         --input data/multi30k/test_2016_flickr.de.gz [--ref data/multi30k/test_2016_flickr.en.gz] \
-        [--beam 1 5] [--threads 2] [--limit N] [--length-penalty A] \
+        [--beam 1 5] [--threads 2] [--device cuda] [--limit N] [--length-penalty A] \
         [--engine torch torch-int8 ct2-float32 ct2-int8]
     python scripts/bench.py compare --base ../old-checkout [--repeat 3] -- train --config X
 
@@ -125,6 +125,7 @@ def parse_arguments() -> argparse.Namespace:
     decode.add_argument("--beam", type=int, nargs="+", default=[1, 5])
     decode.add_argument("--batch-tokens", type=int, help="default: the run's decode.batch_tokens")
     decode.add_argument("--threads", type=int, default=2)
+    decode.add_argument("--device", help="cpu or cuda; default: the run's train.device")
     decode.add_argument("--limit", type=int, help="only the first N lines")
     decode.add_argument("--length-penalty", type=float, help="default: the run's decode one")
     decode.add_argument(

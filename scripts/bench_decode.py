@@ -35,7 +35,7 @@ def load_translator(
         from seq2seq.decode.translate import Translator
 
         int8 = {"int8": True} if engine == "torch-int8" else {}  # older commits lack it
-        return Translator.load(run, args.checkpoint, **int8, **options)
+        return Translator.load(run, args.checkpoint, device=args.device, **int8, **options)
     from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
 
     return CTranslate2Translator.load(exported, threads=args.threads, **options)

@@ -32,18 +32,32 @@ import time
 from pathlib import Path
 
 
-def matmul_peak_gflops(dtype_name: str, seconds: float = 3.0, size: int = 2048) -> float:
-    """Large square matmuls on this machine now, in the training dtype: the MFU denominator."""
+def matmul_peak_gflops(dtype_name: str, device: str = "cpu", seconds: float = 3.0) -> float:
+    """Large square matmuls on this device now, in the training dtype: the MFU denominator
+    (2048-wide on a CPU, 8192-wide on a GPU, where smaller ones leave it part idle)."""
     import torch
 
-    dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    dtype = dtypes.get(dtype_name, torch.float32)
+    size = 8192 if device == "cuda" else 2048
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
     a @ b  # warm-up
+    synchronize(device)
     done, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
-        a @ b
-        done += 1
+        for _ in range(10 if device == "cuda" else 1):  # a GPU queues them: count in tens
+            a @ b
+            done += 1
+        synchronize(device)
     return 2 * size**3 * done / (time.perf_counter() - started) / 1e9
+
+
+def synchronize(device: str) -> None:
+    """Wait for the GPU's queued work, so that a clock read after it counts it."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def matmul_weights(model) -> tuple[int, int]:
@@ -99,7 +113,10 @@ def training_batches(trainer, epochs: int, needed: int) -> list[list[int]]:
 
 
 def training_speed(trainer, timed: list[list[int]], seconds: float, precision: str) -> dict:
-    """Speeds, padding and model FLOP utilisation of `timed` updates that took `seconds`."""
+    """Speeds, padding and model FLOP utilisation of `timed` updates that took `seconds`;
+    on a GPU also the utilisation against its bf16 peak and the peak memory allocated."""
+    import torch
+
     data = trainer.data.train
     src = sum(len(data.src[i]) + 1 for b in timed for i in b)
     tgt = sum(data.target_tokens(b) for b in timed)
@@ -109,9 +126,11 @@ def training_speed(trainer, timed: list[list[int]], seconds: float, precision: s
     )
     source_side, target_side = matmul_weights(trainer.model)
     flops_per_target = 6 * (target_side + source_side * src / tgt)
-    peak = matmul_peak_gflops(precision)
+    device = trainer.device.type
+    peak = matmul_peak_gflops(precision, device)
     speed = tgt / seconds
-    return {
+    result = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "seconds": round(seconds, 2),
         "target_tokens_per_s": round(speed, 1),
         "tokens_per_s": round((src + tgt) / seconds, 1),
@@ -121,6 +140,11 @@ def training_speed(trainer, timed: list[list[int]], seconds: float, precision: s
         "matmul_peak_gflops": round(peak, 1),
         "mfu": round(flops_per_target * speed / (peak * 1e9), 5),
     }
+    if device == "cuda":
+        bf16_peak = peak if precision == "bf16" else matmul_peak_gflops("bf16", device)
+        result["mfu_of_bf16_peak"] = round(flops_per_target * speed / (bf16_peak * 1e9), 5)
+        result["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return result
 
 
 def new_trainer(args: argparse.Namespace, directory: str):
@@ -164,9 +188,11 @@ def measure_train(args: argparse.Namespace) -> dict:
         for indices in batches[: args.warmup]:
             trainer.train_step(indices)
         timed = batches[args.warmup : args.warmup + args.steps]
+        synchronize(trainer.device.type)
         started = time.perf_counter()
         for indices in timed:
             trainer.train_step(indices)
+        synchronize(trainer.device.type)
         seconds = time.perf_counter() - started
         if args.profile:
             profile_updates(trainer, batches[args.warmup + args.steps :], args.profile)

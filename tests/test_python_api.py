@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ def test_nbest_and_hypotheses_carry_scores_and_attention(trained):
 
 
 def test_int8_weights_quantize_every_linear_layer_and_keep_the_log_probabilities(trained):
-    full, int8 = Translator.load(trained), Translator.load(trained, int8=True)
+    full, int8 = Translator.load(trained, device="cpu"), Translator.load(trained, int8=True)
     linear = [m for m in int8.model.modules() if type(m) is torch.nn.Linear]
     assert not linear and full.model is not int8.model
     src_ids = full.tokenizer.encode_src(["boka mimi toto tape podo"])[0]
@@ -53,6 +54,19 @@ def test_int8_weights_quantize_every_linear_layer_and_keep_the_log_probabilities
         b = int8.model(src, mask, tgt).log_softmax(-1)
     assert 0 < (a - b).abs().max() < 0.05 * a.abs().max()
     assert len(int8.translate(LINES)) == len(LINES)
+
+
+def test_int8_decodes_on_the_cpu_where_the_run_says_cuda_unless_told_otherwise(trained, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    config = run / "config.yaml"
+    text = config.read_text()
+    assert "  device: auto\n" in text
+    config.write_text(text.replace("  device: auto\n", "  device: cuda\n"))
+    assert Translator.load(run, int8=True).device == torch.device("cpu")
+    if torch.cuda.is_available():  # asked for both: refused, naming the ways out
+        with pytest.raises(UserError, match="CPU only, not cuda; drop int8 or the device"):
+            Translator.load(run, device="cuda", int8=True)
 
 
 def test_the_command_line_decodes_int8_as_the_python_api_does(trained, tmp_path, capsys):

@@ -319,7 +319,7 @@ def test_translate_with_stdin_closed_is_one_line(six_steps, monkeypatch, capsys)
 
 def test_bf16_on_a_cpu_without_it_is_one_line(toy, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(device, "cpu_has_bf16", lambda: False)
-    assert train(toy, tmp_path / "r", "train.precision=bf16") == 2
+    assert train(toy, tmp_path / "r", "train.precision=bf16", "train.device=cpu") == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "train.precision is bf16 but this CPU has no native bf16" in line
     assert not (tmp_path / "r").exists()

@@ -151,7 +151,10 @@ ENDS_RIGHT = '; send a JSON object such as {"text": ["..."]}'
     [
         (b'{"text": [', "the body is not valid JSON (Expecting value: line 1 column 11 (char 10))"),
         (b'{"text": ["\xff"]}', "the body is not UTF-8 (byte 0xff at 11)"),
-        (b"[" * 5000 + b"]" * 5000, "the body nests arrays or objects too deeply"),
+        (  # Python 3.11's parser refuses this depth; 3.12's reads it, an array
+            b"[" * 5000 + b"]" * 5000,
+            ("the body nests arrays or objects too deeply", "the body is an array"),
+        ),
         (
             b'{"text": ["a"], "beam": ' + b"9" * 5000 + b"}",
             "the body has a number of more than 4300 digits",

@@ -28,15 +28,23 @@ class AttentionOutput(NamedTuple):
     weights: Tensor | None
 
 
+# The fused kernels attention may use on a GPU: not cuDNN's, which plans a kernel for each new
+# shape (about 0.35 s per update on an H100 with torch 2.11) where translation batches rarely
+# repeat one; with it the first epoch of the Multi30k recipe in bf16 ran 11x slower.
+_GPU_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
 def fused_attention(query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
-    """`F.scaled_dot_product_attention` (no dropout, no extra scale), with PyTorch's math
-    kernel where its fused one is slow: a pass that needs gradients, in bfloat16 or
-    float16, on the CPU. There the fused kernel's backward made a bf16 training step of
-    the Multi30k Transformer recipe 1.2-1.3x slower (docs/benchmarks.md); the math kernel
-    computes those dtypes in float32."""
+    """`F.scaled_dot_product_attention` (no dropout, no extra scale), with the kernels that
+    are fast for it here: on a GPU any but cuDNN's (`_GPU_KERNELS`); on the CPU the fused
+    one, except for a pass that needs gradients in bfloat16 or float16, where its backward
+    made a bf16 training step of the Multi30k Transformer recipe 1.2-1.3x slower
+    (docs/benchmarks.md) and PyTorch's math kernel, which computes in float32, is used."""
+    if query.device.type == "cuda":
+        with sdpa_kernel(_GPU_KERNELS):
+            return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
     slow_backward = (
-        query.device.type == "cpu"
-        and query.dtype in (torch.bfloat16, torch.float16)
+        query.dtype in (torch.bfloat16, torch.float16)
         and torch.is_grad_enabled()
         and (query.requires_grad or keys.requires_grad or values.requires_grad)
     )

@@ -270,9 +270,10 @@ class Translator(LineTranslator):
         train.device). `threads`: the CPU threads of this process
         (`torch.set_num_threads`; default: leave them as they are). On the CPU the linear
         layers' weights are prepacked for oneDNN (`packed_weights`), or with `int8` made
-        int8 (`int8_weights`). `decode` sets fields of the run's decode
-        section for every call (beam, length_penalty, min_len, max_len_ratio,
-        max_len_offset, batch_tokens, stopping); a field given None keeps the run's value.
+        int8 (`int8_weights`; with no `device`, int8 decodes on the CPU whatever the run's
+        device). `decode` sets fields of the run's decode section for every call (beam,
+        length_penalty, min_len, max_len_ratio, max_len_offset, batch_tokens, stopping); a
+        field given None keeps the run's value.
         """
         check_load_arguments(run_dir, checkpoint, device)
         if threads is not None:
@@ -280,10 +281,13 @@ class Translator(LineTranslator):
         origin, tokenizer, model = load_trained_model(RunDir(Path(run_dir)), str(checkpoint))
         cfg = origin.config
         decode_cfg = decode_options(cfg.decode, decode)
-        target = pick_device(device or cfg.train.device)
+        target = pick_device(device or ("cpu" if int8 else cfg.train.device))
         if int8:
             if target.type != "cpu":
-                raise UserError(f"int8 decoding runs on the CPU only, not {target.type}; drop int8")
+                raise UserError(
+                    f"int8 decoding runs on the CPU only, not {target.type}; drop int8 or the "
+                    "device"
+                )
             model = int8_weights(model)
         elif target.type == "cpu":
             model = packed_weights(model)

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The GPU figures of docs/benchmarks.md ("On a GPU"), from the repository root of a machine
+# with a CUDA GPU, a CUDA build of torch and data/multi30k (scripts/prepare_multi30k.py):
+#   scripts/bench_gpu.sh OUT PART...    PART: recipe, resume, train, decode, study (or all)
+# Each part appends JSON lines (and keeps its logs) in OUT:
+#   recipe  the Transformer recipe trained on the GPU for 300 updates (runs/gpu-recipe)
+#   resume  after recipe, a resume check: 200 updates straight against 100 then resumed to 200 (bf16): the
+#           training loss logged every 20 updates from 121 on (a resumed run logs its first
+#           update, 101, so its 120 averages 19 updates) and the validation losses compared
+#   train   training speed of the recipe in bf16, fp16 and fp32 (scripts/bench.py train),
+#           timed after 150 updates: the first epoch (about 115) meets every batch shape anew
+#   decode  translate test_2016_flickr with that run at beam 1 and 5, on the GPU and the CPU;
+#           the server's throughput on the GPU (scripts/bench_serve.py)
+#   study   one run of the study Transformer at the study's budget (1,500 updates, the
+#           attention diagnostics, three test sets), its wall time; then N runs side by side
+#           (300 updates each, no test) for N in 1 2 4 8, their wall time
+set -euo pipefail
+PY=${PYTHON:-python3}
+out=${1:?usage: scripts/bench_gpu.sh OUT PART...}
+shift
+mkdir -p "$out" runs
+test_set=data/multi30k/test_2016_flickr
+recipe=configs/multi30k_transformer.yaml
+
+seconds_of() {  # run a command, append {"what": NAME, "seconds": S, "status": RC} to OUT/wall.jsonl
+  local name=$1 start status=0
+  shift
+  start=$(date +%s.%N)
+  "$@" || status=$?
+  $PY -c "import json,sys; print(json.dumps({'what': sys.argv[1], 'seconds': round(float(sys.argv[3]) - float(sys.argv[2]), 1), 'status': int(sys.argv[4])}))" \
+    "$name" "$start" "$(date +%s.%N)" "$status" | tee -a "$out/wall.jsonl"
+}
+
+logged_losses() {  # {step: loss} of a train.log's training lines from step $2 on, and its validations
+  $PY -c "import re,sys; t = open(sys.argv[1]).read(); print({**{int(s): float(l) for s, l in re.findall(r'^step (\d+) .*loss ([\d.]+)', t, re.M) if int(s) >= int(sys.argv[2])}, **{f'valid {s}': float(l) for s, l in re.findall(r'^validation at step (\d+):.*loss ([\d.]+)', t, re.M)}})" "$1" "$2"
+}
+
+part_recipe() {
+  rm -rf runs/gpu-recipe
+  seconds_of recipe-300-updates $PY -m seq2seq train --config $recipe --run-dir runs/gpu-recipe \
+    --set train.max_steps=300 > "$out/recipe.log" 2>&1
+}
+
+part_resume() {
+  rm -rf runs/gpu-straight runs/gpu-resumed
+  local budget=(--set train.valid_every=50 --set data.test=[])
+  for run in gpu-straight gpu-resumed; do  # the recipe run's tokenizer, not trained again
+    mkdir -p runs/$run && cp -r runs/gpu-recipe/tokenizer runs/$run/tokenizer
+  done
+  $PY -m seq2seq train --config $recipe --run-dir runs/gpu-straight "${budget[@]}" \
+    --set train.max_steps=200 > "$out/resume.log" 2>&1
+  for steps in 100 200; do
+    $PY -m seq2seq train --config $recipe --run-dir runs/gpu-resumed "${budget[@]}" \
+      --set train.max_steps=$steps >> "$out/resume.log" 2>&1
+  done
+  $PY -c "import json,sys; a, b = eval(sys.argv[1]), eval(sys.argv[2]); print(json.dumps({'what': 'resume', 'compared': list(map(str, a)), 'same_steps': a.keys() == b.keys(), 'max_abs_diff': max(abs(a[k] - b.get(k, float('inf'))) for k in a)}))" \
+    "$(logged_losses runs/gpu-straight/train.log 121)" "$(logged_losses runs/gpu-resumed/train.log 121)" \
+    | tee -a "$out/resume.jsonl"
+}
+
+part_train() {
+  for precision in bf16 fp16 fp32; do
+    $PY scripts/bench.py train --config $recipe --set train.precision=$precision --steps 100 \
+      --warmup 150 --tokenizer runs/gpu-recipe/tokenizer
+  done | tee -a "$out/train.jsonl"
+}
+
+part_decode() {
+  for device in cuda cpu; do
+    $PY scripts/bench.py decode --run runs/gpu-recipe --checkpoint last --device $device \
+      --input $test_set.de.gz --ref $test_set.en.gz --beam 1 5 --threads "$(nproc)"
+  done | tee -a "$out/decode.jsonl"
+  $PY scripts/bench_serve.py --run runs/gpu-recipe --input $test_set.de.gz --clients 1 16 \
+    --requests 400 | tee -a "$out/serve.jsonl"
+}
+
+part_study() {
+  local study=(--config configs/study/transformer.yaml --set train.attention_diagnostics=true)
+  rm -rf runs/gpu-study*
+  seconds_of study-run-1500-updates $PY -m seq2seq train "${study[@]}" --run-dir runs/gpu-study \
+    --set train.max_steps=1500 > "$out/study.log" 2>&1
+  for n in 1 2 4 8; do
+    side_by_side "$n"
+  done
+}
+
+side_by_side() {  # N short study runs at once, each with the study run's tokenizer
+  local n=$1 pids=() i
+  local start
+  start=$(date +%s.%N)
+  for i in $(seq "$n"); do
+    rm -rf "runs/gpu-study-$n-$i" && mkdir -p "runs/gpu-study-$n-$i"
+    cp -r runs/gpu-study/tokenizer "runs/gpu-study-$n-$i/tokenizer"
+    $PY -m seq2seq train --config configs/study/transformer.yaml --run-dir "runs/gpu-study-$n-$i" \
+      --set train.max_steps=300 --set data.test=[] --set seed="$i" \
+      > "runs/gpu-study-$n-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  local status=0
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  $PY -c "import json,sys; print(json.dumps({'what': 'side-by-side', 'runs': int(sys.argv[1]), 'updates_each': 300, 'seconds': round(float(sys.argv[3]) - float(sys.argv[2]), 1), 'status': int(sys.argv[4])}))" \
+    "$n" "$start" "$(date +%s.%N)" "$status" | tee -a "$out/wall.jsonl"
+}
+
+[ "$#" -gt 0 ] || set -- all
+[ "$1" = all ] && set -- recipe resume train decode study
+for part in "$@"; do
+  "part_$part"
+done

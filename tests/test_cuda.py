@@ -1,0 +1,127 @@
+"""The GPU path on a CUDA GPU: bf16, out of memory, checkpoints that move between the CPU and
+the GPU, translate and serve with `--device cuda`. Skipped where no CUDA GPU is (fp16 is in
+test_precision.py); on a GPU machine the rest of the suite runs on CUDA too (`auto`)."""
+
+import re
+
+import pytest
+import torch
+from cli_helpers import run_cli, train
+
+from seq2seq.attention import base
+from seq2seq.train import trainer
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+
+SOURCES = ["boka mimi toto tape podo", "toto", "mimi tape podo boka", "tape"]
+
+
+def logged_losses(run) -> list[float]:
+    return [float(x) for x in re.findall(r"loss ([\d.]+)  lr", (run / "train.log").read_text())]
+
+
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+def test_bf16_on_cuda_trains_in_bf16_with_float32_weights(toy, tmp_path, monkeypatch, arch):
+    seen: set[torch.dtype] = set()
+    original = trainer.token_cross_entropy
+
+    def loss(logits, *args):
+        seen.add(logits.dtype)
+        return original(logits, *args)
+
+    monkeypatch.setattr(trainer, "token_cross_entropy", loss)
+    run = tmp_path / "r"
+    settings = ["train.precision=bf16", "train.device=cuda", f"model.arch={arch}",
+                "train.max_steps=40", "train.valid_every=20", "model.ff_dim=32"]  # fmt: skip
+    assert train(toy, run, *settings) == 0
+    assert seen == {torch.bfloat16}
+    state = torch.load(run / "checkpoints/last.pt", weights_only=True)
+    assert all(t.dtype == torch.float32 for t in state["model"].values() if t.is_floating_point())
+    losses = logged_losses(run)
+    assert len(losses) == 40 and sum(losses[-5:]) < sum(losses[:5])
+
+
+def test_running_out_of_gpu_memory_is_one_line_and_keeps_the_checkpoint(
+    toy, tmp_path, monkeypatch, capsys
+):
+    original, count = trainer.token_cross_entropy, [0]
+
+    def loss(*args):
+        count[0] += 1
+        if count[0] == 7:  # a real CUDA allocation far beyond the card's memory
+            torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
+        return original(*args)
+
+    monkeypatch.setattr(trainer, "token_cross_entropy", loss)
+    capsys.readouterr()
+    run = tmp_path / "r"
+    assert train(toy, run, "train.device=cuda", "train.max_steps=50", "train.valid_every=3") == 1
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and last.startswith("seq2seq: error: out of memory at step 6")
+    assert "last.pt is kept" in last
+    assert torch.load(run / "checkpoints/last.pt", weights_only=True)["progress"]["step"] == 6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_fused_attention_on_the_gpu_is_exact_and_never_plans_cudnn_kernels(dtype):
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5 if i else 3, 16, dtype=torch.float64) for i in range(3))
+    mask = (torch.arange(5) < torch.tensor([5, 2])[:, None])[:, None, None, :]  # (B, 1, 1, S)
+    inputs = [x.to("cuda", dtype).requires_grad_() for x in (q, k, v)]
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        out = base.fused_attention(*inputs, mask.cuda())
+        out.float().square().sum().backward()
+    assert not [e.name for e in profiler.events() if "cudnn_attention" in e.name]
+    weights = (q @ k.transpose(-1, -2) / 4).masked_fill(~mask, float("-inf")).softmax(-1)
+    tolerance = 1e-4 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(out.cpu().double(), weights @ v, atol=tolerance, rtol=tolerance)
+
+
+def translate_cli(run, tmp_path, *options: str) -> list[str]:
+    source, output = tmp_path / "src.txt", tmp_path / "out.txt"
+    source.write_text("".join(line + "\n" for line in SOURCES))
+    assert run_cli("translate", "--run", run, "-i", source, "-o", output, *options) == 0
+    return output.read_text().splitlines()
+
+
+@pytest.mark.parametrize("trained_on", ["cpu", "cuda"])
+def test_a_checkpoint_translates_alike_on_the_cpu_and_the_gpu(toy, tmp_path, trained_on):
+    from seq2seq.decode.translate import Translator
+
+    run = tmp_path / "r"
+    assert train(toy, run, f"train.device={trained_on}", "train.max_steps=30") == 0
+    for beam in (1, 3):
+        on = {d: Translator.load(run, device=d, beam=beam) for d in ("cpu", "cuda")}
+        best = {d: [h[0] for h in t.hypotheses(SOURCES)] for d, t in on.items()}
+        # a toy model 30 updates old has near-ties that float rounding may break either way
+        for a, b in zip(best["cpu"], best["cuda"], strict=True):
+            assert a.tokens == b.tokens or abs(a.score - b.score) < 1e-3
+        cli = translate_cli(run, tmp_path, "--device", "cuda", "--beam", str(beam))
+        assert cli == [h.text for h in best["cuda"]]
+
+
+def test_serving_on_the_gpu_answers_as_its_translator_does(trained):
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    from fastapi.testclient import TestClient
+
+    from seq2seq.decode.translate import Translator
+    from seq2seq.serve.app import create_app
+    from seq2seq.serve.schema import ServeLimits
+    from seq2seq.serve.server import model_info
+
+    on_gpu = Translator.load(trained, device="cuda")
+    assert next(on_gpu.model.parameters()).is_cuda
+    limits = ServeLimits()
+    with TestClient(create_app(on_gpu, model_info(on_gpu, limits), limits)) as client:
+        answer = client.post("/translate", json={"text": SOURCES, "beam": 3, "attention": True})
+    assert answer.status_code == 200
+    body = answer.json()["translations"]
+    assert [line["text"] for line in body] == on_gpu.translate(SOURCES, beam=3)
+    for line in body:  # attention weights of each target piece over the source pieces
+        attention = line["hypotheses"][0]["attention"]
+        weights = torch.tensor(attention["weights"])
+        assert weights.shape == (len(attention["target"]), len(attention["source"]))
+        torch.testing.assert_close(weights.sum(-1), torch.ones(len(weights)), atol=1e-3, rtol=0)
