@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_helpers import train
 from sweep_helpers import cells
 
 from seq2seq.config import flatten
@@ -90,10 +91,10 @@ def test_the_comparisons_have_their_cells():
 
 
 @pytest.mark.parametrize("arch, twice", [("rnn", 5000), ("transformer", 3000)])
-def test_the_continuations_differ_from_their_sweep_in_budget_and_seeds_only(arch, twice):
+def test_the_longer_sweeps_differ_from_their_sweep_in_budget_and_seeds_only(arch, twice):
     first = load_sweep(SWEEPS / f"attention_{arch}_v2.yaml")
     longer = load_sweep(SWEEPS / f"attention_{arch}_v2_long.yaml")
-    assert longer.definition.continue_from == f"docs/results/attention-{arch}-v2"
+    assert longer.definition.continue_from is None  # trained from the start: see below
     assert longer.definition.seeds == [1, 2] and longer.cells == first.cells
     for run in longer.runs:
         a, b = (
@@ -102,6 +103,29 @@ def test_the_continuations_differ_from_their_sweep_in_budget_and_seeds_only(arch
         )
         assert {k for k in a if a[k] != b[k]} == {"name", "train.max_steps"}
         assert b["train.max_steps"] == 2 * a["train.max_steps"] == twice
+        assert a["train.schedule.type"] in ("inverse_sqrt", "plateau")  # blind to the budget
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        ["train.schedule.type=inverse_sqrt", "train.schedule.warmup_steps=3"],
+        ["train.schedule.type=plateau", "train.schedule.patience=0"],
+    ],  # fmt: skip
+    ids=["inverse_sqrt", "plateau"],
+)
+def test_a_run_to_twice_the_budget_repeats_the_shorter_runs_updates(toy, tmp_path, schedule):
+    """What the longer sweeps rest on: their first half is the first sweep's run."""
+    logs = []
+    for steps in (4, 8):
+        run = tmp_path / str(steps)
+        assert train(toy, run, f"train.max_steps={steps}", *schedule) == 0
+        logs.append((run / "train.log").read_text())
+    # each update's loss and each validation, without the timestamps and speeds
+    pattern = r"INFO ((?:step|validation at step) \d+.*?)(?:  \d+ target tokens/s)?$"
+    lines = [re.findall(pattern, log, re.MULTILINE) for log in logs]
+    assert len(lines[0]) == 4 + 2 and lines[1][:6] == lines[0]
+    assert len(lines[1]) == 8 + 4
 
 
 def report_cells(report: Path) -> dict[tuple[str, tuple[str, ...]], list[str]]:
