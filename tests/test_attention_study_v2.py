@@ -147,18 +147,23 @@ STEPS = {  # step -> its sweep, the first edition's, how many types and the seed
     "1": ("attention-transformer-v2", "attention-transformer", 9, "12"),
     "2": ("attention-rnn-v2", "attention-rnn", 11, "123"),
 }
+# The temperature sweeps' cells (step 3): a row's name on the page -> its grid values.
+TEMPERATURE_CELLS = {
+    "`scaled-dot`, g learned from 1": ("scaled-dot", "1", "true"),
+    "`cosine`, g learned from 10": ("cosine", "null", "true"),
+    "`cosine`, g fixed at 10": ("cosine", "10", "false"),
+    "`cosine`, g fixed at 1": ("cosine", "1", "false"),
+}
 TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its grid values
     **{f"Step {step}:": (sweep, types, {}) for step, (sweep, _, types, _) in STEPS.items()},
-    "Step 3: cosine or dot in the RNN": (
-        "attention-temperature-rnn",
-        5,
-        {
-            "`scaled-dot`, g learned from 1": ("scaled-dot", "1", "true"),
-            "`cosine`, g learned from 10": ("cosine", "null", "true"),
-            "`cosine`, g fixed at 10": ("cosine", "10", "false"),
-            "`cosine`, g fixed at 1": ("cosine", "1", "false"),
-        },
-    ),
+    **{
+        f"Step 3: cosine or dot in the {arch}": (
+            f"attention-temperature-{sweep}",
+            5,
+            TEMPERATURE_CELLS,
+        )
+        for arch, sweep in (("RNN", "rnn"), ("Transformer", "transformer"))
+    },
 }
 
 
