@@ -61,20 +61,24 @@ def test_fp16_needs_a_cuda_gpu(toy, tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU: fp16 trains on CUDA only")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+@pytest.mark.parametrize("precision, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16)])
 @pytest.mark.parametrize("arch", ["rnn", "transformer"])
-def test_fp16_on_cuda_scales_gradients_and_learns(toy, tmp_path, monkeypatch, arch):
+def test_fp16_and_bf16_on_cuda_learn_in_their_dtype_with_float32_weights(
+    toy, tmp_path, monkeypatch, arch, precision, dtype
+):
     seen = loss_dtypes(monkeypatch)
     run = tmp_path / "r"
-    settings = ["train.precision=fp16", "train.device=cuda", f"model.arch={arch}",
+    settings = [f"train.precision={precision}", "train.device=cuda", f"model.arch={arch}",
                 "train.max_steps=40", "train.valid_every=20", "model.ff_dim=32"]  # fmt: skip
     assert train(toy, run, *settings) == 0
-    assert seen == {torch.float16}
+    assert seen == {dtype}
     state = torch.load(run / "checkpoints/last.pt", weights_only=True)
     assert all(t.dtype == torch.float32 for t in state["model"].values() if t.is_floating_point())
-    assert state["scaler"]["scale"] > 0  # its state is saved, to resume with
+    if precision == "fp16":
+        assert state["scaler"]["scale"] > 0  # the gradient scaler's state, to resume with
     losses = [float(x) for x in re.findall(r"loss ([\d.]+)  lr", (run / "train.log").read_text())]
-    assert sum(losses[-5:]) < sum(losses[:5])
+    assert len(losses) == 40 and sum(losses[-5:]) < sum(losses[:5])
 
 
 def test_out_of_memory_is_recognised_from_the_cpu_allocator_and_cuda():
