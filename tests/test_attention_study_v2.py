@@ -164,6 +164,11 @@ TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its gr
         )
         for arch, sweep in (("RNN", "rnn"), ("Transformer", "transformer"))
     },
+    "Step 3: query-key normalisation in the Transformer": (
+        "attention-qknorm",
+        2,
+        {"`cosine` everywhere, g learned from 9.86": ("cosine", "cosine", "9.86", "9.86")},
+    ),
 }
 
 
