@@ -111,7 +111,7 @@ def test_the_longer_sweeps_differ_from_their_sweep_in_budget_and_seeds_only(arch
     [
         ["train.schedule.type=inverse_sqrt", "train.schedule.warmup_steps=3"],
         ["train.schedule.type=plateau", "train.schedule.patience=0"],
-    ],  # fmt: skip
+    ],
     ids=["inverse_sqrt", "plateau"],
 )
 def test_a_run_to_twice_the_budget_repeats_the_shorter_runs_updates(toy, tmp_path, schedule):
