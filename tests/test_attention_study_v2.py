@@ -88,6 +88,7 @@ def test_the_comparisons_have_their_cells():
     width = load_sweep(SWEEPS / "attention_width.yaml")
     assert {run.config.model.hidden_dim for run in width.runs} == {64, 128, 256}
     assert types(width) == {"dot", "scaled-dot", "cosine"}
+    assert width.baseline.within == ("model.hidden_dim",)  # each type at its own size
 
 
 @pytest.mark.parametrize("arch, twice", [("rnn", 5000), ("transformer", 3000)])

@@ -29,7 +29,7 @@ def test_cells_keeps_the_listed_cells_in_grid_order(tmp_path, monkeypatch):
         "attention.type=local-m,attention.window=3",
         "attention.type=local-p,attention.window=5",
     ]
-    assert len(sweep.runs) == 4 and sweep.baseline is sweep.cells[0]
+    assert len(sweep.runs) == 4 and sweep.baseline.of(sweep.cells[1]) is sweep.cells[0]
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,7 @@ def test_cells_keeps_the_listed_cells_in_grid_order(tmp_path, monkeypatch):
         ([{"model.attention.type": "local-m"}], "each of cells must give a value for each"),
         (
             [{"model.attention.type": "dot", "model.attention.window": 3}],
-            "each of cells attention.type=dot,attention.window=3 is not a cell of the grid",
+            "cells lists attention.type=dot,attention.window=3, not a cell of the grid",
         ),
         ([{"model.attention.type": "local-m", "model.attention.window": 3}] * 2, "a cell twice"),
         ([{"model.attention.type": "local-p", "model.attention.window": 3}], "baseline"),

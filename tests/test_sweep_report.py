@@ -204,3 +204,38 @@ def test_the_report_says_whether_the_ranking_holds_across_test_sets(hand_made):
         "The ranking by mean BLEU differs between the test sets: "
         "test: dot > general > bahdanau; other: bahdanau > general > dot."
     )
+
+
+def test_a_baseline_of_some_fields_is_compared_within_the_others(tmp_path, monkeypatch):
+    """Baseline local-m at each window: local-p (perfect at window 3, poor at 5) is compared
+    with local-m at its own window (poor at 3, perfect at 5), not with one cell."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    for side in ("src", "tgt"):
+        (tmp_path / f"d/test.{side}").write_text("".join(r + "\n" for r in REFERENCES))
+    sweep = load_sweep(write_sweep(tmp_path, baseline={"model.attention.type": "local-m"}))
+    directory = SweepDir(tmp_path / "sweep")
+    directory.adopt(sweep)
+    m3, m5, p3, p5 = sweep.cells
+    for cells in ((p3, p5), (m3, m5)):  # the baselines last
+        for run in (run for run in sweep.runs if run.cell in cells):
+            perfect = run.cell in (m5, p3)
+            hypotheses = REFERENCES if perfect else POOR[run.seed]
+            bleu = 100.0 if perfect else 20.0
+            hand_made_run(directory.root, run, {"bleu": bleu}, hypotheses, [(10, bleu)])
+        if cells == (p3, p5):
+            alone = results_markdown(collect(directory))
+            assert "`attention.type=local-m` at each attention.window has no finished run" in alone
+    results = collect(directory)
+    means = {c.cell: c.spread("test", "bleu").mean for c in results.cells}
+    for cell, baseline in ((p3, m3), (p5, m5)):
+        compared = results.cells[sweep.cells.index(cell)].comparisons["test"]["bleu"]
+        assert compared.difference == pytest.approx(means[cell] - means[baseline])
+    assert results.cells[2].comparisons["test"]["bleu"].difference > 50
+    assert results.cells[3].comparisons["test"]["bleu"].difference < -50
+    assert not results.cells[0].comparisons and not results.cells[1].comparisons
+    table = results_markdown(results)
+    assert "; baseline `attention.type=local-m` at each attention.window." in table
+    assert table.count("| local-m (baseline) | ") == 2 * 2  # scores and training tables
+    assert "minus its baseline's (`attention.type=local-m` at the cell's attention.window)" in table
+    assert "Holm over the 2 comparisons" in table

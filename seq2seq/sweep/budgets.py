@@ -116,7 +116,6 @@ def _labels(first: Sweep, this: Sweep) -> tuple[str, str]:
 def _table(
     results: SweepResults, first: Scores, this: Scores, labels: tuple[str, str]
 ) -> list[str]:
-    baseline = results.baseline.cell.key if results.baseline else None
     lines = [
         f"| cell | seeds | {HEADLINE.title}, {labels[0]} | {labels[1]} | gain | "
         f"Δ baseline, {labels[0]} | {labels[1]} |",
@@ -130,6 +129,8 @@ def _table(
         before = [first[key, s] for s in seeds]
         after = [this[key, s] for s in seeds]
         gain = statistics.fmean(a - b for a, b in zip(after, before, strict=True))
+        found = results.baseline_of(result)
+        baseline = found.cell.key if found else None
         gaps = "baseline | " if key == baseline else _gaps(first, this, key, baseline, seeds)
         lines.append(
             f"| {result.cell.title} | {len(seeds)} | {statistics.fmean(before):.2f} | "

@@ -122,15 +122,15 @@ def results_markdown(results: SweepResults, charts: list[str] | None = None) -> 
         + (f" with {fixed}" if fixed else "")
         + "; grid: "
         + " x ".join(f"{k} ({len(v)})" for k, v in definition.grid.items())
-        + f"; seeds {', '.join(map(str, definition.seeds))}; baseline `{sweep.baseline.key}`.",
+        + f"; seeds {', '.join(map(str, definition.seeds))}; baseline {sweep.baseline.text}.",
         f"{_finished(results)} of {len(sweep.runs)} runs finished. Checkpoint rule "
         f"(`train.test_checkpoint`), the checkpoint of each run that translated the test "
         f"sets: {rules}.",
         "",
     ]
-    if results.cells and results.baseline is None:
+    if results.cells and not any(map(results.baseline_of, results.cells)):
         lines += [
-            f"The baseline `{sweep.baseline.key}` has no finished run yet: no comparisons.",
+            f"The baseline {sweep.baseline.text} has no finished run yet: no comparisons.",
             "",
         ]
     for name in results.test_sets:
@@ -191,7 +191,7 @@ def results_csv(results: SweepResults) -> str:
     writer.writerow(heading)
     for result in results.cells:
         row: list[Any] = [format_value(v) for _, v in result.cell.values]
-        row += [result.cell == results.sweep.baseline, " ".join(map(str, result.seeds))]
+        row += [results.sweep.baseline.holds(result.cell), " ".join(map(str, result.seeds))]
         for name in results.test_sets:
             for metric in METRICS:
                 spread = result.spread(name, metric.key)

@@ -4,7 +4,7 @@ length, training statistics and validation curves.
 
 Every metric of `evaluate.METRICS` is computed again from the runs' hypotheses, as
 sentence statistics that the bootstrap resamples. Holm's adjustment runs over every
-comparison of the report on one metric: each cell against the baseline on each test set.
+comparison of the report on one metric: each cell against its baseline on each test set.
 """
 
 from __future__ import annotations
@@ -89,9 +89,10 @@ class SweepResults:
     damaged: list[tuple[Run, str]]  # runs whose files cannot be read, and why
     test_sets: list[str]
 
-    @property
-    def baseline(self) -> CellResult | None:
-        return next((c for c in self.cells if c.cell == self.sweep.baseline), None)
+    def baseline_of(self, result: CellResult) -> CellResult | None:
+        """The result of `result`'s baseline cell, if it has a finished run."""
+        cell = self.sweep.baseline.of(result.cell)
+        return next((c for c in self.cells if c.cell == cell), None)
 
     @property
     def checkpoint_rules(self) -> list[str]:
@@ -190,8 +191,8 @@ def _score_test_set(results: SweepResults, name: str) -> None:
         result.by_length[name] = bleu_by_source_length(
             sources, list(hypotheses.values()), references, LENGTH_EDGES
         )
-    baseline = results.baseline
     for result in results.cells:
+        baseline = results.baseline_of(result)
         if baseline is None or result is baseline or baseline.cell not in sentences:
             continue
         if sentences.get(result.cell) != sentences[baseline.cell]:

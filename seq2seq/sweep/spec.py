@@ -5,15 +5,15 @@ name: attention-rnn
 base: configs/multi30k_rnn.yaml   # relative to the working directory, like a config's data paths
 grid: {model.attention.type: [dot, general, bahdanau]}   # dotted config field -> values
 seeds: [1, 2, 3]
-baseline: {model.attention.type: bahdanau}               # one cell: a value per grid field
+baseline: {model.attention.type: bahdanau}               # the reference: see `Baseline`
 set: {train.max_time: 25m}                               # optional: fixed for every run
 cells: [{model.attention.type: dot}, ...]                # optional: only these cells
 continue_from: runs/sweeps/short                         # optional: see `continue_from`
 ```
 
 Everything is checked before any run starts: each dotted field must be a field of the run
-config, each run's config must validate, each of `cells` and the baseline must be a cell
-of the grid.
+config, each run's config must validate, each of `cells` must be a cell of the grid and
+the baseline's values values of the grid, and each cell's baseline one of the sweep's cells.
 """
 
 from __future__ import annotations
@@ -66,7 +66,10 @@ class SweepFile(BaseModel):
     base: str = Field(min_length=1, description="run config, relative to the working directory")
     grid: dict[str, list[Any]] = Field(min_length=1, description="dotted field -> values")
     seeds: list[int] = Field(min_length=1)
-    baseline: dict[str, Any] = Field(description="the reference cell: a value per grid field")
+    baseline: dict[str, Any] = Field(
+        description="the reference cell: a value per grid field, or for some of them, to "
+        "compare each cell with the baseline of its own values of the others"
+    )
     set: dict[str, Any] = Field(default_factory=dict, description="dotted field -> fixed value")
     cells: list[dict[str, Any]] | None = Field(
         None, min_length=1, description="only these cells of the grid; default: all of them"
@@ -134,10 +137,35 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Baseline:
+    """The cell each cell is compared with. Where the sweep file's `baseline` gives a value
+    for every grid field, that one cell; where it leaves fields out (`within`), the cell
+    with its values for the fields it gives and the compared cell's own for the others:
+    `{attention.type: scaled-dot}` over types x sizes compares each type with scaled-dot
+    at the same size."""
+
+    key: str  # the values the sweep file gives, named like a cell
+    within: tuple[str, ...]  # the grid fields it leaves out, by their short names
+    cells: dict[str, Cell]  # cell key -> that cell's baseline
+
+    def of(self, cell: Cell) -> Cell:
+        return self.cells[cell.key]
+
+    def holds(self, cell: Cell) -> bool:
+        """Whether `cell` is a baseline (its own)."""
+        return self.of(cell) == cell
+
+    @property
+    def text(self) -> str:
+        """The baseline in words: `attention.type=scaled-dot` at each hidden_dim."""
+        return f"`{self.key}`" + (f" at each {', '.join(self.within)}" if self.within else "")
+
+
+@dataclass(frozen=True)
 class Sweep:
     definition: SweepDefinition
     cells: list[Cell]
-    baseline: Cell
+    baseline: Baseline
     runs: list[Run]  # seed by seed: a sweep stopped halfway has every cell for some seeds
 
     @property
@@ -222,7 +250,7 @@ def expand(definition: SweepDefinition, source: Path) -> Sweep:
         raise UserError(f"{source}: two cells get the same name; make the grid values differ")
     if definition.cells is not None:
         cells = _chosen_cells(definition, cells, short, source)
-    baseline = _cell_named(definition.baseline, "baseline", definition, cells, short, source)
+    baseline = _baseline(definition, cells, short, source)
     runs = []
     for seed in definition.seeds:
         for cell in cells:
@@ -280,7 +308,6 @@ def _locate(
 
 def _cell_named(
     values: dict[str, Any],
-    what: str,
     definition: SweepDefinition,
     cells: list[Cell],
     short: dict[str, str],
@@ -289,14 +316,44 @@ def _cell_named(
     """The cell of the grid that `values` (a value per grid field) names."""
     if set(values) != set(definition.grid):
         raise UserError(
-            f"{source}: {what} must give a value for each grid field and nothing else "
+            f"{source}: each of cells must give a value for each grid field and nothing else "
             f"({', '.join(definition.grid)}); it gives {', '.join(values) or 'none'}"
         )
     key = _key(values, short)
     for cell in cells:
         if cell.key == key:
             return cell
-    raise UserError(f"{source}: {what} {key} is not a cell of the grid; pick values it lists")
+    raise UserError(f"{source}: cells lists {key}, not a cell of the grid; pick values it lists")
+
+
+def _baseline(
+    definition: SweepDefinition, cells: list[Cell], short: dict[str, str], source: Path
+) -> Baseline:
+    """Each cell's baseline (see `Baseline`), each of them a cell of the sweep."""
+    given = definition.baseline
+    if not given or not set(given) <= set(definition.grid):
+        raise UserError(
+            f"{source}: baseline must give a value for each grid field, or for some of them "
+            f"({', '.join(definition.grid)}); it gives {', '.join(given) or 'none'}"
+        )
+    for field, value in given.items():
+        if format_value(value) not in {format_value(v) for v in definition.grid[field]}:
+            raise UserError(
+                f"{source}: baseline {short[field]}={format_value(value)} is not a value of "
+                "the grid; pick one it lists"
+            )
+    by_key = {cell.key: cell for cell in cells}
+    of = {}
+    for cell in cells:
+        key = _key(dict(cell.values) | given, short)
+        if key not in by_key:
+            raise UserError(
+                f"{source}: baseline {key} of cell {cell.key} is not one of the cells; "
+                "list it under cells"
+            )
+        of[cell.key] = by_key[key]
+    within = tuple(short[field] for field in definition.grid if field not in given)
+    return Baseline(_key(given, short), within, of)
 
 
 def _chosen_cells(
@@ -304,8 +361,7 @@ def _chosen_cells(
 ) -> list[Cell]:
     """The cells `cells:` lists, in the grid's order."""
     chosen = [
-        _cell_named(values, "each of cells", definition, cells, short, source)
-        for values in definition.cells or []
+        _cell_named(values, definition, cells, short, source) for values in definition.cells or []
     ]
     if len(set(chosen)) < len(chosen):
         raise UserError(f"{source}: cells lists a cell twice; list each once")

@@ -65,7 +65,7 @@ def bucket_bleu(result: CellResult, name: str, bucket: int) -> float | None:
 def _cell_columns(results: SweepResults, result: CellResult) -> list[str]:
     """The grid values of a cell (the baseline's marked) and its number of seeds."""
     row = [format_value(v) for _, v in result.cell.values]
-    row[0] += " (baseline)" if result.cell == results.sweep.baseline else ""
+    row[0] += " (baseline)" if results.sweep.baseline.holds(result.cell) else ""
     return [*row, str(len(result.seeds))]
 
 
@@ -107,7 +107,7 @@ def _comparison(
     results: SweepResults, result: CellResult, compared: Comparison | None
 ) -> list[str]:
     """Δ [CI], p (Holm) with its mark, wins: the columns of one metric's comparison."""
-    if result.cell == results.sweep.baseline:
+    if results.sweep.baseline.holds(result.cell):
         return ["baseline", "", ""]
     if compared is None:
         return ["-", "-", "-"]
@@ -129,7 +129,8 @@ def how_to_read(results: SweepResults) -> str:
     return (
         f"{titles} (sacrebleu; {lower}: lower is better) of each run's test translations: "
         "mean ± sample standard deviation over the cell's seeds (- with one seed). "
-        "Δ: the cell's mean minus the baseline's, with its 95% confidence interval. p: "
+        f"Δ: the cell's mean minus {_baseline_of_cell(results)}, with its 95% confidence "
+        "interval. p: "
         "two-sided, from a bootstrap that resamples both the seeds of each cell and the test "
         f"sentences ({SAMPLES} resamples); in brackets, adjusted by Holm over the {family} "
         f"comparisons with the baseline in this report on that metric; * marks an adjusted p "
@@ -139,6 +140,13 @@ def how_to_read(results: SweepResults) -> str:
         + "), so it is called neither way. wins: the seeds in which the cell beats the "
         "baseline's run of the same seed, of the seeds both finished."
     )
+
+
+def _baseline_of_cell(results: SweepResults) -> str:
+    baseline = results.sweep.baseline
+    if not baseline.within:
+        return "the baseline's"
+    return f"its baseline's (`{baseline.key}` at the cell's {', '.join(baseline.within)})"
 
 
 def ranking(results: SweepResults) -> str:
