@@ -150,6 +150,7 @@ STEPS = {  # step -> its sweep, the first edition's, how many types and the seed
 }
 # The temperature sweeps' cells (step 3): a row's name on the page -> its grid values.
 TEMPERATURE_CELLS = {
+    "`scaled-dot`": ("scaled-dot", "null", "true"),
     "`scaled-dot`, g learned from 1": ("scaled-dot", "1", "true"),
     "`cosine`, g learned from 10": ("cosine", "null", "true"),
     "`cosine`, g fixed at 10": ("cosine", "10", "false"),
@@ -168,7 +169,10 @@ TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its gr
     "Step 3: query-key normalisation in the Transformer": (
         "attention-qknorm",
         2,
-        {"`cosine` everywhere, g learned from 9.86": ("cosine", "cosine", "9.86", "9.86")},
+        {
+            "`scaled-dot` everywhere": ("scaled-dot", "scaled-dot", "null", "null"),
+            "`cosine` everywhere, g learned from 9.86": ("cosine", "cosine", "9.86", "9.86"),
+        },
     ),
 }
 
@@ -176,19 +180,24 @@ TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its gr
 @pytest.mark.parametrize("title", TABLES)
 def test_the_study_pages_step_table_is_its_reports(title):
     """Every difference, interval, adjusted p and † of the page's table, as the committed
-    report has it (BLEU: the row's Δ and p columns)."""
+    report has it (BLEU: the row's Δ and p columns), and each baseline's mean ± sd."""
     sweep, rows_wanted, grid_values = TABLES[title]
     page = (ROOT / "docs/results/attention-study-v2.md").read_text(encoding="utf-8")
     section = page.split(f"### {title}")[1].split("\n\n")[2]
     report = report_cells(ROOT / f"docs/results/{sweep}/report/results.md")
-    rows = [line for line in section.splitlines() if line.startswith("| `")][1:]
-    assert len(rows) == rows_wanted - 1
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert len(rows) == rows_wanted
     for row in rows:
         name, *ours = cells(row)
+        baseline = name.endswith(" (baseline)")
+        name = name.removesuffix(" (baseline)")
         key = grid_values.get(name, (name.strip("`"),))
         for test_set, cell in zip(TEST_SETS, ours[:3], strict=True):
+            _, their_bleu, their_difference, their_p, *_ = report[test_set, key]
+            if baseline:
+                assert cell == their_bleu
+                continue
             difference, adjusted = cell.split(", p ")
-            _, _, their_difference, their_p, *_ = report[test_set, key]
             assert their_difference == difference
             their_adjusted = re.search(r"\((\S+)\)", their_p).group(1)
             assert float(their_adjusted) == float(adjusted.rstrip(" †"))
