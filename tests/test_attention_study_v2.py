@@ -156,6 +156,12 @@ TEMPERATURE_CELLS = {
     "`cosine`, g fixed at 10": ("cosine", "10", "false"),
     "`cosine`, g fixed at 1": ("cosine", "1", "false"),
 }
+# The width sweep's cells (step 4): `dot` at 64 -> ("dot", "64").
+WIDTH_CELLS = {
+    f"`{kind}` at {size}": (kind, size)
+    for kind in ("scaled-dot", "dot", "cosine")
+    for size in ("64", "128", "256")
+}
 TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its grid values
     **{f"Step {step}:": (sweep, types, {}) for step, (sweep, _, types, _) in STEPS.items()},
     **{
@@ -174,6 +180,7 @@ TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its gr
             "`cosine` everywhere, g learned from 9.86": ("cosine", "cosine", "9.86", "9.86"),
         },
     ),
+    "Step 4: the width sweep": ("attention-width", 9, WIDTH_CELLS),
 }
 
 
