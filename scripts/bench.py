@@ -1,7 +1,7 @@
 """Benchmarks that print one JSON line per measurement, so results can be compared.
 
     python scripts/bench.py train --config configs/multi30k_transformer.yaml [--steps 50] \
-        [--warmup 10] [--threads 2] [--set train.precision=bf16 ...] [--profile ROWS]
+        [--warmup 10] [--threads 2] [--set train.precision=bf16 ...] [--profile ROWS] [--compile]
     python scripts/bench.py losses --config configs/study/rnn.yaml [--steps 100]
     python scripts/bench.py diagnostics --config configs/multi30k_rnn.yaml [--steps 10] \
         [--repeats 3] [--threads 2] [--set ...]
@@ -139,6 +139,10 @@ def parse_arguments() -> argparse.Namespace:
     train.add_argument(
         "--profile", type=int, default=0, metavar="ROWS",
         help=f"then profile {PROFILED_STEPS} more updates; print the ROWS costliest operators",
+    )  # fmt: skip
+    train.add_argument(
+        "--compile", action="store_true",
+        help="torch.compile the model (dynamic shapes) first; the warm-up then includes compiling",
     )  # fmt: skip
     diagnostics = modes.add_parser("diagnostics", help="attention diagnostics' cost")
     diagnostics.add_argument("--config", type=Path, required=True, help="a run config")

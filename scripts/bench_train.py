@@ -8,7 +8,8 @@ target token counted analytically (6 x the weights of every matrix product a tok
 through: encoder weights per source token, decoder and output weights per target token;
 attention scores and element-wise work left out) times tokens/s, over a matmul peak
 measured on the spot in the same dtype. The tokenizer is trained into a temporary run
-directory first (or reused with --tokenizer DIR).
+directory first (or reused with --tokenizer DIR). With --compile the model runs under
+torch.compile, whose compiling falls in the warm-up (its seconds are reported).
 
 `losses` gives the loss of each of the first --steps updates of a run from its start (the
 config's seed, dropout on): two commits that compute the same arithmetic give the same
@@ -185,8 +186,14 @@ def measure_train(args: argparse.Namespace) -> dict:
         cfg, trainer = new_trainer(args, tmp)
         needed = args.warmup + args.steps + (args.profile and PROFILED_STEPS)
         batches = training_batches(trainer, cfg.train.max_epochs, needed)
+        if args.compile:  # tried for issue 33: see docs/benchmarks.md
+            import torch
+
+            trainer.network = torch.compile(trainer.network, dynamic=True)
+        started = time.perf_counter()
         for indices in batches[: args.warmup]:
             trainer.train_step(indices)
+        warmup_seconds = time.perf_counter() - started
         timed = batches[args.warmup : args.warmup + args.steps]
         synchronize(trainer.device.type)
         started = time.perf_counter()
@@ -204,6 +211,8 @@ def measure_train(args: argparse.Namespace) -> dict:
         "precision": cfg.train.precision,
         "threads": args.threads,
         "steps": args.steps,
+        "compiled": args.compile,
+        "warmup_seconds": round(warmup_seconds, 2),
         **speed,
     }
 

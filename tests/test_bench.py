@@ -25,6 +25,7 @@ def test_train_prints_one_consistent_json_line(toy):
     assert row["mode"] == "train" and row["steps"] == 2 and row["threads"] == 1
     assert row["tokens_per_s"] > row["target_tokens_per_s"] > 0
     assert 0 <= row["padding_ratio"] < 1 and row["peak_rss_mb"] > 0
+    assert row["compiled"] is False and row["warmup_seconds"] > 0
     assert "profile of 10 updates" in result.stderr and "aten::" in result.stderr
     flops = row["mflop_per_target_token"] * 1e6 * row["target_tokens_per_s"]
     assert row["mfu"] == pytest.approx(
