@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # The GPU figures of docs/benchmarks.md ("On a GPU"), from the repository root of a machine
 # with a CUDA GPU, a CUDA build of torch and data/multi30k (scripts/prepare_multi30k.py):
-#   scripts/bench_gpu.sh OUT PART...    PART: recipe, resume, train, decode, study (or all)
-# Each part appends JSON lines (and keeps its logs) in OUT:
+#   [BASE=DIR] scripts/bench_gpu.sh OUT PART...
+#   PART: recipe, resume, train, speed, losses, decode, study, tests (or all)
+# BASE: a checkout of an older commit (its seq2seq/ at least): `speed`, `losses` and
+# `decode` then measure it too, alternately with this one, each line labelled "code": "base"
+# or "new". Each part appends JSON lines (and keeps its logs) in OUT:
 #   recipe  the Transformer recipe trained on the GPU for 300 updates (runs/gpu-recipe)
 #   resume  after recipe, a resume check: 200 updates straight against 100 then resumed to 200 (bf16): the
 #           training loss logged every 20 updates from 121 on (a resumed run logs its first
 #           update, 101, so its 120 averages 19 updates) and the validation losses compared
 #   train   training speed of the recipe in bf16, fp16 and fp32 (scripts/bench.py train),
 #           timed after 150 updates: the first epoch (about 115) meets every batch shape anew
-#   decode  translate test_2016_flickr with that run at beam 1 and 5, on the GPU and the CPU;
-#           the server's throughput on the GPU (scripts/bench_serve.py)
+#   speed   the recipe in bf16 at its 4,096-token batches, with CUDA graphs and without, and a
+#           Transformer-base-sized model (d_model 512, 6+6 layers, 8 heads, feed-forward
+#           2,048) at 25,000-token batches, each with a profile of 10 more updates
+#   losses  the loss of each of the recipe's first 100 updates (bf16), with CUDA graphs and
+#           without
+#   tests   the GPU's own tests, then the whole suite on CUDA (`auto`), 8 processes
+#   decode  translate test_2016_flickr with that run at beam 1 and 5 on the GPU
 #   study   one run of the study Transformer at the study's budget (1,500 updates, the
 #           attention diagnostics, three test sets), its wall time; then N runs side by side
 #           (300 updates each, no test) for N in 1 2 4 8, their wall time
@@ -58,6 +66,49 @@ part_resume() {
     | tee -a "$out/resume.jsonl"
 }
 
+labelled() {  # run a command, add {"code": CODE} to each JSON line it prints
+  local code=$1
+  shift
+  "$@" | $PY -c "import json,sys; [print(json.dumps({'code': sys.argv[1], **json.loads(l)}), flush=True) for l in sys.stdin if l.startswith('{')]" "$code"
+}
+
+each_code() {  # run a bench.py command with the BASE code (if any), then with this one
+  if [ -n "${BASE:-}" ]; then
+    SEQ2SEQ_BENCH_CODE=$BASE labelled base $PY scripts/bench.py "$@"
+  fi
+  labelled new $PY scripts/bench.py "$@"
+}
+
+BASE_SIZED=(--set model.embed_dim=512 --set model.hidden_dim=512 --set model.ff_dim=2048
+  --set model.encoder_layers=6 --set model.decoder_layers=6 --set model.attention.heads=8
+  --set model.self_attention.heads=8 --set train.batch_tokens=25000)
+
+part_speed() {
+  local recipe_train=(train --config $recipe --set train.precision=bf16 --tokenizer runs/gpu-recipe/tokenizer)
+  {
+    each_code "${recipe_train[@]}" --warmup 150 --steps 100 --profile 10
+    labelled new-eager $PY scripts/bench.py "${recipe_train[@]}" --warmup 150 --steps 100 \
+      --profile 10 --set train.cuda_graphs=false
+    each_code "${recipe_train[@]}" "${BASE_SIZED[@]}" --warmup 40 --steps 30 --profile 5
+  } 2> "$out/speed.log" | tee -a "$out/speed.jsonl"
+}
+
+part_losses() {
+  local losses=(losses --config $recipe --set train.precision=bf16 --steps 100 --tokenizer runs/gpu-recipe/tokenizer)
+  {
+    each_code "${losses[@]}"
+    labelled new-eager $PY scripts/bench.py "${losses[@]}" --set train.cuda_graphs=false
+  } 2> "$out/losses.log" | tee -a "$out/losses.jsonl"
+}
+
+part_tests() {
+  $PY -m pytest -q -rs tests/test_cuda.py tests/test_precision.py tests/test_update.py \
+    > "$out/pytest-cuda.log" 2>&1 || true
+  tail -3 "$out/pytest-cuda.log"
+  $PY -m pytest -q -rs -n 8 -p no:cacheprovider > "$out/pytest.log" 2>&1 || true
+  tail -3 "$out/pytest.log"
+}
+
 part_train() {
   for precision in bf16 fp16 fp32; do
     $PY scripts/bench.py train --config $recipe --set train.precision=$precision --steps 100 \
@@ -66,12 +117,8 @@ part_train() {
 }
 
 part_decode() {
-  for device in cuda cpu; do
-    $PY scripts/bench.py decode --run runs/gpu-recipe --checkpoint last --device $device \
-      --input $test_set.de.gz --ref $test_set.en.gz --beam 1 5 --threads "$(nproc)"
-  done | tee -a "$out/decode.jsonl"
-  $PY scripts/bench_serve.py --run runs/gpu-recipe --input $test_set.de.gz --clients 1 16 \
-    --requests 400 | tee -a "$out/serve.jsonl"
+  each_code decode --run runs/gpu-recipe --checkpoint last --device cuda \
+    --input $test_set.de.gz --ref $test_set.en.gz --beam 1 5 | tee -a "$out/decode.jsonl"
 }
 
 part_study() {
@@ -103,7 +150,7 @@ side_by_side() {  # N short study runs at once, each with the study run's tokeni
 }
 
 [ "$#" -gt 0 ] || set -- all
-[ "$1" = all ] && set -- recipe resume train decode study
+[ "$1" = all ] && set -- recipe resume train speed losses decode study tests
 for part in "$@"; do
   "part_$part"
 done

@@ -89,16 +89,77 @@ def matmul_weights(model) -> tuple[int, int]:
 PROFILED_STEPS = 10
 
 
-def profile_updates(trainer, batches: list[list[int]], rows: int) -> None:
-    """torch.profiler's table of the `rows` costliest operators over these updates, to
-    stderr; run after the timed updates, so its overhead is not in the figures."""
+def run_updates(trainer, batches: list[list[int]]) -> float:
+    """Train on `batches` -> their summed loss per target token. Also drives the trainers
+    of commits before `Trainer.train_batches` (`bench.py compare --base`, the GPU's
+    before-and-after), whose `train_step` took the batch's indices."""
+    if hasattr(trainer, "train_batches"):
+        return trainer.train_batches(batches).loss
+    total = 0.0
+    for indices in batches:
+        loss, _ = trainer.train_step(indices)
+        trainer.progress.step += 1  # the schedule reads it
+        total += float(loss)
+    return total
+
+
+def profile_updates(trainer, batches: list[list[int]], rows: int) -> dict:
+    """torch.profiler over these updates, after the timed ones (its overhead is not in
+    the figures): the table of the `rows` costliest operators to stderr, and on a GPU
+    where an update's time goes (`gpu_profile`)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as profiler:
-        for indices in batches:
-            trainer.train_step(indices)
+    activities = [ProfilerActivity.CPU]
+    if trainer.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    synchronize(trainer.device.type)
+    started = time.perf_counter()
+    with profile(activities=activities) as profiler:
+        run_updates(trainer, batches)
+        synchronize(trainer.device.type)
+    seconds = time.perf_counter() - started
     table = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
     print(f"profile of {len(batches)} updates:\n{table}", file=sys.stderr)
+    if trainer.device.type != "cuda":
+        return {}
+    return {"gpu_profile": gpu_profile(profiler.events(), len(batches), seconds)}
+
+
+def gpu_profile(events, updates: int, seconds: float) -> dict:
+    """Per update: wall time, device time (the union of its kernels' and copies'
+    intervals), the device's idle share and its longest idle gap, kernels, launch calls
+    (one graph launch counts one), the host's waits for the device (synchronize calls)
+    and reads of a device value (`aten::_local_scalar_dense`, behind `.item()`, `bool()`)."""
+    device = sorted(
+        (e.time_range.start, e.time_range.end)
+        for e in events
+        if str(e.device_type).endswith("CUDA") and e.time_range.end > e.time_range.start
+    )
+    busy, gaps, end = 0.0, [], None
+    for start, stop in device:
+        if end is not None and start > end:
+            gaps.append(start - end)
+        if end is None or start > end:
+            busy += stop - start
+        elif stop > end:
+            busy += stop - end
+        end = stop if end is None else max(end, stop)
+    names = [e.name for e in events if str(e.device_type).endswith("CPU")]
+    launches = sum(
+        n.startswith(("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch")) for n in names
+    )
+    span = (device[-1][1] - device[0][0]) / 1e3 if device else 0.0  # ms
+    return {
+        "updates": updates,
+        "wall_ms_per_update": round(seconds * 1e3 / updates, 3),
+        "device_busy_ms_per_update": round(busy / 1e3 / updates, 3),
+        "device_idle_share": round(1 - busy / 1e3 / span, 4) if span else None,
+        "longest_idle_gap_ms": round(max(gaps) / 1e3, 3) if gaps else 0.0,
+        "kernels_per_update": round(len(device) / updates, 1),
+        "launch_calls_per_update": round(launches / updates, 1),
+        "host_waits_per_update": round(sum("Synchronize" in n for n in names) / updates, 2),
+        "device_reads_per_update": round(names.count("aten::_local_scalar_dense") / updates, 2),
+    }
 
 
 def training_batches(trainer, epochs: int, needed: int) -> list[list[int]]:
@@ -171,11 +232,7 @@ def measure_losses(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cfg, trainer = new_trainer(args, tmp)
         batches = training_batches(trainer, cfg.train.max_epochs, args.steps)
-        losses = []
-        for indices in batches:
-            loss, _ = trainer.train_step(indices)
-            trainer.progress.step += 1  # the schedule reads it
-            losses.append(float(loss))
+        losses = [run_updates(trainer, [indices]) for indices in batches]
     return {"mode": "losses", "config": str(args.config), "threads": args.threads,
             "steps": args.steps, "losses": losses}  # fmt: skip
 
@@ -191,18 +248,17 @@ def measure_train(args: argparse.Namespace) -> dict:
 
             trainer.network = torch.compile(trainer.network, dynamic=True)
         started = time.perf_counter()
-        for indices in batches[: args.warmup]:
-            trainer.train_step(indices)
+        run_updates(trainer, batches[: args.warmup])
+        synchronize(trainer.device.type)
         warmup_seconds = time.perf_counter() - started
         timed = batches[args.warmup : args.warmup + args.steps]
-        synchronize(trainer.device.type)
         started = time.perf_counter()
-        for indices in timed:
-            trainer.train_step(indices)
+        run_updates(trainer, timed)
         synchronize(trainer.device.type)
         seconds = time.perf_counter() - started
+        profiled = {}
         if args.profile:
-            profile_updates(trainer, batches[args.warmup + args.steps :], args.profile)
+            profiled = profile_updates(trainer, batches[args.warmup + args.steps :], args.profile)
         speed = training_speed(trainer, timed, seconds, cfg.train.precision)
     return {
         "mode": "train",
@@ -214,6 +270,7 @@ def measure_train(args: argparse.Namespace) -> dict:
         "compiled": args.compile,
         "warmup_seconds": round(warmup_seconds, 2),
         **speed,
+        **profiled,
     }
 
 
@@ -236,11 +293,10 @@ def measure_diagnostics(args: argparse.Namespace) -> dict:
         validator = trainer.validator
         batches = training_batches(trainer, cfg.train.max_epochs, args.steps * args.repeats + 1)
         trainer.model.train()
-        trainer.train_step(batches.pop())  # warm-up
+        run_updates(trainer, [batches.pop()])  # warm-up
         for rep in range(args.repeats):
             started = time.perf_counter()
-            for indices in batches[rep * args.steps : (rep + 1) * args.steps]:
-                trainer.train_step(indices)
+            run_updates(trainer, batches[rep * args.steps : (rep + 1) * args.steps])
             times["update"].append((time.perf_counter() - started) / args.steps)
             started = time.perf_counter()
             validator.teacher_forced_loss(trainer.model)

@@ -8,7 +8,11 @@ import torch
 from cli_helpers import run_cli, train
 
 from seq2seq.attention import base
-from seq2seq.train import trainer
+from seq2seq.checkpoint import RunDir
+from seq2seq.config import load_config
+from seq2seq.train import update
+from seq2seq.train.distributed import World
+from seq2seq.train.run import build_trainer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 
@@ -18,7 +22,7 @@ SOURCES = ["boka mimi toto tape podo", "toto", "mimi tape podo boka", "tape"]
 def test_running_out_of_gpu_memory_is_one_line_and_keeps_the_checkpoint(
     toy, tmp_path, monkeypatch, capsys
 ):
-    original, count = trainer.token_cross_entropy, [0]
+    original, count = update.token_cross_entropy, [0]
 
     def loss(*args):
         count[0] += 1
@@ -26,10 +30,12 @@ def test_running_out_of_gpu_memory_is_one_line_and_keeps_the_checkpoint(
             torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
         return original(*args)
 
-    monkeypatch.setattr(trainer, "token_cross_entropy", loss)
+    monkeypatch.setattr(update, "token_cross_entropy", loss)
     capsys.readouterr()
     run = tmp_path / "r"
-    assert train(toy, run, "train.device=cuda", "train.max_steps=50", "train.valid_every=3") == 1
+    # Eager: a graph's replays would not call the loss function again.
+    settings = ("train.device=cuda", "train.cuda_graphs=false", "train.valid_every=3")
+    assert train(toy, run, *settings, "train.max_steps=50") == 1
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
     assert "Traceback" not in err and last.startswith("seq2seq: error: out of memory at step 6")
@@ -99,3 +105,63 @@ def test_serving_on_the_gpu_answers_as_its_translator_does(trained):
         weights = torch.tensor(attention["weights"])
         assert weights.shape == (len(attention["target"]), len(attention["source"]))
         torch.testing.assert_close(weights.sum(-1), torch.ones(len(weights)), atol=1e-3, rtol=0)
+
+
+def cuda_trainer(toy, directory, arch: str, graphs: bool):
+    overrides = ["train.device=cuda", "train.precision=bf16", f"model.arch={arch}",
+                 f"train.cuda_graphs={str(graphs).lower()}"]  # fmt: skip
+    cfg = load_config(toy / "run.yaml", overrides)
+    trainer = build_trainer(cfg, RunDir(directory), World())
+    trainer.model.train()
+    return trainer
+
+
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+def test_a_graphed_update_computes_what_the_eager_update_computes(toy, tmp_path, arch):
+    graphed = cuda_trainer(toy, tmp_path / "graphed", arch, graphs=True)
+    eager = cuda_trainer(toy, tmp_path / "eager", arch, graphs=False)
+    eager.feed.shapes = True  # the same padded batches, launched op by op
+    batches = graphed.data.train.epoch(0) + graphed.data.train.epoch(1)
+    for trainer in (graphed, eager):
+        trainer.train_batches(batches)
+    assert graphed.update.run.graphs, "no shape was captured"
+    differences = {
+        name: float((p - q).abs().max())
+        for (name, p), q in zip(
+            graphed.model.named_parameters(), eager.model.parameters(), strict=True
+        )
+        if not torch.equal(p, q)
+    }
+    assert not differences, f"parameters differ: {differences}"
+    assert graphed.progress.step == eager.progress.step == len(batches)
+
+
+def test_training_with_cuda_graphs_resumes_exactly(toy, tmp_path):
+    settings = ("train.device=cuda", "train.precision=bf16", "model.arch=transformer")
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert train(toy, straight, *settings, "train.max_steps=24", "train.valid_every=8") == 0
+    assert train(toy, resumed, *settings, "train.max_steps=16", "train.valid_every=8") == 0
+    assert train(toy, resumed, *settings, "train.max_steps=24", "train.valid_every=8") == 0
+    a, b = (
+        torch.load(r / "checkpoints/last.pt", weights_only=True)["model"]
+        for r in (straight, resumed)
+    )
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_non_finite_update_is_skipped_on_the_gpu(toy, tmp_path, monkeypatch):
+    original, count = update.token_cross_entropy, [0]
+
+    def loss(*args):
+        count[0] += 1
+        value = original(*args)
+        return value * float("nan") if count[0] == 3 else value
+
+    monkeypatch.setattr(update, "token_cross_entropy", loss)
+    run = tmp_path / "r"
+    settings = ("train.device=cuda", "train.cuda_graphs=false", "train.log_every=4")
+    assert train(toy, run, *settings, "train.max_steps=8", "train.valid_every=8") == 0
+    assert "step 3: loss nan" in (run / "train.log").read_text()
+    state = torch.load(run / "checkpoints/last.pt", weights_only=True)
+    assert state["progress"]["skipped_updates"] == 1
+    assert all(torch.isfinite(t).all() for t in state["model"].values())

@@ -9,20 +9,20 @@ import torch
 from cli_helpers import train
 
 from seq2seq.device import out_of_memory
-from seq2seq.train import trainer
+from seq2seq.train import update
 from seq2seq.train.run import ONEDNN_KERNEL_CACHE
 
 
 def loss_dtypes(monkeypatch) -> set[torch.dtype]:
     """The dtypes of the logits training computes its loss on, as they come."""
     seen: set[torch.dtype] = set()
-    original = trainer.token_cross_entropy
+    original = update.token_cross_entropy
 
     def loss(logits, *args):
         seen.add(logits.dtype)
         return original(logits, *args)
 
-    monkeypatch.setattr(trainer, "token_cross_entropy", loss)
+    monkeypatch.setattr(update, "token_cross_entropy", loss)
     return seen
 
 

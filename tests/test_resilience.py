@@ -16,7 +16,7 @@ from cli_helpers import run_cli, train
 
 from seq2seq import device, files
 from seq2seq.train import scoring as scoring_module
-from seq2seq.train import trainer
+from seq2seq.train import update
 from seq2seq.train.trainer import Trainer
 
 
@@ -120,19 +120,19 @@ def test_a_truncated_checkpoint_falls_back_and_is_never_kept(toy, six_steps, tmp
 
 def nan_on_calls(monkeypatch, calls: set[int]) -> None:
     """Make the training loss NaN on the given (1-based) updates."""
-    original, count = trainer.token_cross_entropy, [0]
+    original, count = update.token_cross_entropy, [0]
 
     def loss(*args):
         count[0] += 1
         value = original(*args)
         return value * float("nan") if count[0] in calls else value
 
-    monkeypatch.setattr(trainer, "token_cross_entropy", loss)
+    monkeypatch.setattr(update, "token_cross_entropy", loss)
 
 
 def test_a_non_finite_update_is_skipped_and_counted(toy, tmp_path, monkeypatch):
     nan_on_calls(monkeypatch, {3})
-    assert train(toy, tmp_path / "r", "train.max_steps=5") == 0
+    assert train(toy, tmp_path / "r", "train.max_steps=5", "train.device=cpu") == 0
     log = (tmp_path / "r/train.log").read_text()
     assert "step 3: loss nan" in log and "update skipped (1 so far, 1 in a row)" in log
     progress = checkpoint(tmp_path / "r")["progress"]
@@ -145,7 +145,8 @@ def test_too_many_non_finite_updates_in_a_row_stop_with_one_line(
 ):
     nan_on_calls(monkeypatch, set(range(5, 100)))
     capsys.readouterr()
-    assert train(toy, tmp_path / "r", "train.max_steps=50", "train.max_skipped_updates=3") == 2
+    settings = ("train.max_steps=50", "train.max_skipped_updates=3", "train.device=cpu")
+    assert train(toy, tmp_path / "r", *settings) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]  # after the training log: one error line
@@ -161,7 +162,7 @@ def test_running_out_of_memory_while_training_is_one_line_and_keeps_the_checkpoi
     toy, tmp_path, monkeypatch, capsys
 ):
     error = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8GB")
-    original, count = trainer.token_cross_entropy, [0]
+    original, count = update.token_cross_entropy, [0]
 
     def loss(*args):
         count[0] += 1
@@ -169,9 +170,12 @@ def test_running_out_of_memory_while_training_is_one_line_and_keeps_the_checkpoi
             raise error
         return original(*args)
 
-    monkeypatch.setattr(trainer, "token_cross_entropy", loss)
+    monkeypatch.setattr(update, "token_cross_entropy", loss)
     capsys.readouterr()
-    assert train(toy, tmp_path / "r", "train.max_steps=50", "train.valid_every=3") == 1
+    assert (
+        train(toy, tmp_path / "r", "train.max_steps=50", "train.valid_every=3", "train.device=cpu")
+        == 1
+    )
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
     assert "Traceback" not in err and last.startswith("seq2seq: error: out of memory at step 6")
@@ -192,7 +196,10 @@ def test_an_update_that_makes_parameters_non_finite_stops_with_one_line(
         return result
 
     monkeypatch.setattr(torch.optim.Adam, "step", step)
-    assert train(toy, tmp_path / "r", "train.max_steps=20", "train.valid_every=2") == 2
+    assert (
+        train(toy, tmp_path / "r", "train.max_steps=20", "train.valid_every=2", "train.device=cpu")
+        == 2
+    )
     err = capsys.readouterr().err
     assert "Traceback" not in err
     line = err.strip().splitlines()[-1]
@@ -204,7 +211,8 @@ def test_an_update_that_makes_parameters_non_finite_stops_with_one_line(
 def test_stopping_before_any_checkpoint_says_none_was_written(toy, tmp_path, monkeypatch, capsys):
     nan_on_calls(monkeypatch, set(range(1, 100)))
     capsys.readouterr()
-    assert train(toy, tmp_path / "r", "train.max_skipped_updates=2", "train.valid_every=50") == 2
+    settings = ("train.max_skipped_updates=2", "train.valid_every=50", "train.device=cpu")
+    assert train(toy, tmp_path / "r", *settings) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "no checkpoint was written yet" in line and "kept in" not in line
 

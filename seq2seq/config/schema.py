@@ -254,6 +254,11 @@ class TrainConfig(Section):
         description="bf16: autocast the training forward pass (GPU, or a CPU with native "
         "bf16); fp16: the same in fp16 with gradient scaling (CUDA only)",
     )
+    cuda_graphs: bool = Field(
+        True,
+        description="on one CUDA GPU in bf16 or fp32: pad batches to a few shapes and replay "
+        "each shape's update as a CUDA graph (docs/training.md); false: launch it op by op",
+    )
     init_from: str | None = Field(
         None,
         description="fine-tune: start from this run directory's best checkpoint (or this "

@@ -14,12 +14,16 @@ from seq2seq.config import OptimizerConfig, ScheduleConfig
 _OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
 
-def build_optimizer(cfg: OptimizerConfig, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    """Adam(W) updating all its tensors at once (foreach): on the CPU PyTorch would otherwise
-    loop over them in Python, and the result is the same to the bit."""
+def build_optimizer(
+    cfg: OptimizerConfig, params: Iterable[nn.Parameter], fused: bool = False
+) -> torch.optim.Optimizer:
+    """Adam(W) updating all its tensors at once: foreach (on the CPU PyTorch would otherwise
+    loop over them in Python, and the result is the same to the bit), or `fused` (one
+    kernel on a GPU, which can skip a step on the device: `found_inf`)."""
     return _OPTIMIZERS[cfg.name](
-        params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, foreach=True
-    )
+        params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
+        foreach=None if fused else True, fused=fused or None,
+    )  # fmt: skip
 
 
 class LearningRate:

@@ -8,8 +8,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from seq2seq.config import TrainConfig
 
 # A validation's fields, in the tuple that checkpoints saved before it was a record.
@@ -55,12 +53,17 @@ class TrainWindow:
     def __init__(self) -> None:
         self.loss, self.tokens, self.steps, self.start = 0.0, 0, 0, time.time()
 
-    def add(self, loss: torch.Tensor, tokens: int) -> None:
-        self.loss, self.tokens, self.steps = self.loss + loss, self.tokens + tokens, self.steps + 1
+    def add(self, loss: float, tokens: int, steps: int) -> None:
+        """`steps` updates (skipped ones included) of summed loss per token `loss`."""
+        self.loss, self.tokens, self.steps = (
+            self.loss + loss,
+            self.tokens + tokens,
+            self.steps + steps,
+        )
 
     @property
     def mean_loss(self) -> float:
-        return float(self.loss) / max(self.steps, 1)
+        return self.loss / max(self.steps, 1)
 
     @property
     def speed(self) -> float:

@@ -21,11 +21,13 @@ from seq2seq.models import Seq2Seq
 from seq2seq.plots import attention_figure, figure_png
 from seq2seq.train.datasets import Datasets
 from seq2seq.train.distributed import World, data_parallel
+from seq2seq.train.feed import BatchFeed, PreparedBatch
 from seq2seq.train.interrupt import StopSignals
 from seq2seq.train.logs import FILE_ONLY, TensorBoardLog, progress_bar
-from seq2seq.train.loss import perplexity, token_cross_entropy
+from seq2seq.train.loss import perplexity
 from seq2seq.train.optim import LearningRate, build_optimizer
 from seq2seq.train.progress import Progress, TrainWindow, budget_spent, expected_last_step
+from seq2seq.train.update import Settled, Update, UpdateSetup, defers_reading
 from seq2seq.train.validation import (
     SHOWN_TRANSLATIONS,
     ValidationResult,
@@ -55,7 +57,17 @@ class Trainer:
         # fp16 (CUDA): the loss is scaled up so that small gradients do not vanish in fp16;
         # a step whose scaled gradients overflow is skipped and the scale lowered.
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.precision == "fp16")
-        self.optimizer = build_optimizer(cfg.train.optimizer, model.parameters())
+        # On one GPU the host never waits for the device within an update (update.py).
+        deferred = defers_reading(device, self.world, self.scaler)
+        graphs = deferred and device.type == "cuda" and cfg.train.cuda_graphs
+        self.optimizer = build_optimizer(cfg.train.optimizer, model.parameters(), fused=deferred)
+        setup = UpdateSetup(
+            self.network, self.optimizer, self.scaler, self.world, device, self.precision,
+            cfg.train.label_smoothing, cfg.train.clip_grad_norm, deferred, graphs,
+        )  # fmt: skip
+        self.update = Update(setup, in_a_row=0)
+        self.unsettled_tokens = 0  # target tokens of the updates since the last settle
+        self.feed = BatchFeed(data.train, self.world, device, shapes=graphs)
         self.schedule = LearningRate(cfg.train.schedule, cfg.train.optimizer.lr)
         self.validator = Validator(cfg, data, device)
         self.progress = Progress()
@@ -129,6 +141,7 @@ class Trainer:
         if state.get("scaler"):  # fp16 only; checkpoints of older runs have none
             self.scaler.load_state_dict(state["scaler"])
         self.progress = Progress.from_state(state["progress"])
+        self.update.tally.in_a_row.fill_(self.progress.skipped_in_a_row)
         ranks = state["rng"]
         if isinstance(ranks, dict):  # written before checkpoints held one entry per rank
             ranks = [ranks]
@@ -190,62 +203,63 @@ class Trainer:
             self.cfg.train, self.progress, self.elapsed(), steps_per_epoch, rate
         )
 
-    def train_step(self, indices: list[int]) -> tuple[torch.Tensor, int]:
-        """One update on a global batch -> (loss, target tokens); 0 tokens if it was skipped.
-
-        Each rank computes its shard's summed loss over the global batch's target tokens,
-        so the ranks' losses add up to the loss of the whole batch; DDP averages gradients
-        over ranks, hence the backward of `world.size` times the shard loss.
-        """
-        n_tokens = self.data.train.target_tokens(indices)
-        shard, weight = self.world.shard(indices), 1.0
-        if not shard:  # fewer sentences than ranks: join the gradient exchange with nothing
-            shard, weight = indices[:1], 0.0
-        batch = self.data.train.batch(shard).to(self.device)
-        mask = batch.src_mask
-        with torch.autocast(self.device.type, self.precision, enabled=self.precision is not None):
-            logits = self.network(batch.src, mask, batch.tgt_in)
-        smoothing = self.cfg.train.label_smoothing
-        loss = token_cross_entropy(logits, batch.tgt_out, smoothing) / n_tokens * weight
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss * self.world.size).backward()
-        self.scaler.unscale_(self.optimizer)  # clip the true gradients
-        clip = self.cfg.train.clip_grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), clip or float("inf"), foreach=True
-        )
+    def train_step(self, prepared: PreparedBatch) -> None:
+        """One update on a prepared global batch; its outcome waits in the tally."""
         self.schedule.apply(self.optimizer, self.progress.step + 1)
-        loss = self.world.sum(loss)
-        finite_loss = bool(torch.isfinite(loss))
-        if not (finite_loss and bool(torch.isfinite(norm))):
-            if self.scaler.is_enabled():
-                self.scaler.step(self.optimizer)  # sees the overflow: no step, a lower scale
-                self.scaler.update()
-                if finite_loss:
-                    return loss.new_zeros(()), 0  # an fp16 overflow, the scaler's to handle
-            self.skip_update(loss.item(), norm.item())
-            return loss.new_zeros(()), 0
-        self.scaler.step(self.optimizer)  # the optimizer's step
-        self.scaler.update()
-        self.check_parameters()
-        self.progress.skipped_in_a_row = 0
-        return loss, n_tokens
+        self.update(prepared.batch, prepared.tokens, prepared.weight)
+        self.unsettled_tokens += prepared.tokens
 
-    def skip_update(self, loss: float, norm: float) -> None:
-        """Drop an update whose loss or gradient is not finite; stop after too many in a row."""
-        progress, limit = self.progress, self.cfg.train.max_skipped_updates
-        self.optimizer.zero_grad(set_to_none=True)
-        progress.skipped_updates += 1
-        progress.skipped_in_a_row += 1
-        self.log.warning(
-            "step %d: loss %s, gradient norm %s: update skipped (%d so far, %d in a row)",
-            progress.step + 1, loss, norm, progress.skipped_updates, progress.skipped_in_a_row,
-        )  # fmt: skip
-        if progress.skipped_in_a_row >= limit:
+    def train_batches(self, batches: list[list[int]]) -> Settled:
+        """Updates on these global batches, outside the loop's budgets and logs (for
+        benchmarks) -> their tally."""
+        with self.feed.stream(batches, 0) as stream:
+            for prepared in stream:
+                self.train_step(prepared)
+                self.progress.step += 1
+        return self.settle(TrainWindow())
+
+    def settle(self, window: TrainWindow) -> Settled:
+        """Read the tally of the updates since the last call into the progress and the log
+        window; warn of skipped updates, and stop if too many came in a row or the model
+        is no longer finite."""
+        progress, settled = self.progress, self.update.tally.read()
+        tokens = self.unsettled_tokens - round(settled.skipped_tokens)
+        self.unsettled_tokens = 0
+        window.add(settled.loss, tokens, settled.updates)
+        progress.target_tokens += tokens
+        progress.skipped_updates += settled.skipped
+        progress.skipped_in_a_row = settled.in_a_row
+        first = progress.step - settled.updates + 1
+        if settled.skipped:
+            self.warn_skipped(settled, first)
+        limit = self.cfg.train.max_skipped_updates
+        if settled.longest_run >= limit:
             raise UserError(
-                f"{limit} updates in a row had a non-finite loss or gradient (at step "
-                f"{progress.step + 1}); {self.kept()}; lower train.optimizer.lr or check the data"
+                f"{limit} updates in a row had a non-finite loss or gradient "
+                f"({self.steps_between(first, progress.step)}); {self.kept()}; lower "
+                "train.optimizer.lr or check the data"
             )
+        if settled.updates and not self.update.parameters_finite():
+            raise UserError(
+                f"the update {self.steps_between(first, progress.step)} made the model's "
+                f"parameters non-finite; {self.kept()}; lower train.optimizer.lr"
+            )
+        return settled
+
+    @staticmethod
+    def steps_between(first: int, last: int) -> str:
+        """Where a look at the tally found something: one update, or a window of them."""
+        return f"at step {last}" if first == last else f"in steps {first}-{last}"
+
+    def warn_skipped(self, settled: Settled, first: int) -> None:
+        progress = self.progress
+        self.log.warning(
+            "step %d: loss %s, gradient norm %s: %s skipped (%d so far, %d in a row)",
+            first + settled.last_skip - 1, settled.last_loss, settled.last_norm,
+            "update" if settled.skipped == 1 else f"{settled.skipped} updates of steps "
+            f"{first}-{progress.step}, this one the last,",
+            progress.skipped_updates, settled.longest_run,
+        )  # fmt: skip
 
     def kept(self) -> str:
         """What a run that stops on an error leaves to resume from."""
@@ -253,16 +267,6 @@ class Trainer:
         if last.is_file():
             return f"the last good checkpoint is kept in {last}"
         return "no checkpoint was written yet (none before the first validation)"
-
-    def check_parameters(self) -> None:
-        """Stop if the update just made made a parameter non-finite, or so large that its
-        norm overflows: every later forward pass would be NaN."""
-        norms = torch._foreach_norm([p.detach() for p in self.model.parameters()])
-        if not bool(torch.stack(norms).isfinite().all()):
-            raise UserError(
-                f"the update at step {self.progress.step + 1} made the model's parameters "
-                f"non-finite; {self.kept()}; lower train.optimizer.lr"
-            )
 
     def save_last(self) -> None:
         """Save the resume checkpoint, keeping the one before it as `previous`.
@@ -293,26 +297,32 @@ class Trainer:
         while reason is None:
             batches = self.data.train.epoch(progress.epoch)
             bar.total = self.expected_last_step(len(batches), first_step)
-            while progress.batch_in_epoch < len(batches) and reason is None:
-                loss, tokens = self.train_step(batches[progress.batch_in_epoch])
-                progress.batch_in_epoch += 1
-                progress.step += 1
-                progress.target_tokens += tokens
-                window.add(loss, tokens)
-                bar.update(1)
-                # The first update too: a new run says at once that it trains, and how fast.
-                if progress.step % cfg.log_every == 0 or progress.step == first_step + 1:
-                    self.log_train(window, board)
-                    bar.total = self.expected_last_step(len(batches), first_step)
-                    bar.set_postfix(loss=f"{window.mean_loss:.3f}", tok_s=f"{window.speed:.0f}")
-                    window = TrainWindow()
-                if progress.step % cfg.valid_every == 0:
-                    self.validate(board)
-                reason = self.stop_reason()
+            with self.feed.stream(batches, progress.batch_in_epoch) as stream:
+                for prepared in stream:
+                    self.train_step(prepared)
+                    progress.batch_in_epoch += 1
+                    progress.step += 1
+                    bar.update(1)
+                    # The first update too: a new run says at once that it trains, and how fast.
+                    log = progress.step % cfg.log_every == 0 or progress.step == first_step + 1
+                    validate = progress.step % cfg.valid_every == 0
+                    if log or validate or not self.update.setup.deferred:
+                        self.settle(window)
+                    if log:
+                        self.log_train(window, board)
+                        bar.total = self.expected_last_step(len(batches), first_step)
+                        bar.set_postfix(loss=f"{window.mean_loss:.3f}", tok_s=f"{window.speed:.0f}")
+                        window = TrainWindow()
+                    if validate:
+                        self.validate(board)
+                    reason = self.stop_reason()
+                    if reason is not None:
+                        break
             if progress.batch_in_epoch >= len(batches):
                 progress.epoch += 1
                 progress.batch_in_epoch = 0
                 reason = self.stop_reason()
+        self.settle(window)
         bar.close()
         if self.stopped_by is not None:
             self.save_last()  # no validation: a stop signal asks to be quick
@@ -323,7 +333,7 @@ class Trainer:
         self.log.info("training stopped at step %d: %s", progress.step, reason, extra=quiet)
 
     def log_train(self, window: TrainWindow, board: TensorBoardLog) -> None:
-        lr = self.optimizer.param_groups[0]["lr"]
+        lr = self.schedule.at(self.progress.step)
         self.log.info(
             "step %d  epoch %d  loss %.4f  lr %.2e  %.0f target tokens/s",
             self.progress.step, self.progress.epoch + 1, window.mean_loss, lr, window.speed,

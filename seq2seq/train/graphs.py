@@ -1,0 +1,82 @@
+"""Updates replayed as CUDA graphs, one per padded batch shape.
+
+An eager update on a GPU launches about a thousand kernels, each costing the host several
+microseconds; a small model's update is over on the device long before the host has
+launched it. A CUDA graph records the launches of one update (forward, loss, backward,
+clipping, the tally) for a fixed shape and replays them with one call. The batches are
+padded to a few shapes (`feed.pad_to_shape`); the first batch of a shape is trained
+eagerly on a side stream (the warm-up that capture needs), the second captures the shape's
+graph, and from then on the shape replays it. All graphs share one memory pool: they
+never run at once, and what an update leaves behind lives outside the pool (parameters,
+gradients, optimizer state, the tally).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from seq2seq.data.batching import Batch
+
+# compute(src, src_lengths, tgt_in, tgt_out, tokens, weight) -> ok (a bool tensor)
+Compute = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, float], Tensor]
+# eager(batch, tokens) -> found_inf: the same update, launched op by op
+Eager = Callable[[Batch, int], Tensor]
+
+
+class ShapeGraph:
+    """A captured update of one batch shape, with the input buffers it reads."""
+
+    def __init__(self, batch: Batch, compute: Compute, pool: tuple[int, int]) -> None:
+        fields = (batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
+        self.inputs = [t.clone() for t in fields]
+        self.tokens = torch.zeros((), device=batch.src.device)
+        self.graph = torch.cuda.CUDAGraph()
+        # thread_local: the feed's thread may pin memory meanwhile, which a global capture forbids
+        with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
+            self.found_inf = (~compute(*self.inputs, self.tokens, 1.0)).float()
+
+    def replay(self, batch: Batch, tokens: int) -> Tensor:
+        for buffer, value in zip(
+            self.inputs, (batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out), strict=True
+        ):
+            buffer.copy_(value, non_blocking=True)
+        self.tokens.fill_(tokens)
+        self.graph.replay()
+        return self.found_inf
+
+
+class GraphedUpdates:
+    """`compute` of a batch: eagerly the first time its shape is seen, then as a graph."""
+
+    def __init__(self, compute: Compute, eager: Eager) -> None:
+        self.compute, self.eager = compute, eager
+        self.graphs: dict[tuple[int, ...], ShapeGraph] = {}
+        self.seen: set[tuple[int, ...]] = set()
+        self.pool = torch.cuda.graph_pool_handle()
+        self.side = torch.cuda.Stream()
+        self.capture_seconds = 0.0  # spent capturing, over this session
+
+    def __call__(self, batch: Batch, tokens: int) -> Tensor:
+        shape = (*batch.src.shape, batch.tgt_in.size(1))
+        graph = self.graphs.get(shape)
+        if graph is None and shape not in self.seen:
+            self.seen.add(shape)
+            return self.warm_up(batch, tokens)
+        if graph is None:
+            started = time.perf_counter()
+            graph = self.graphs[shape] = ShapeGraph(batch, self.compute, self.pool)
+            self.capture_seconds += time.perf_counter() - started
+        return graph.replay(batch, tokens)
+
+    def warm_up(self, batch: Batch, tokens: int) -> Tensor:
+        """An eager update on a side stream, as capture requires before it."""
+        main = torch.cuda.current_stream()
+        self.side.wait_stream(main)
+        with torch.cuda.stream(self.side):
+            found_inf = self.eager(batch, tokens)
+        main.wait_stream(self.side)
+        return found_inf

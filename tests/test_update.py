@@ -1,0 +1,164 @@
+"""The update and its feed: padded shapes change nothing, batches built ahead arrive in
+order, and updates that leave their outcome on the device (as on one GPU) skip, count
+and stop as updates read back at once do. CUDA graphs themselves: tests/test_cuda.py."""
+
+import re
+
+import pytest
+import torch
+from cli_helpers import train
+from test_models import tiny
+from test_resilience import checkpoint, nan_on_calls
+
+from seq2seq.data.batching import TrainBatches, make_batch, padding_mask
+from seq2seq.train import trainer
+from seq2seq.train.distributed import World
+from seq2seq.train.feed import BatchFeed, pad_to_shape
+from seq2seq.train.loss import token_cross_entropy
+
+
+def loss_and_gradients(model, batch) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    mask = padding_mask(batch.src_lengths, batch.src.size(1))
+    loss = token_cross_entropy(model(batch.src, mask, batch.tgt_in), batch.tgt_out, 0.1)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+def test_padding_to_a_shape_changes_neither_loss_nor_gradients(arch):
+    model = tiny(arch, attention="scaled-dot")
+    generator = torch.Generator().manual_seed(5)
+    lengths = [int(n) for n in torch.randint(1, 12, (21,), generator=generator)]
+    src = [torch.randint(4, 30, (n,), generator=generator).tolist() for n in lengths]
+    tgt = [torch.randint(4, 40, (n + 2,), generator=generator).tolist() for n in lengths]
+    batch = make_batch(src, tgt, list(range(21)))
+    padded = pad_to_shape(batch)
+    assert padded.src.shape == (32, 16) and padded.tgt_in.shape == (32, 16)
+    assert padded.src_lengths[21:].tolist() == [1] * 11
+    loss, grads = loss_and_gradients(model, batch)
+    padded_loss, padded_grads = loss_and_gradients(model, padded)
+    torch.testing.assert_close(padded_loss, loss, rtol=1e-5, atol=1e-5)
+    assert len(grads) == len(padded_grads)
+    for g, h in zip(grads, padded_grads, strict=True):
+        torch.testing.assert_close(h, g, rtol=1e-4, atol=1e-6)
+
+
+def toy_batches(n: int = 40) -> TrainBatches:
+    src = [[5 + i % 7] * (1 + i % 5) for i in range(n)]
+    return TrainBatches(src, [ids + [9] for ids in src], batch_tokens=24, seed=3)
+
+
+def test_batches_built_ahead_arrive_in_order_and_equal_those_built_in_turn():
+    data = toy_batches()
+    order = data.epoch(0)
+    inline = BatchFeed(data, World(), torch.device("cpu"), shapes=False, ahead=False)
+    ahead = BatchFeed(data, World(), torch.device("cpu"), shapes=False, ahead=True)
+    with inline.stream(order, 2) as a, ahead.stream(order, 2) as b:
+        pairs = list(zip(a, b, strict=True))
+    assert len(pairs) == len(order) - 2
+    for x, y in pairs:
+        assert x.indices == y.indices and x.tokens == y.tokens == data.target_tokens(x.indices)
+        assert torch.equal(x.batch.src, y.batch.src) and torch.equal(
+            x.batch.tgt_out, y.batch.tgt_out
+        )
+
+
+def test_leaving_a_feed_early_stops_its_thread_and_an_error_reaches_the_consumer(monkeypatch):
+    data = toy_batches()
+    order = data.epoch(0)
+    ahead = BatchFeed(data, World(), torch.device("cpu"), shapes=False, ahead=True)
+    with ahead.stream(order, 0) as stream:
+        next(stream)  # the thread fills its queue and waits, until the stream is left
+    assert not [t for t in __import__("threading").enumerate() if t.name == "batch-feed"]
+
+    def broken(indices):
+        if indices == order[3]:
+            raise OSError("the corpus went away")
+        return make_batch([data.src[i] for i in indices], [data.tgt[i] for i in indices], indices)
+
+    monkeypatch.setattr(data, "batch", broken)
+    with pytest.raises(OSError, match="went away"), ahead.stream(order, 0) as stream:
+        assert len(list(stream)) == 3  # never reached: the fourth batch raises
+
+
+@pytest.fixture
+def deferred(monkeypatch):
+    """Updates as on one GPU, here on the CPU (tests/test_cuda.py has the GPU's): skipped on
+    the device (the fused Adam), read back when a log line or a validation needs them."""
+    monkeypatch.setattr(trainer, "defers_reading", lambda *args: True)
+
+
+def test_a_deferred_update_skips_on_the_device_and_the_log_says_which(
+    toy, tmp_path, monkeypatch, deferred
+):
+    nan_on_calls(monkeypatch, {3, 5})
+    assert (
+        train(toy, tmp_path / "r", "train.device=cpu", "train.max_steps=8", "train.log_every=4")
+        == 0
+    )
+    log = (tmp_path / "r/train.log").read_text()
+    assert "step 3: loss nan, gradient norm nan: update skipped (1 so far, 1 in a row)" in log
+    assert "step 5: loss nan, gradient norm nan: update skipped (2 so far, 1 in a row)" in log
+    progress = checkpoint(tmp_path / "r")["progress"]
+    assert progress["skipped_updates"] == 2 and progress["step"] == 8
+    assert all(torch.isfinite(t).all() for t in checkpoint(tmp_path / "r")["model"].values())
+    # The fused step counted only the 6 updates it applied.
+    optimizer = checkpoint(tmp_path / "r")["optimizer"]
+    assert {float(s["step"]) for s in optimizer["state"].values()} == {6.0}
+
+
+def test_deferred_updates_stop_after_too_many_skips_in_a_row_at_the_next_look(
+    toy, tmp_path, monkeypatch, deferred, capsys
+):
+    nan_on_calls(monkeypatch, set(range(5, 100)))
+    overrides = ("train.max_steps=50", "train.max_skipped_updates=3", "train.log_every=5")
+    assert train(toy, tmp_path / "r", "train.device=cpu", *overrides, "train.valid_every=50") == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    # Updates 5-7 were the three in a row; the trainer looked at update 10.
+    assert re.match(
+        r"seq2seq: error: 3 updates in a row had a non-finite loss or gradient \(in steps 6-10\)",
+        line,
+    )
+
+
+def test_deferred_and_immediate_updates_train_alike(toy, tmp_path, monkeypatch):
+    assert (
+        train(toy, tmp_path / "now", "train.device=cpu", "train.max_steps=6", "train.log_every=3")
+        == 0
+    )
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer, "defers_reading", lambda *args: True)
+        assert (
+            train(
+                toy,
+                tmp_path / "later",
+                "train.device=cpu",
+                "train.max_steps=6",
+                "train.log_every=3",
+            )
+            == 0
+        )
+    now, later = (checkpoint(tmp_path / name) for name in ("now", "later"))
+    assert now["progress"]["target_tokens"] == later["progress"]["target_tokens"]
+    for key, value in now["model"].items():  # the fused Adam rounds differently
+        torch.testing.assert_close(later["model"][key], value, rtol=1e-4, atol=1e-5)
+
+
+def test_a_deferred_update_that_makes_parameters_non_finite_is_named_by_its_window(
+    toy, tmp_path, monkeypatch, deferred, capsys
+):
+    original = torch.optim.Adam.step
+
+    def step(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        if self.state_dict()["state"][0]["step"] == 3:  # the third update blows up
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("inf"))
+        return result
+
+    monkeypatch.setattr(torch.optim.Adam, "step", step)
+    overrides = ("train.max_steps=20", "train.valid_every=50", "train.log_every=4")
+    assert train(toy, tmp_path / "r", "train.device=cpu", *overrides) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "the update in steps 2-4 made the model's parameters non-finite" in line
