@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 from datetime import datetime, timezone
-from importlib.metadata import version
 from pathlib import Path
 
 import torch
@@ -43,6 +42,7 @@ from seq2seq.train.interrupt import Interrupted, StopSignals
 from seq2seq.train.logs import FILE_ONLY, TensorBoardLog, setup_logging
 from seq2seq.train.scoring import score_test
 from seq2seq.train.trainer import Trainer
+from seq2seq.version import VERSION
 
 # Fields that may change when a run is resumed: budgets, and what does not change the
 # parameters trained (its name, logging, checkpoints kept, the guard on skipped updates,
@@ -77,7 +77,7 @@ def _git_revision() -> str | None:
 def _write_meta(run: RunDir, resumed: bool, world: World, parent: Parent | None) -> None:
     """meta.json: versions, command and start; a fine-tuning run's parent (kept on resume)."""
     meta = {
-        "seq2seq": version("seq2seq"),
+        "seq2seq": VERSION,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "git_revision": _git_revision(),
