@@ -15,6 +15,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -100,12 +101,18 @@ def _read_meta(run: RunDir) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def _check_same_run(run: RunDir, cfg: Config) -> None:
-    differences = [
+def refused_on_resume(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
+    """(field, old value, new value) for each difference that resuming a run trained with
+    `old` under `new` refuses: any but RESUMABLE_CHANGES and RESUMABLE_SECTIONS."""
+    return [
         d
-        for d in config_differences(run.load_config(), cfg)
+        for d in config_differences(old, new)
         if not (d[0] in RESUMABLE_CHANGES or d[0].startswith(RESUMABLE_SECTIONS))
     ]
+
+
+def _check_same_run(run: RunDir, cfg: Config) -> None:
+    differences = refused_on_resume(run.load_config(), cfg)
     if differences:
         shown = "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in differences[:3])
         raise UserError(
