@@ -190,6 +190,42 @@ def test_a_sweep_cannot_continue_itself(tmp_path, monkeypatch, capsys):
     assert definition == (tmp_path / "first/sweep.yaml").read_bytes()
 
 
+@pytest.mark.parametrize(
+    "budgets, fragment",
+    [
+        (
+            {"train.max_steps": 20},
+            "has trained 30 updates already, and this sweep's train.max_steps is 20: continued, "
+            "it would train nothing; raise train.max_steps above 30",
+        ),
+        ({"train.max_steps": 30}, "and this sweep's train.max_steps is 30"),
+        ({"train.max_steps": 60, "train.max_epochs": 2}, "2 epochs already, and this sweep's "),
+        ({"train.max_steps": 60, "train.max_time": "90s"}, "100 seconds already, and this swe"),
+    ],
+)
+def test_a_budget_the_first_runs_have_reached_is_refused(
+    tmp_path, monkeypatch, capsys, budgets, fragment
+):
+    """Each run would resume past (or at) its budget, stop at once and be tested again: the
+    report would then show the first budget's models twice, under two budgets."""
+    monkeypatch.chdir(tmp_path)
+    first_sweep(tmp_path)
+    err = refused(capsys, continued(tmp_path, set=budgets))
+    assert "continue_from first: its run attention.type=general,seed=2 (and 3 more)" in err
+    assert fragment in err
+
+
+def test_a_larger_budget_continues_where_early_stopping_ended_the_first_runs(
+    tmp_path, monkeypatch, capsys
+):
+    """Patience is no budget: a run it stopped stops again, as it would trained in one go."""
+    monkeypatch.chdir(tmp_path)
+    first_sweep(tmp_path, progress=Progress(step=30, epoch=2, elapsed=100.0, bad_validations=9))
+    path = continued(tmp_path, set={"train.max_steps": 60, "train.patience": 1})
+    assert run_cli("sweep", "--config", path, "--sweep-dir", "second", "--dry-run") == 0
+    assert capsys.readouterr().out.endswith("second: 4 of 4 runs: 4 continuing\n")
+
+
 def test_a_run_that_did_not_finish_cannot_be_continued(tmp_path, monkeypatch, capsys):
     """The first sweep is there, but not its run: that run fails alone, named, uncopied."""
     monkeypatch.chdir(tmp_path)

@@ -4,7 +4,9 @@ anything is written, dry runs included, and its runs started as copies of their 
 The first sweep must be a sweep directory other than this sweep's own, whose runs this
 sweep's can resume: the same grid fields; a namesake there for every run (no grid value,
 seed or cell it lacks); each run's config its namesake's but for what resuming may change
-(`train.run.RESUMABLE_CHANGES`: the budgets, logging, decoding).
+(`train.run.RESUMABLE_CHANGES`: the budgets, logging, decoding); and no budget that a
+finished namesake has used up already, which its copy would resume only to stop at once,
+tested again at the old budget under the new one's name.
 """
 
 from __future__ import annotations
@@ -12,22 +14,25 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from seq2seq.checkpoint import RunDir
+from seq2seq.checkpoint import RunDir, load_checkpoint
 from seq2seq.errors import UserError
 from seq2seq.files import publish_directory
 from seq2seq.sweep.directory import RunState, SweepDir, run_state
 from seq2seq.sweep.spec import Run, Sweep, format_value
+from seq2seq.train.progress import Progress, budgets_reached
 from seq2seq.train.run import refused_on_resume
 
 # What a continued run does not take from the run it continues: the test scores (they stay
 # with the first sweep, as the scores at its budget), and what training writes at the end.
 _NOT_CONTINUED = frozenset({"test", "summary.json", "best-attention.json"})
+# The unit of each budget of TrainConfig (progress.budgets_used), for the refusal.
+_UNITS = {"max_steps": "updates", "max_time": "seconds", "max_epochs": "epochs"}
 
 
 def check_continuation(sweep: Sweep, root: Path, runs: list[Run]) -> None:
     """Refuse, in one line naming what differs, a sweep (run into `root`) that cannot
     continue the sweep of its `continue_from`; `runs`: the runs this command would do (a
-    shard's). Nothing to check for a sweep that continues none."""
+    shard's), whose budgets are checked. Nothing to check for a sweep that continues none."""
     source = sweep.definition.continue_from
     if source is None:
         return
@@ -36,7 +41,11 @@ def check_continuation(sweep: Sweep, root: Path, runs: list[Run]) -> None:
         first = first_dir.load()
     except UserError as error:
         raise UserError(f"continue_from {source}: {error}") from None
-    problem = _missing_runs(first, sweep) or _config_changes(first, sweep)
+    problem = (
+        _missing_runs(first, sweep)
+        or _config_changes(first, sweep)
+        or _budget_reached(first_dir, SweepDir(root), runs)
+    )
     if problem:
         raise UserError(f"continue_from {source}: {problem}")
 
@@ -127,3 +136,36 @@ def _config_changes(first: Sweep, sweep: Sweep) -> str | None:
                 '(and what resuming allows: docs/training.md, "Resuming")'
             )
     return None
+
+
+def _budget_reached(first_dir: SweepDir, directory: SweepDir, runs: list[Run]) -> str | None:
+    """A budget that the runs to be continued have used up already in the first sweep."""
+    reached: dict[str, list[tuple[float, str, float]]] = {}  # field -> (used, run, budget)
+    for run in runs:
+        parent = first_dir.run(run)
+        if run_state(directory.run(run)) is not RunState.NOT_STARTED or not continuable(parent):
+            continue  # not continued here, or it fails alone, named (copy_to_continue)
+        progress = _progress(parent)
+        if progress is not None:
+            train = run.config.train
+            for name, used in budgets_reached(train, progress, progress.elapsed).items():
+                reached.setdefault(name, []).append((used, run.name, getattr(train, name)))
+    if not reached:
+        return None
+    name, found = next(iter(reached.items()))
+    used, run_name, budget = max(found)
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return (
+        f"its run {run_name}{more} has trained {used:.0f} {_UNITS[name]} already, and this "
+        f"sweep's train.{name} is {budget:.0f}: continued, it would train nothing; raise "
+        f"train.{name} above {used:.0f}"
+    )
+
+
+def _progress(run: RunDir) -> Progress | None:
+    """Where the run's last checkpoint stands; None where it cannot be read (resuming its
+    copy then says so and goes on from previous.pt)."""
+    try:
+        return Progress.from_state(load_checkpoint(run.checkpoint("last"), mapped=True)["progress"])
+    except (UserError, KeyError, TypeError, ValueError):
+        return None
