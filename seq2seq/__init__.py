@@ -9,15 +9,15 @@ Python runs this file before any module of the package, so it is where the confi
 
 from __future__ import annotations
 
-from importlib.metadata import version
 from typing import TYPE_CHECKING
 
 from seq2seq.config.attention import ATTENTION_TYPES
+from seq2seq.version import VERSION
 
 if TYPE_CHECKING:
     from seq2seq.decode.translate import Translation, Translator
 
-__version__ = version("seq2seq")
+__version__ = VERSION  # "0+unknown" where the source tree is not installed
 
 
 def _register_attention_types() -> None:

@@ -168,7 +168,9 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     atomic_write(path, lambda handle: torch.save(state, handle))
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
+def load_checkpoint(path: Path, mapped: bool = False) -> dict[str, Any]:
+    """A checkpoint's entries; `mapped`: its tensors mapped from the file rather than read,
+    for a quick look at the small entries (the progress) of a large one."""
     if not path.is_file():
         raise UserError(f"checkpoint {path} not found")
     try:
@@ -176,7 +178,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         # one error line below says it all.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mapped)
     except Exception as error:  # noqa: BLE001 - torch reports a damaged file in many ways
         problem = error
     # torch's message on a refused class is a page of advice; the class is what matters.

@@ -43,15 +43,17 @@ def write_sweep(directory: Path, base_config: dict = BASE, **changes) -> Path:
 REFERENCES = [f"sentence number {i} with some words in it" for i in range(30)]
 
 
-def hand_made_run(root: Path, run, scores: dict, hypotheses: list[str], validations) -> None:
-    """A finished run directory as train.run leaves it, written by hand."""
+def hand_made_run(
+    root: Path, run, scores: dict, hypotheses: list[str], validations, steps: int = 100
+) -> None:
+    """A finished run directory as train.run leaves it, written by hand: `steps` updates."""
     path = root / "runs" / run.name
     (path / "test").mkdir(parents=True)
     (path / "config.yaml").write_text(run.config.to_yaml())
     (path / "test/test.hyp").write_text("".join(h + "\n" for h in hypotheses))
     (path / "test/scores.json").write_text(json.dumps({"test": scores}))
     summary = {
-        "steps": 100,
+        "steps": steps,
         "best_step": validations[-1][0],
         "best_bleu": scores["bleu"],
         "train_seconds": 10.0 * run.seed,

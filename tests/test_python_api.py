@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -171,3 +173,22 @@ def test_the_documented_example_runs(trained, tmp_path, monkeypatch, capsys):
     exec(compile(code, str(DOC), "exec"), {})
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 4 and printed[0].startswith("[") and "''" in printed[0]
+
+
+def test_a_source_tree_that_is_not_installed_has_an_unknown_version():
+    """On PYTHONPATH without `pip install` (a cluster node) there is no package metadata:
+    `import seq2seq` and the command line still work, and say the version is unknown."""
+    script = (
+        "import importlib.metadata as m, sys\n"
+        "def missing(name):\n"
+        "    raise m.PackageNotFoundError(name)\n"
+        "m.version = missing\n"  # as if seq2seq were not installed
+        "import seq2seq\n"
+        "print(seq2seq.__version__)\n"
+        "from seq2seq.cli import main\n"
+        "sys.argv = ['seq2seq', '--version']\n"
+        "main()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["0+unknown", "seq2seq 0+unknown"]

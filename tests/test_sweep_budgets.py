@@ -22,15 +22,23 @@ def bleu(hypotheses: list[str]) -> float:
     return BLEU().corpus_score(hypotheses, [REFERENCES]).score
 
 
-def finish(directory: SweepDir, sweep, hypotheses: dict) -> None:
+def finish(directory: SweepDir, sweep, hypotheses: dict, steps: dict) -> None:
+    """Hand-made runs of `hypotheses` by (cell index, seed), trained `steps` (by the same
+    keys; default: the sweep's train.max_steps)."""
     for (cell, seed), lines in hypotheses.items():
+        run = sweep.run(sweep.cells[cell], seed)
+        trained = steps.get((cell, seed), run.config.train.max_steps)
         score = {"bleu": bleu(lines), "chrf": 0.0}
-        hand_made_run(directory.root, sweep.run(sweep.cells[cell], seed), score, lines, [(7, 1.0)])
+        hand_made_run(directory.root, run, score, lines, [(trained, 1.0)], steps=trained)
 
 
-def two_sweeps(tmp_path, monkeypatch, first_runs: dict, continued_runs: dict):
-    """The first sweep (7 updates) and one continuing it to 14, with hypotheses by (cell
-    index, seed); returns the continued sweep's results."""
+def two_sweeps(
+    tmp_path, monkeypatch, first_runs: dict, continued_runs: dict, budget=14, steps=None
+):
+    """The first sweep (7 updates) and one continuing it to `budget`, with hypotheses by
+    (cell index, seed), trained as far as their budgets or `steps` (by sweep, 0 or 1, then
+    by the same keys) say; returns the continued sweep's results."""
+    steps = steps or ({}, {})
     monkeypatch.chdir(tmp_path)
     (tmp_path / "d").mkdir()
     (tmp_path / "d/test.tgt").write_text("".join(r + "\n" for r in REFERENCES))
@@ -38,13 +46,13 @@ def two_sweeps(tmp_path, monkeypatch, first_runs: dict, continued_runs: dict):
     first = load_sweep(write_sweep(tmp_path, grid=GRID))
     first_dir = SweepDir(tmp_path / "first")
     first_dir.adopt(first)
-    finish(first_dir, first, first_runs)
-    longer = {"train.max_steps": 14}
+    finish(first_dir, first, first_runs, steps[0])
+    longer = {"train.max_steps": budget}
     path = write_sweep(tmp_path, grid=GRID, set=longer, continue_from="first")
     second = load_sweep(path)
     second_dir = SweepDir(tmp_path / "second")
     second_dir.adopt(second)
-    finish(second_dir, second, continued_runs)
+    finish(second_dir, second, continued_runs, steps[1])
     return collect(second_dir)
 
 
@@ -72,6 +80,23 @@ def test_a_gap_that_closes_with_more_updates_shows_in_both_columns(tmp_path, mon
         "dot", "2", f"{dot_first:.2f}", "100.00", f"{100 - dot_first:+.2f}",
         f"{dot_first - six:+.2f}", "+0.00",
     ]  # fmt: skip
+
+
+def test_each_budget_is_named_by_the_updates_its_runs_trained(tmp_path, monkeypatch):
+    """Not by the configs' train.max_steps: runs continued (before that was refused) into a
+    budget of 5 that they had passed, tested again at 7 updates, are not said to be at 5."""
+    runs = {(0, 1): SIX_WORDS, (1, 1): SIX_WORDS}
+    trained = ({}, {(0, 1): 7, (1, 1): 7})
+    lines = budget_tables(two_sweeps(tmp_path, monkeypatch, runs, runs, budget=5, steps=trained))
+    assert row(lines, "cell")[2:4] == ["BLEU, 7 updates", "7 updates"]
+    assert "(`first`, 7 updates) and at this one (7 updates)" in "\n".join(lines)
+
+
+def test_runs_that_trained_unlike_updates_make_a_range(tmp_path, monkeypatch):
+    runs = {(0, 1): SIX_WORDS, (1, 1): SIX_WORDS}
+    early = ({(1, 1): 5}, {})  # early stopping ended a first run at 5
+    lines = budget_tables(two_sweeps(tmp_path, monkeypatch, runs, runs, steps=early))
+    assert row(lines, "cell")[2:4] == ["BLEU, 5–7 updates", "14 updates"]
 
 
 def test_runs_whose_first_run_is_not_finished_are_left_out_and_named(tmp_path, monkeypatch):

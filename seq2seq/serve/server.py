@@ -24,6 +24,7 @@ import torch
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 from seq2seq.serve.schema import ServeLimits
+from seq2seq.version import VERSION
 
 
 def require_server() -> None:
@@ -66,7 +67,8 @@ def model_info(translator: Translator, limits: ServeLimits) -> dict[str, Any]:
         "limits": asdict(limits) | {"max_body": limits.max_body},
         "device": str(translator.device),
         "threads": torch.get_num_threads(),
-        "versions": {name: version(name) for name in ("seq2seq", "torch", "fastapi", "uvicorn")}
+        "versions": {"seq2seq": VERSION}
+        | {name: version(name) for name in ("torch", "fastapi", "uvicorn")}
         | {"python": platform.python_version()},
     }
 

@@ -21,6 +21,7 @@ from seq2seq.sweep.results import SweepResults
 from seq2seq.sweep.spec import Cell, Sweep
 
 Scores = dict[tuple[str, int], float]  # (cell key, seed) -> the score on one test set
+Steps = dict[tuple[str, int], int]  # (cell key, seed) -> the updates the run trained
 
 
 def budget_tables(results: SweepResults) -> list[str]:
@@ -32,7 +33,7 @@ def budget_tables(results: SweepResults) -> list[str]:
     first_dir = SweepDir(Path(source))
     try:
         first_sweep = first_dir.load()
-        first, left_out = _first_scores(results, first_sweep, first_dir)
+        first, first_steps, left_out = _first_scores(results, first_sweep, first_dir)
     except (OSError, ValueError, UserError) as error:
         problem = str(error).splitlines()[0]
         return [
@@ -41,7 +42,7 @@ def budget_tables(results: SweepResults) -> list[str]:
             f"({problem}): no comparison of the budgets.",
             "",
         ]
-    labels = _labels(first_sweep, results.sweep)
+    labels = _labels(first_steps, results)
     for name in results.test_sets:
         this = {
             (result.cell.key, seed): float(score)
@@ -71,11 +72,13 @@ def _observed(scored: dict) -> tuple[tuple[int, ...], list[float]]:
 
 def _first_scores(
     results: SweepResults, first_sweep: Sweep, first_dir: SweepDir
-) -> tuple[dict[str, Scores], list[str]]:
-    """Test set -> the first sweep's score of each run that this sweep continued, and the
-    runs of this sweep whose first run is not finished there."""
+) -> tuple[dict[str, Scores], Steps, list[str]]:
+    """Test set -> the first sweep's score of each run that this sweep continued, the
+    updates each of those runs trained there, and the runs of this sweep whose first run is
+    not finished there."""
     cells = {cell.key: cell for cell in first_sweep.cells}
     found: dict[str, Scores] = {}
+    steps: Steps = {}
     left_out = []
     for result in results.cells:
         for seed in result.seeds:
@@ -83,6 +86,7 @@ def _first_scores(
             if run is None:
                 left_out.append(f"{result.cell.title}, seed {seed}")
                 continue
+            steps[result.cell.key, seed] = run.summary.steps
             config = first_sweep.run(cells[result.cell.key], seed).config
             for prefix in config.data.test:  # the test sets whose hypotheses it read
                 name = Path(prefix).name
@@ -90,7 +94,7 @@ def _first_scores(
                 sums = HEADLINE.sentence_statistics(run.hypotheses[name], references).sum(axis=0)
                 score = float(HEADLINE.score_sums(sums[None])[0])
                 found.setdefault(name, {})[result.cell.key, seed] = score
-    return found, left_out
+    return found, steps, left_out
 
 
 def _first_run(
@@ -105,12 +109,24 @@ def _first_run(
         return None
 
 
-def _labels(first: Sweep, this: Sweep) -> tuple[str, str]:
-    """The budgets in updates where each sweep gives every run one train.max_steps."""
-    steps = [{run.config.train.max_steps for run in sweep.runs} for sweep in (first, this)]
-    if all(len(found) == 1 and None not in found for found in steps):
-        return f"{min(steps[0]):,} updates", f"{min(steps[1]):,} updates"
-    return "the first budget", "this budget"
+def _labels(first_steps: Steps, results: SweepResults) -> tuple[str, str]:
+    """Each budget in the updates its runs trained (summary.json), over the runs finished at
+    both: what the runs reached, not what their configs asked (early stopping ends runs
+    sooner, and a continued run's config need not say where its first run stopped)."""
+    this_steps = {
+        (result.cell.key, seed): run.summary.steps
+        for result in results.cells
+        for seed, run in result.runs.items()
+    }
+    both = sorted(first_steps.keys() & this_steps.keys())
+    if not both:
+        return "the first budget", "this budget"
+    return _updates([first_steps[run] for run in both]), _updates([this_steps[run] for run in both])
+
+
+def _updates(steps: list[int]) -> str:
+    low, high = min(steps), max(steps)
+    return f"{low:,} updates" if low == high else f"{low:,}–{high:,} updates"
 
 
 def _table(

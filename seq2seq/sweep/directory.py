@@ -170,34 +170,6 @@ class SweepDir:
             install_tokenizer(shared_tokenizer(run.config, seed, shared), self.run(run))
 
 
-# What a continued run does not take from the run it continues: the test scores (they stay
-# with the first sweep, as the scores at its budget), and what training writes at the end.
-_NOT_CONTINUED = frozenset({"test", "summary.json", "best-attention.json"})
-
-
-def continuable(parent: RunDir) -> bool:
-    """Whether a run of another sweep can start from `parent`: finished, its last kept."""
-    return run_state(parent) is RunState.FINISHED and parent.checkpoint("last").is_file()
-
-
-def copy_to_continue(parent: RunDir, run: RunDir) -> None:
-    """Make `run` (not started) a copy of the finished run `parent` without its test scores:
-    training then resumes from its last checkpoint and goes on to the new budget."""
-    if not continuable(parent):
-        raise UserError(
-            f"{parent.root} is not a finished run with its checkpoints/last.pt, so it cannot "
-            "be continued; finish that sweep first (its checkpoints must be kept)"
-        )
-
-    def skipped(directory: str, names: list[str]) -> set[str]:
-        return _NOT_CONTINUED & set(names) if Path(directory) == parent.root else set()
-
-    # replace: a run not started may hold the shared tokenizer and nothing else.
-    publish_directory(
-        run.root, lambda tmp: shutil.copytree(parent.root, tmp, ignore=skipped), replace=True
-    )
-
-
 def run_state(run: RunDir) -> RunState:
     if (run.test / "scores.json").is_file():
         return RunState.FINISHED

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from seq2seq.checkpoint import RunBusy, RunDir
 from seq2seq.errors import UserError
-from seq2seq.sweep.directory import RunState, SweepDir, continuable, copy_to_continue
+from seq2seq.sweep.continuation import check_continuation, continuable, copy_to_continue
+from seq2seq.sweep.directory import RunState, SweepDir
 from seq2seq.sweep.report import write_report
 from seq2seq.sweep.spec import Run, Shard, Sweep
 from seq2seq.train.run import train
@@ -24,8 +25,9 @@ def run_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> Path:
     error naming them. A stop signal stops the sweep: the same command resumes it.
     """
     directory = SweepDir(root)
-    directory.adopt(sweep)
     runs = shard.select(sweep.runs) if shard else sweep.runs
+    check_continuation(sweep, root, runs)  # before anything is written
+    directory.adopt(sweep)
     part = f"shard {shard.index}/{shard.count}: " if shard else ""
     _note(sweep, f"{root}: {part}{len(runs)} of {len(sweep.runs)} runs")
     failed, busy = [], []
@@ -67,6 +69,7 @@ def describe_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> str:
     the counts; nothing is trained or written."""
     directory = SweepDir(root)
     runs = shard.select(sweep.runs) if shard else sweep.runs
+    check_continuation(sweep, root, runs)
     counts: Counter[str] = Counter()
     lines = []
     for number, run in enumerate(runs, start=1):

@@ -71,17 +71,37 @@ class TrainWindow:
         return self.tokens / max(time.time() - self.start, 1e-9)
 
 
+# How each budget of TrainConfig is said to be spent, in the order training checks them.
+_SPENT = {
+    "max_steps": "train.max_steps={} reached",
+    "max_time": "train.max_time={:.0f}s used",
+    "max_epochs": "train.max_epochs={} done",
+}
+
+
+def budgets_used(progress: Progress, elapsed: float) -> dict[str, float]:
+    """How much a run at `progress` (`elapsed` seconds trained) has used of each budget of
+    TrainConfig, in the budget's unit: updates, seconds, finished epochs."""
+    return {"max_steps": progress.step, "max_time": elapsed, "max_epochs": progress.epoch}
+
+
+def budgets_reached(train: TrainConfig, progress: Progress, elapsed: float) -> dict[str, float]:
+    """The budgets of `train` that a run at `progress` has used up, each with how much of it
+    the run used: resumed, it stops at once. Early stopping (`patience`) aside."""
+    used = budgets_used(progress, elapsed)
+    return {
+        name: value
+        for name, value in used.items()
+        if (limit := getattr(train, name)) is not None and value >= limit
+    }
+
+
 def budget_spent(train: TrainConfig, progress: Progress, elapsed: float) -> str | None:
     """Why training must stop now (`elapsed`: seconds trained so far), or None."""
     if train.patience is not None and progress.bad_validations >= train.patience:
         return f"no improvement of {train.metric} in {train.patience} validations"
-    if train.max_steps is not None and progress.step >= train.max_steps:
-        return f"train.max_steps={train.max_steps} reached"
-    if train.max_time is not None and elapsed >= train.max_time:
-        return f"train.max_time={train.max_time:.0f}s used"
-    if progress.epoch >= train.max_epochs:
-        return f"train.max_epochs={train.max_epochs} done"
-    return None
+    name = next(iter(budgets_reached(train, progress, elapsed)), None)
+    return None if name is None else _SPENT[name].format(getattr(train, name))
 
 
 def expected_last_step(

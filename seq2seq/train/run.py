@@ -14,8 +14,8 @@ import signal
 import subprocess
 import sys
 from datetime import datetime, timezone
-from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -43,6 +43,7 @@ from seq2seq.train.interrupt import Interrupted, StopSignals
 from seq2seq.train.logs import FILE_ONLY, TensorBoardLog, setup_logging
 from seq2seq.train.scoring import score_test
 from seq2seq.train.trainer import Trainer
+from seq2seq.version import VERSION
 
 # Fields that may change when a run is resumed: budgets, and what does not change the
 # parameters trained (its name, logging, checkpoints kept, the guard on skipped updates,
@@ -77,7 +78,7 @@ def _git_revision() -> str | None:
 def _write_meta(run: RunDir, resumed: bool, world: World, parent: Parent | None) -> None:
     """meta.json: versions, command and start; a fine-tuning run's parent (kept on resume)."""
     meta = {
-        "seq2seq": version("seq2seq"),
+        "seq2seq": VERSION,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "git_revision": _git_revision(),
@@ -100,12 +101,18 @@ def _read_meta(run: RunDir) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def _check_same_run(run: RunDir, cfg: Config) -> None:
-    differences = [
+def refused_on_resume(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
+    """(field, old value, new value) for each difference that resuming a run trained with
+    `old` under `new` refuses: any but RESUMABLE_CHANGES and RESUMABLE_SECTIONS."""
+    return [
         d
-        for d in config_differences(run.load_config(), cfg)
+        for d in config_differences(old, new)
         if not (d[0] in RESUMABLE_CHANGES or d[0].startswith(RESUMABLE_SECTIONS))
     ]
+
+
+def _check_same_run(run: RunDir, cfg: Config) -> None:
+    differences = refused_on_resume(run.load_config(), cfg)
     if differences:
         shown = "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in differences[:3])
         raise UserError(
