@@ -1,5 +1,5 @@
-"""The update and its feed: padded shapes change nothing, batches built ahead arrive in
-order, and updates that leave their outcome on the device (as on one GPU) skip, count
+"""The update and its feed: padded shapes change nothing, the feed prepares each rank's
+share of the epoch, and updates that leave their outcome on the device (as on one GPU) skip, count
 and stop as updates read back at once do. CUDA graphs themselves: tests/test_cuda.py."""
 
 import re
@@ -44,42 +44,26 @@ def test_padding_to_a_shape_changes_neither_loss_nor_gradients(arch):
         torch.testing.assert_close(h, g, rtol=1e-4, atol=1e-6)
 
 
-def toy_batches(n: int = 40) -> TrainBatches:
+def toy_batches(n: int = 41) -> TrainBatches:
     src = [[5 + i % 7] * (1 + i % 5) for i in range(n)]
     return TrainBatches(src, [ids + [9] for ids in src], batch_tokens=24, seed=3)
 
 
-def test_batches_built_ahead_arrive_in_order_and_equal_those_built_in_turn():
+def test_a_feed_prepares_the_epoch_from_where_it_resumes_each_rank_its_share():
     data = toy_batches()
     order = data.epoch(0)
-    inline = BatchFeed(data, World(), torch.device("cpu"), shapes=False, ahead=False)
-    ahead = BatchFeed(data, World(), torch.device("cpu"), shapes=False, ahead=True)
-    with inline.stream(order, 2) as a, ahead.stream(order, 2) as b:
-        pairs = list(zip(a, b, strict=True))
-    assert len(pairs) == len(order) - 2
-    for x, y in pairs:
-        assert x.indices == y.indices and x.tokens == y.tokens == data.target_tokens(x.indices)
-        assert torch.equal(x.batch.src, y.batch.src) and torch.equal(
-            x.batch.tgt_out, y.batch.tgt_out
-        )
-
-
-def test_leaving_a_feed_early_stops_its_thread_and_an_error_reaches_the_consumer(monkeypatch):
-    data = toy_batches()
-    order = data.epoch(0)
-    ahead = BatchFeed(data, World(), torch.device("cpu"), shapes=False, ahead=True)
-    with ahead.stream(order, 0) as stream:
-        next(stream)  # the thread fills its queue and waits, until the stream is left
-    assert not [t for t in __import__("threading").enumerate() if t.name == "batch-feed"]
-
-    def broken(indices):
-        if indices == order[3]:
-            raise OSError("the corpus went away")
-        return make_batch([data.src[i] for i in indices], [data.tgt[i] for i in indices], indices)
-
-    monkeypatch.setattr(data, "batch", broken)
-    with pytest.raises(OSError, match="went away"), ahead.stream(order, 0) as stream:
-        assert len(list(stream)) == 3  # never reached: the fourth batch raises
+    for rank in (0, 1):
+        feed = BatchFeed(data, World(rank=rank, size=2), torch.device("cpu"), shapes=True)
+        prepared = list(feed.batches(order, 2))
+        assert [p.indices for p in prepared] == order[2:]
+        for p in prepared:
+            shard = p.indices[rank::2] or p.indices[:1]
+            assert p.weight == (1.0 if p.indices[rank::2] else 0.0)
+            assert p.tokens == data.target_tokens(p.indices)  # the global batch's
+            assert torch.equal(
+                p.batch.src[: len(shard)], pad_to_shape(data.batch(shard)).src[: len(shard)]
+            )
+            assert p.batch.src.size(0) % 16 == 0 and p.batch.src.size(1) % 8 == 0
 
 
 @pytest.fixture

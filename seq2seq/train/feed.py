@@ -1,18 +1,17 @@
-"""The batches of an epoch, made ready ahead of the updates that train on them.
+"""The batches of an epoch, made ready for the updates that train on them.
 
 A batch is built on the CPU (this rank's shard, padded), then copied to the device. On a
-GPU a background thread builds the next batches into pinned memory while the device
-trains, and the copies are queued without waiting, so the host never stalls the device
-for its data. With `shapes` every batch is padded further, to a few fixed shapes (rows and
-lengths rounded up), so that each shape's update can be captured once as a CUDA graph.
+GPU it is built into pinned memory and copied without waiting; since an update never
+waits for the device either (train/update.py), the host builds the next batch while the
+device still computes the last update: the batches are ready ahead with no thread, whose
+Python would contend with the training loop for the interpreter lock. With `shapes`
+every batch is padded further, to a few fixed shapes (rows and lengths rounded up), so
+that each shape's update can be captured once as a CUDA graph.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -26,7 +25,6 @@ from seq2seq.train.distributed import World
 # give the Multi30k recipe 29 shapes over 3 epochs for 27% more padded tokens.
 LENGTH_MULTIPLE = 8
 ROW_MULTIPLE = 16
-BATCHES_AHEAD = 4
 
 
 @dataclass
@@ -34,7 +32,7 @@ class PreparedBatch:
     indices: list[int]  # the global batch, in corpus positions
     tokens: int  # its target tokens (+ EOS): the loss normaliser of every rank
     weight: float  # 1.0; 0.0 on a rank the batch has no sentence for (it joins with one)
-    batch: Batch  # this rank's shard, padded; on the device once fed
+    batch: Batch  # this rank's shard, padded, on the device
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -67,20 +65,13 @@ class BatchFeed:
     """Prepared batches of a list of global batches, for this rank on `device`."""
 
     def __init__(
-        self,
-        data: TrainBatches,
-        world: World,
-        device: torch.device,
-        shapes: bool,
-        ahead: bool | None = None,
+        self, data: TrainBatches, world: World, device: torch.device, shapes: bool
     ) -> None:
         self.data, self.world, self.device, self.shapes = data, world, device, shapes
-        # A thread builds batches ahead where a device computes meanwhile (not the CPU).
-        self.ahead = device.type == "cuda" if ahead is None else ahead
-        self.pin = device.type == "cuda"
+        self.pin = device.type == "cuda"  # a copy from pinned memory does not wait
 
     def prepare(self, indices: list[int]) -> PreparedBatch:
-        """The batch on the CPU (pinned for a GPU), not yet copied."""
+        """The batch of `indices`, on the device (its copy possibly still in flight)."""
         shard, weight = self.world.shard(indices), 1.0
         if not shard:  # fewer sentences than ranks: join the gradient exchange with nothing
             shard, weight = indices[:1], 0.0
@@ -95,51 +86,10 @@ class BatchFeed:
                 tgt_in=batch.tgt_in.pin_memory(),
                 tgt_out=batch.tgt_out.pin_memory(),
             )
-        return PreparedBatch(indices, self.data.target_tokens(indices), weight, batch)
+        tokens = self.data.target_tokens(indices)
+        return PreparedBatch(indices, tokens, weight, batch.to(self.device))
 
-    @contextmanager
-    def stream(self, batches: list[list[int]], start: int) -> Iterator[Iterator[PreparedBatch]]:
-        """`batches[start:]`, prepared and on the device, one at a time; on a GPU built
-        BATCHES_AHEAD ahead by a thread that stops when the stream is left."""
-        todo = batches[start:]
-        if not self.ahead:
-            yield (self.on_device(self.prepare(b)) for b in todo)
-            return
-        ready: queue.Queue = queue.Queue(maxsize=BATCHES_AHEAD)
-        stop = threading.Event()
-
-        def offer(item: PreparedBatch | BaseException) -> bool:
-            """Queue `item` unless the consumer left meanwhile; whether it was queued."""
-            while not stop.is_set():
-                try:
-                    ready.put(item, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        def build() -> None:
-            try:
-                for indices in todo:
-                    if not offer(self.prepare(indices)):
-                        return
-            except BaseException as error:  # handed to the consumer, raised there
-                offer(error)
-
-        worker = threading.Thread(target=build, name="batch-feed", daemon=True)
-        worker.start()
-        try:
-            yield (self.on_device(self.take(ready)) for _ in todo)
-        finally:
-            stop.set()
-            worker.join()
-
-    @staticmethod
-    def take(ready: queue.Queue) -> PreparedBatch:
-        item = ready.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def on_device(self, prepared: PreparedBatch) -> PreparedBatch:
-        return replace(prepared, batch=prepared.batch.to(self.device))
+    def batches(self, batches: list[list[int]], start: int) -> Iterator[PreparedBatch]:
+        """`batches[start:]` prepared, each when the loop asks for it: after it launched
+        the update before."""
+        return (self.prepare(indices) for indices in batches[start:])

@@ -212,10 +212,9 @@ class Trainer:
     def train_batches(self, batches: list[list[int]]) -> Settled:
         """Updates on these global batches, outside the loop's budgets and logs (for
         benchmarks) -> their tally."""
-        with self.feed.stream(batches, 0) as stream:
-            for prepared in stream:
-                self.train_step(prepared)
-                self.progress.step += 1
+        for prepared in self.feed.batches(batches, 0):
+            self.train_step(prepared)
+            self.progress.step += 1
         return self.settle(TrainWindow())
 
     def settle(self, window: TrainWindow) -> Settled:
@@ -297,27 +296,26 @@ class Trainer:
         while reason is None:
             batches = self.data.train.epoch(progress.epoch)
             bar.total = self.expected_last_step(len(batches), first_step)
-            with self.feed.stream(batches, progress.batch_in_epoch) as stream:
-                for prepared in stream:
-                    self.train_step(prepared)
-                    progress.batch_in_epoch += 1
-                    progress.step += 1
-                    bar.update(1)
-                    # The first update too: a new run says at once that it trains, and how fast.
-                    log = progress.step % cfg.log_every == 0 or progress.step == first_step + 1
-                    validate = progress.step % cfg.valid_every == 0
-                    if log or validate or not self.update.setup.deferred:
-                        self.settle(window)
-                    if log:
-                        self.log_train(window, board)
-                        bar.total = self.expected_last_step(len(batches), first_step)
-                        bar.set_postfix(loss=f"{window.mean_loss:.3f}", tok_s=f"{window.speed:.0f}")
-                        window = TrainWindow()
-                    if validate:
-                        self.validate(board)
-                    reason = self.stop_reason()
-                    if reason is not None:
-                        break
+            for prepared in self.feed.batches(batches, progress.batch_in_epoch):
+                self.train_step(prepared)
+                progress.batch_in_epoch += 1
+                progress.step += 1
+                bar.update(1)
+                # The first update too: a new run says at once that it trains, and how fast.
+                log = progress.step % cfg.log_every == 0 or progress.step == first_step + 1
+                validate = progress.step % cfg.valid_every == 0
+                if log or validate or not self.update.setup.deferred:
+                    self.settle(window)
+                if log:
+                    self.log_train(window, board)
+                    bar.total = self.expected_last_step(len(batches), first_step)
+                    bar.set_postfix(loss=f"{window.mean_loss:.3f}", tok_s=f"{window.speed:.0f}")
+                    window = TrainWindow()
+                if validate:
+                    self.validate(board)
+                reason = self.stop_reason()
+                if reason is not None:
+                    break
             if progress.batch_in_epoch >= len(batches):
                 progress.epoch += 1
                 progress.batch_in_epoch = 0
