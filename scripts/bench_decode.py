@@ -120,7 +120,7 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
         "target_tokens_per_s": round(tokens / seconds, 1),
         "device": "cuda" if cuda else "cpu",
         "threads": args.threads,
-        "batch_tokens": translator.decode.batch_tokens,
+        "batch_tokens": translator.batch_tokens(translator.decode),
         "length_penalty": translator.decode.length_penalty,
     }
     if dropped:

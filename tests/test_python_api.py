@@ -192,3 +192,18 @@ def test_a_source_tree_that_is_not_installed_has_an_unknown_version():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["0+unknown", "seq2seq 0+unknown"]
+
+
+def test_decode_batches_default_to_the_device_and_a_set_size_wins(trained):
+    from seq2seq.config import DecodeConfig
+    from seq2seq.decode.translate import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
+
+    translator = Translator.load(trained, device="cpu")
+    assert translator.batch_tokens(DecodeConfig()) == CPU_BATCH_TOKENS
+    translator.on_gpu = True  # as a translator on a GPU is
+    assert translator.batch_tokens(DecodeConfig()) == GPU_BATCH_TOKENS > CPU_BATCH_TOKENS
+    assert translator.batch_tokens(DecodeConfig(batch_tokens=123)) == 123
+    # The lines come back alike whatever the batches (on the CPU, to the last digit).
+    lines = ["boka mimi toto", "tape", "mimi tape podo boka"] * 5
+    small = translator.translate(lines, beam=3, batch_tokens=12)
+    assert translator.translate(lines, beam=3) == small

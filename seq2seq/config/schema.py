@@ -302,7 +302,11 @@ class DecodeConfig(Section):
         2.0, gt=0, le=100, description="output limit: ratio x source + offset"
     )
     max_len_offset: int = Field(10, ge=0, le=10_000, description="see max_len_ratio")
-    batch_tokens: PositiveInt = Field(4000, description="padded source tokens x beam per batch")
+    batch_tokens: PositiveInt | None = Field(
+        None,
+        description="padded source tokens x beam per batch; null: 4,000 on a CPU, 64,000 "
+        "on a GPU (whose step costs about the same for many sentences as for a few)",
+    )
     stopping: Stopping = Field(
         "early",
         description="when a sentence's beam search ends: early, once no open hypothesis "

@@ -60,7 +60,7 @@ class CTranslate2Translator(LineTranslator):
     def __init__(
         self, engine: Any, tokenizer: Tokenizer, decode: DecodeConfig, max_source: int | None
     ) -> None:
-        super().__init__(tokenizer, decode, max_source)
+        super().__init__(tokenizer, decode, max_source, on_gpu=engine.device == "cuda")
         self.engine = engine
 
     @classmethod

@@ -35,7 +35,9 @@ def inspect_attention(translator: Translator, sources: list[str], references: li
     ]
     tgt_ids = tokenizer.encode_tgt([references[i] for i in keep])
     groups = token_batches(
-        [len(s) for s in src_ids], [len(t) for t in tgt_ids], translator.decode.batch_tokens
+        [len(s) for s in src_ids],
+        [len(t) for t in tgt_ids],
+        translator.batch_tokens(translator.decode),
     )
     batches = (
         make_batch([src_ids[i] for i in g], [tgt_ids[i] for i in g], g).to(translator.device)

@@ -84,14 +84,14 @@ def beam_search(
         )
         top_scores, origin, token = _expand(beams.scores, log_probs, beam)
         ends = (token == eos_id).view_as(top_scores) & top_scores.isfinite()
-        if bool(ends.any()):
-            beams.best_finished = _record_finished(finished, beams, top_scores, ends, t, alpha)
+        beams.best_finished = _record_finished(finished, beams, top_scores, ends, t, alpha)
         beams.scores = top_scores.masked_fill(ends, float("-inf"))
         trail.append(token, origin, step.attention if attention else None, previous_slots)
         done = beams.done(t, alpha, stopping)
-        if bool(done.all()):
+        all_done, any_done = torch.stack([done.all(), done.any()]).tolist()  # one read
+        if all_done:
             break
-        beams, previous_slots = _next_beams(beams, step.state, origin, token, done, beam)
+        beams, previous_slots = _next_beams(beams, step.state, origin, token, done, any_done, beam)
     return trail.read_back(finished, src_mask, nbest)
 
 
@@ -190,7 +190,10 @@ def _mask_eos_and_limits(log_probs: Tensor, at_cap: Tensor, too_short: bool, eos
     eos = log_probs[:, eos_id].clone()
     if too_short:
         eos = eos.masked_fill(~at_cap, float("-inf"))
-    log_probs.index_fill_(0, at_cap.nonzero().squeeze(1), float("-inf"))
+    if log_probs.is_cuda:  # a pass over every row costs a GPU less than waiting for nonzero()
+        log_probs.masked_fill_(at_cap.unsqueeze(1), float("-inf"))
+    else:
+        log_probs.index_fill_(0, at_cap.nonzero().squeeze(1), float("-inf"))
     log_probs[:, eos_id] = eos
     return log_probs
 
@@ -223,20 +226,28 @@ def _record_finished(
 ) -> Tensor:
     """Add the slots that `ends` (A, K) at step `t` to their sentence's `finished` as
     (score, step, slot), score = log P / lp(t + 1); return the updated n best scores."""
+    ended = ends.nonzero()  # the step's one wait for the device, where none ends too
+    if not len(ended):
+        return beams.best_finished
     lengths = torch.full_like(top_scores, t + 1.0)
     final = torch.where(ends, top_scores / length_penalty(lengths, alpha), -torch.inf)
     width = top_scores.size(1)
-    ended = ends.nonzero()
-    sentences = beams.sentences[ended[:, 0]].tolist()
-    scores = final[ends].tolist()
-    for sentence, score, (a, k) in zip(sentences, scores, ended.tolist(), strict=True):
-        finished[sentence].append((score, t, a * width + k))
+    sentence, a, k = beams.sentences[ended[:, 0]], ended[:, 0], ended[:, 1]
+    read = torch.stack([sentence.double(), final[ends].double(), (a * width + k).double()])
+    for sentence, score, slot in zip(*read.tolist(), strict=True):
+        finished[int(sentence)].append((score, t, int(slot)))
     nbest = beams.best_finished.size(1)
     return torch.cat([beams.best_finished, final], dim=1).topk(nbest, dim=1).values
 
 
 def _next_beams(
-    beams: _Beams, state: DecoderState, origin: Tensor, token: Tensor, done: Tensor, beam: int
+    beams: _Beams,
+    state: DecoderState,
+    origin: Tensor,
+    token: Tensor,
+    done: Tensor,
+    any_done: bool,
+    beam: int,
 ) -> tuple[_Beams, Tensor | None]:
     """The beams for the next step (K = `beam` rows per sentence), and the rows kept (None:
     all of them).
@@ -249,7 +260,7 @@ def _next_beams(
     origins = origin if beam > 1 else None
     memory = beams.memory if beams.memory.beam == beam else beams.memory.widened(beam)
     beams = replace(beams, memory=memory, state=state, origins=origins, prev=token)
-    if not bool(done.any()):
+    if not any_done:
         return beams, None
     kept = (~done).nonzero().squeeze(1)
     rows = _rows_of(kept, beams.width)
@@ -265,6 +276,8 @@ def _rows_of(sentences: Tensor, width: int) -> Tensor:
 class _Trail:
     """What each step leaves behind for reading the finished hypotheses back."""
 
+    # Kept where the search computes them, and read back once at the end: a copy per step
+    # would make a GPU's host wait for the device at every step.
     tokens: list[Tensor]  # (slots,) the token of each slot
     origins: list[Tensor]  # (slots,) the input row each slot extends
     weights: list[Tensor | None]  # (input rows, [heads,] S) attention of each input row
@@ -279,10 +292,10 @@ class _Trail:
         weights: Tensor | None,
         previous_slots: Tensor | None,
     ):
-        self.tokens.append(tokens.cpu())
-        self.origins.append(origins.cpu())
-        self.weights.append(None if weights is None else weights.float().cpu())
-        self.previous_slots.append(None if previous_slots is None else previous_slots.cpu())
+        self.tokens.append(tokens)
+        self.origins.append(origins)
+        self.weights.append(None if weights is None else weights.float())
+        self.previous_slots.append(previous_slots)
 
     def read_back(
         self, finished: list[list[tuple[float, int, int]]], src_mask: Tensor, nbest: int
@@ -290,8 +303,9 @@ class _Trail:
         """Follow back-pointers from each kept hypothesis's EOS slot to its first token."""
         src_lengths = src_mask[:, 0].sum(-1).tolist()
         # Python lists: reading single elements of tensors costs microseconds each.
-        tokens, origins = [t.tolist() for t in self.tokens], [o.tolist() for o in self.origins]
-        previous = [None if p is None else p.tolist() for p in self.previous_slots]
+        tokens, origins = _to_lists(self.tokens), _to_lists(self.origins)
+        previous = _to_lists(self.previous_slots)
+        self.weights = [None if w is None else w.cpu() for w in self.weights]
 
         def trace(sentence: int, score: float, last_step: int, slot: int) -> Hypothesis:
             path, attention = [], []
@@ -310,3 +324,12 @@ class _Trail:
             [trace(b, *hyp) for hyp in sorted(hyps, key=lambda h: -h[0])[:nbest]]
             for b, hyps in enumerate(finished)
         ]
+
+
+def _to_lists(tensors: list[Tensor | None]) -> list[list[int] | None]:
+    """Each 1-d tensor (None stays None) as a list, read from the device in one copy."""
+    present = [t for t in tensors if t is not None]
+    if not present:
+        return [None] * len(tensors)
+    parts = iter(torch.cat(present).cpu().split([t.numel() for t in present]))
+    return [None if t is None else next(parts).tolist() for t in tensors]

@@ -133,6 +133,11 @@ class Translation:
     truncated: bool = False  # the source was cut to the translator's max_source pieces
 
 
+# decode.batch_tokens where a config leaves it null, by device.
+CPU_BATCH_TOKENS = 4_000
+GPU_BATCH_TOKENS = 64_000
+
+
 class LineTranslator:
     """Lines of text in, translations out, whatever computes them: blank lines give no
     hypotheses, sources are cut to `max_source` pieces (None: no limit), lines go in
@@ -141,11 +146,22 @@ class LineTranslator:
     implements `search`."""
 
     def __init__(
-        self, tokenizer: Tokenizer, decode: DecodeConfig, max_source: int | None = None
+        self,
+        tokenizer: Tokenizer,
+        decode: DecodeConfig,
+        max_source: int | None = None,
+        on_gpu: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
         self.decode = decode
         self.max_source = max_source
+        self.on_gpu = on_gpu
+
+    def batch_tokens(self, options: DecodeConfig) -> int:
+        """`options.batch_tokens`, or where it is null the default of the device searching."""
+        if options.batch_tokens is not None:
+            return options.batch_tokens
+        return GPU_BATCH_TOKENS if self.on_gpu else CPU_BATCH_TOKENS
 
     def search(
         self, src_ids: list[list[int]], nbest: int, decode: DecodeConfig, attention: bool = False
@@ -212,7 +228,7 @@ class LineTranslator:
         limit = self.max_source
         cut = [limit is not None and len(ids) > limit for ids in src_ids]
         src_ids = [ids[:limit] for ids in src_ids]
-        budget = max(options.batch_tokens // options.beam, 1)
+        budget = max(self.batch_tokens(options) // options.beam, 1)
         # disable=None: tqdm stays quiet where stderr is not a terminal.
         with tqdm(total=len(lines), unit="sent", disable=None if progress else True) as bar:
             bar.update(len(lines) - len(keep))  # blank lines: nothing to do
@@ -248,7 +264,7 @@ class Translator(LineTranslator):
         max_source: int | None = None,
         origin: Origin | None = None,
     ) -> None:
-        super().__init__(tokenizer, decode, max_source)
+        super().__init__(tokenizer, decode, max_source, on_gpu=device.type == "cuda")
         self.model = model.to(device).eval()
         self.device = device
         self.origin = origin  # set by `load`: the run and checkpoint the model comes from

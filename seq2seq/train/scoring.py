@@ -66,7 +66,7 @@ def score_test(trainer: Trainer) -> dict:
     def exhausted() -> str:
         return (
             f"out of memory in the test decode with decode.beam={cfg.decode.beam} and "
-            f"decode.batch_tokens={cfg.decode.batch_tokens}; {finish}, lowering them "
+            f"decode.batch_tokens={translator.batch_tokens(cfg.decode)}; {finish}, lowering them "
             "(--set decode.batch_tokens=N)"
         )
 
