@@ -41,12 +41,21 @@ def load_translator(
     return CTranslate2Translator.load(exported, threads=args.threads, **options)
 
 
+def batch_tokens_of(translator) -> int:
+    """The tokens of a batch it decodes (older commits' translators had no default by
+    device: their decode section holds the number)."""
+    resolve = getattr(translator, "batch_tokens", None)
+    return resolve(translator.decode) if resolve else translator.decode.batch_tokens
+
+
 def run_for_this_code(run: Path, directory: Path) -> tuple[Path, list[str]]:
     """The run as the measured seq2seq reads it, and the config keys left out for it.
 
     An older commit's schema lacks the keys that newer configs write (at their defaults,
-    for a run trained without them): those are left out of a copy of config.yaml, beside
-    links to the run's other files in `directory`. A run it reads as it is comes back as it is.
+    for a run trained without them), or refuses a null that a newer one reads as "the
+    default" (decode.batch_tokens): those are left out of a copy of config.yaml, beside
+    links to the run's other files in `directory`, so that the older code takes its own
+    default. A run it reads as it is comes back as it is.
     """
     import yaml
     from pydantic import ValidationError
@@ -61,7 +70,11 @@ def run_for_this_code(run: Path, directory: Path) -> tuple[Path, list[str]]:
             Config.model_validate(config)
             break
         except ValidationError as error:
-            unknown = [e["loc"] for e in error.errors() if e["type"] == "extra_forbidden"]
+            unknown = [
+                e["loc"]
+                for e in error.errors()
+                if e["type"] == "extra_forbidden" or ("input" in e and e["input"] is None)
+            ]
             if not unknown:
                 break  # another problem: loading the run reports it
         for *parents, key in unknown:
@@ -120,7 +133,7 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
         "target_tokens_per_s": round(tokens / seconds, 1),
         "device": "cuda" if cuda else "cpu",
         "threads": args.threads,
-        "batch_tokens": translator.batch_tokens(translator.decode),
+        "batch_tokens": batch_tokens_of(translator),
         "length_penalty": translator.decode.length_penalty,
     }
     if dropped:

@@ -18,7 +18,8 @@
 #   losses  the loss of each of the recipe's first 100 updates (bf16), with CUDA graphs and
 #           without
 #   tests   the GPU's own tests, then the whole suite on CUDA (`auto`), 8 processes
-#   decode  translate test_2016_flickr with that run at beam 1 and 5 on the GPU
+#   decode  translate test_2016_flickr with that run at beam 1 and 5 on the GPU, with this
+#           code's default batches (decode.batch_tokens null) and with 4,000 tokens
 #   study   one run of the study Transformer at the study's budget (1,500 updates, the
 #           attention diagnostics, three test sets), its wall time; then N runs side by side
 #           (300 updates each, no test) for N in 1 2 4 8, their wall time
@@ -89,7 +90,7 @@ part_speed() {
     each_code "${recipe_train[@]}" --warmup 150 --steps 100 --profile 10
     labelled new-eager $PY scripts/bench.py "${recipe_train[@]}" --warmup 150 --steps 100 \
       --profile 10 --set train.cuda_graphs=false
-    each_code "${recipe_train[@]}" "${BASE_SIZED[@]}" --warmup 40 --steps 30 --profile 5
+    each_code "${recipe_train[@]}" "${BASE_SIZED[@]}" --warmup 40 --steps 30 --profile 25
   } 2> "$out/speed.log" | tee -a "$out/speed.jsonl"
 }
 
@@ -116,9 +117,16 @@ part_train() {
   done | tee -a "$out/train.jsonl"
 }
 
-part_decode() {
-  each_code decode --run runs/gpu-recipe --checkpoint last --device cuda \
-    --input $test_set.de.gz --ref $test_set.en.gz --beam 1 5 | tee -a "$out/decode.jsonl"
+part_decode() {  # the base at its 4,000-token batches; this code at its GPU default, and at 4,000
+  local decode=(decode --run runs/gpu-recipe --checkpoint last --device cuda
+    --input $test_set.de.gz --ref $test_set.en.gz --beam 1 5)
+  {
+    if [ -n "${BASE:-}" ]; then
+      SEQ2SEQ_BENCH_CODE=$BASE labelled base $PY scripts/bench.py "${decode[@]}"
+    fi
+    labelled new $PY scripts/bench.py "${decode[@]}"
+    labelled new-4000 $PY scripts/bench.py "${decode[@]}" --batch-tokens 4000
+  } 2> "$out/decode.log" | tee -a "$out/decode.jsonl"
 }
 
 part_study() {

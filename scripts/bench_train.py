@@ -118,9 +118,11 @@ def profile_updates(trainer, batches: list[list[int]], rows: int) -> dict:
         run_updates(trainer, batches)
         synchronize(trainer.device.type)
     seconds = time.perf_counter() - started
-    table = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+    on_gpu = trainer.device.type == "cuda"
+    order = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"
+    table = profiler.key_averages().table(sort_by=order, row_limit=rows)
     print(f"profile of {len(batches)} updates:\n{table}", file=sys.stderr)
-    if trainer.device.type != "cuda":
+    if not on_gpu:
         return {}
     return {"gpu_profile": gpu_profile(profiler.events(), len(batches), seconds)}
 
@@ -160,6 +162,15 @@ def gpu_profile(events, updates: int, seconds: float) -> dict:
         "host_waits_per_update": round(sum("Synchronize" in n for n in names) / updates, 2),
         "device_reads_per_update": round(names.count("aten::_local_scalar_dense") / updates, 2),
     }
+
+
+def cuda_graphs(trainer) -> dict:
+    """How many batch shapes the updates captured as CUDA graphs, and the seconds it took."""
+    graphs = getattr(getattr(trainer, "update", None), "graphs", None)
+    if graphs is None:
+        return {}
+    return {"cuda_graphs": len(graphs.graphs), "capture_seconds": round(graphs.capture_seconds, 2),
+            "cuda_graphs_failure": graphs.failure}  # fmt: skip
 
 
 def training_batches(trainer, epochs: int, needed: int) -> list[list[int]]:
@@ -270,6 +281,7 @@ def measure_train(args: argparse.Namespace) -> dict:
         "compiled": args.compile,
         "warmup_seconds": round(warmup_seconds, 2),
         **speed,
+        **cuda_graphs(trainer),
         **profiled,
     }
 

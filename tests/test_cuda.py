@@ -124,7 +124,7 @@ def test_a_graphed_update_computes_what_the_eager_update_computes(toy, tmp_path,
     batches = graphed.data.train.epoch(0) + graphed.data.train.epoch(1)
     for trainer in (graphed, eager):
         trainer.train_batches(batches)
-    assert graphed.update.run.graphs, "no shape was captured"
+    assert graphed.update.run.graphs, f"no shape was captured: {graphed.update.run.failure}"
     differences = {
         name: float((p - q).abs().max())
         for (name, p), q in zip(

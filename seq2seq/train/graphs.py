@@ -13,6 +13,7 @@ gradients, optimizer state, the tally).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -20,6 +21,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.batching import Batch
+from seq2seq.train.logs import LOGGER_NAME
 
 # compute(src, src_lengths, tgt_in, tgt_out, tokens, weight) -> ok (a bool tensor)
 Compute = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, float], Tensor]
@@ -59,18 +61,31 @@ class GraphedUpdates:
         self.pool = torch.cuda.graph_pool_handle()
         self.side = torch.cuda.Stream()
         self.capture_seconds = 0.0  # spent capturing, over this session
+        self.failure: str | None = None  # why capturing failed, after which all is eager
 
     def __call__(self, batch: Batch, tokens: int) -> Tensor:
         shape = (*batch.src.shape, batch.tgt_in.size(1))
         graph = self.graphs.get(shape)
-        if graph is None and shape not in self.seen:
+        if self.failure is not None or (graph is None and shape not in self.seen):
             self.seen.add(shape)
             return self.warm_up(batch, tokens)
         if graph is None:
             started = time.perf_counter()
-            graph = self.graphs[shape] = ShapeGraph(batch, self.compute, self.pool)
+            try:
+                graph = self.graphs[shape] = ShapeGraph(batch, self.compute, self.pool)
+            except RuntimeError as error:  # an operation CUDA cannot capture: train eagerly
+                self.give_up(error)
+                return self.warm_up(batch, tokens)
             self.capture_seconds += time.perf_counter() - started
         return graph.replay(batch, tokens)
+
+    def give_up(self, error: RuntimeError) -> None:
+        self.failure = str(error).splitlines()[0] if str(error) else type(error).__name__
+        logging.getLogger(LOGGER_NAME).warning(
+            "CUDA graphs off: capturing an update failed (%s); training goes on op by op "
+            "(set train.cuda_graphs: false to say so up front)",
+            self.failure,
+        )
 
     def warm_up(self, batch: Batch, tokens: int) -> Tensor:
         """An eager update on a side stream, as capture requires before it."""

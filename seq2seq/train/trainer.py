@@ -329,6 +329,16 @@ class Trainer:
         # A stop on a signal: the command's last line says it, with what was saved.
         quiet = FILE_ONLY if self.stopped_by is not None else None
         self.log.info("training stopped at step %d: %s", progress.step, reason, extra=quiet)
+        self.report_graphs()
+
+    def report_graphs(self) -> None:
+        """In the log file: what capturing the updates as CUDA graphs cost this session."""
+        graphs = self.update.graphs
+        if graphs is not None and graphs.graphs:
+            self.log.info(
+                "CUDA graphs: %d batch shapes captured in %.1f s this session",
+                len(graphs.graphs), graphs.capture_seconds, extra=FILE_ONLY,
+            )  # fmt: skip
 
     def log_train(self, window: TrainWindow, board: TensorBoardLog) -> None:
         lr = self.schedule.at(self.progress.step)

@@ -120,10 +120,11 @@ class Update:
         self.tally = Tally(setup.device, in_a_row)
         self.parameters = [p for p in setup.network.parameters() if p.requires_grad]
         self.run: Callable[[Batch, int], Tensor] = self.compute_eagerly
+        self.graphs: GraphedUpdates | None = None
         if setup.graphs:
             for p in self.parameters:  # the graphs write every update's gradients here
                 p.grad = torch.zeros_like(p)
-            self.run = GraphedUpdates(self.compute, self.compute_eagerly)
+            self.run = self.graphs = GraphedUpdates(self.compute, self.compute_eagerly)
 
     def __call__(self, batch: Batch, tokens: int, weight: float) -> None:
         s = self.setup
