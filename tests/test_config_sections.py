@@ -107,7 +107,9 @@ def test_a_config_loads_in_a_fresh_interpreter_in_any_import_order(tmp_path):
         "model = load_config(sys.argv[1]).model; "
         "print(model.attention.type, model.self_attention.type)"
     )
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    # Before, not instead of, a PYTHONPATH that holds the dependencies (a GPU machine's).
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(paths)}
     done = subprocess.run(
         [sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env
     )

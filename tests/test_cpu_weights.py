@@ -126,7 +126,7 @@ def test_the_translator_packs_the_linear_layers_on_the_cpu_and_decodes_as_before
     trained, monkeypatch
 ):
     monkeypatch.setattr(cpu_weights, "PACKED_MIN_WEIGHTS", 0)  # the toy model's are small
-    translator = Translator.load(trained)
+    translator = Translator.load(trained, device="cpu")  # `auto` is a GPU where there is one
     layers = [m for m in translator.model.modules() if isinstance(m, nn.Linear)]
     assert layers and all(type(m) is PackedLinear for m in layers)
     _, tokenizer, model = load_trained_model(RunDir(trained))

@@ -1,4 +1,5 @@
-"""Data-parallel training under torchrun (gloo, 2 CPU processes) matches one process."""
+"""Data-parallel training under torchrun (gloo, 2 CPU processes; nccl, 2 GPUs where there are
+2) matches one process."""
 
 import os
 import signal
@@ -38,9 +39,17 @@ def final(run_dir: Path) -> dict:
     return torch.load(run_dir / "checkpoints/last.pt", weights_only=True)
 
 
+# gloo on 2 CPU processes everywhere; nccl with one GPU per process where 2 are visible.
+TWO_GPUS = pytest.mark.skipif(
+    torch.cuda.device_count() < 2, reason="DDP on GPUs needs 2 visible GPUs, one per process"
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=TWO_GPUS)])
 @pytest.mark.parametrize("arch", ["rnn", "transformer"])
-def test_two_processes_match_one_and_resume_under_ddp(toy, tmp_path, arch):
+def test_two_processes_match_one_and_resume_under_ddp(toy, tmp_path, arch, device):
     model = [f"model.arch={arch}", "model.ff_dim=32"] if arch == "transformer" else []
+    model.append(f"train.device={device}")
     single, double = tmp_path / "single", tmp_path / "double"
     assert train(toy, single, *SAME_MATH, *model, "train.max_steps=4") == 0
 
@@ -72,7 +81,8 @@ def test_a_killed_worker_leaves_the_other_one_line(toy, tmp_path):
     # The agent looks late, so that the survivor meets the loss at its next collective
     # before the agent would stop it with SIGTERM.
     late = ("--monitor-interval=3",)
-    command = torchrun_command(toy, run, *SAME_MATH, "train.max_steps=100000", agent=late)
+    budget = ("train.max_steps=100000", "train.device=cpu")
+    command = torchrun_command(toy, run, *SAME_MATH, *budget, agent=late)
     agent = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=ENV)
     deadline = time.time() + 120
     while not ((run / "train.log").is_file() and "step 2 " in (run / "train.log").read_text()):

@@ -62,8 +62,10 @@ def test_init_is_the_model_that_training_started_from(six_steps, tmp_path):
     origin, _, initial = load_trained_model(run, "init")
     assert origin.checkpoint is None and origin.step == 0 and origin.checkpoint_name == "init"
     assert initial.state_dict().keys() == started.keys()
+    # The trainer's model is on the run's device (a GPU where `auto` finds one), a loaded
+    # one on the CPU, as load_trained_model says.
     for name, weights in initial.state_dict().items():
-        assert torch.equal(weights, started[name]), name
+        assert weights.device.type == "cpu" and torch.equal(weights, started[name].cpu()), name
     assert initial.length_ratio.item() != 1.0  # the corpus's, not the default
     last = load_trained_model(run, "last")[2].state_dict()
     assert any(not torch.equal(w, last[name]) for name, w in initial.state_dict().items())

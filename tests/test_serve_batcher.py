@@ -158,9 +158,11 @@ def test_the_search_is_told_which_lines_belong_to_a_request_that_gave_up():
         return [[line] for line in lines]
 
     async def scenario():
-        batcher = MicroBatcher(search, max_lines=10, max_wait=0.1, max_queue=10)
+        # Three lines fill a batch at once, whatever the machine's speed; "c" is queued first.
+        batcher = MicroBatcher(search, max_lines=3, max_wait=5, max_queue=10)
         batcher.start()
         kept = asyncio.ensure_future(batcher.translate(["c"], 1, 1))
+        await asyncio.sleep(0)  # `translate` queues its job at its first step
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(batcher.translate(["a", "b"], 1, 1), 0.3)
         gate.set()

@@ -220,7 +220,8 @@ def test_initial_sites_are_measured_once_and_kept_for_runs_without_checkpoints(
     cfg = run.load_config()
     measured = initial_sites(run, cfg)
     valid = read_parallel(cfg.data.valid, cfg.data.src, cfg.data.tgt)
-    expected = Translator.load(run.root, "init").attention_diagnostics(valid.src, valid.tgt)
+    initial = Translator.load(run.root, "init", device="cpu")  # where initial_sites measures
+    expected = initial.attention_diagnostics(valid.src, valid.tgt)
     assert measured == expected["sites"] and run.initial_attention.is_file()
     shutil.rmtree(run.checkpoints)  # as a study's committed run directory
     assert initial_sites(run, cfg) == measured
