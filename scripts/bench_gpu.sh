@@ -41,7 +41,7 @@ seconds_of() {  # run a command, append {"what": NAME, "seconds": S, "status": R
 }
 
 logged_losses() {  # {step: loss} of a train.log's training lines from step $2 on, and its validations
-  $PY -c "import re,sys; t = open(sys.argv[1]).read(); print({**{int(s): float(l) for s, l in re.findall(r'^step (\d+) .*loss ([\d.]+)', t, re.M) if int(s) >= int(sys.argv[2])}, **{f'valid {s}': float(l) for s, l in re.findall(r'^validation at step (\d+):.*loss ([\d.]+)', t, re.M)}})" "$1" "$2"
+  $PY -c "import re,sys; t = open(sys.argv[1]).read(); print({**{int(s): float(l) for s, l in re.findall(r'\bstep (\d+)  epoch .*?loss ([\d.]+)', t) if int(s) >= int(sys.argv[2])}, **{f'valid {s}': float(l) for s, l in re.findall(r'validation at step (\d+):.*?loss ([\d.]+)', t)}})" "$1" "$2"
 }
 
 part_recipe() {

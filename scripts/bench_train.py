@@ -130,8 +130,8 @@ def profile_updates(trainer, batches: list[list[int]], rows: int) -> dict:
 def gpu_profile(events, updates: int, seconds: float) -> dict:
     """Per update: wall time, device time (the union of its kernels' and copies'
     intervals), the device's idle share and its longest idle gap, kernels, launch calls
-    (one graph launch counts one), the host's waits for the device (synchronize calls)
-    and reads of a device value (`aten::_local_scalar_dense`, behind `.item()`, `bool()`)."""
+    (one graph launch counts one), and the host's waits for the device (synchronize calls:
+    behind every `.item()`, `bool()` or copy of a device value to the host)."""
     device = sorted(
         (e.time_range.start, e.time_range.end)
         for e in events
@@ -160,7 +160,6 @@ def gpu_profile(events, updates: int, seconds: float) -> dict:
         "kernels_per_update": round(len(device) / updates, 1),
         "launch_calls_per_update": round(launches / updates, 1),
         "host_waits_per_update": round(sum("Synchronize" in n for n in names) / updates, 2),
-        "device_reads_per_update": round(names.count("aten::_local_scalar_dense") / updates, 2),
     }
 
 

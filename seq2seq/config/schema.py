@@ -256,8 +256,9 @@ class TrainConfig(Section):
     )
     cuda_graphs: bool = Field(
         True,
-        description="on one CUDA GPU in bf16 or fp32: pad batches to a few shapes and replay "
-        "each shape's update as a CUDA graph (docs/training.md); false: launch it op by op",
+        description="on one CUDA GPU in bf16 or fp32, Transformer: pad batches to a few shapes "
+        "and replay each shape's update as a CUDA graph (docs/training.md); false: launch it "
+        "op by op",
     )
     init_from: str | None = Field(
         None,

@@ -104,6 +104,10 @@ class Seq2Seq(nn.Module):
     for the attention types that centre on a position (local-m). The trainer sets it.
     """
 
+    # Whether a training update of one batch shape can be captured as a CUDA graph and
+    # replayed for any batch of that shape: nothing in it reads the batch on the host.
+    graph_capturable = True
+
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("length_ratio", torch.tensor(1.0))

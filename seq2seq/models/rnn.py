@@ -141,6 +141,9 @@ class RNNDecoder(nn.Module):
 
 
 class RNNSeq2Seq(Seq2Seq):
+    # Packing reads the source lengths on the host, and its layout depends on them.
+    graph_capturable = False
+
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int) -> None:
         super().__init__()
         self.encoder = RNNEncoder(cfg, src_vocab, pad_id)

@@ -60,6 +60,7 @@ class Trainer:
         # On one GPU the host never waits for the device within an update (update.py).
         deferred = defers_reading(device, self.world, self.scaler)
         graphs = deferred and device.type == "cuda" and cfg.train.cuda_graphs
+        graphs = graphs and model.graph_capturable
         self.optimizer = build_optimizer(cfg.train.optimizer, model.parameters(), fused=deferred)
         setup = UpdateSetup(
             self.network, self.optimizer, self.scaler, self.world, device, self.precision,
