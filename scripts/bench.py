@@ -106,27 +106,55 @@ def compare(base: Path, repeat: int, measurement: list[str]) -> None:
         print(json.dumps({"summary": True, **summarise(old, new)}), flush=True)
 
 
+class Parser(argparse.ArgumentParser):
+    """Bad arguments are one line (argparse adds a usage message): `bench.py: error: ...`."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argument type: a whole number of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
+        return value
+
+    return parse
+
+
+POSITIVE, NON_NEGATIVE = at_least(1), at_least(0)
+
+
 def add_train_options(mode: argparse.ArgumentParser, steps: int, help_steps: str) -> None:
     mode.add_argument("--config", type=Path, required=True, help="a run config")
     mode.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    mode.add_argument("--steps", type=int, default=steps, help=help_steps)
-    mode.add_argument("--threads", type=int, default=2)
+    mode.add_argument("--steps", type=POSITIVE, default=steps, help=help_steps)
+    mode.add_argument("--threads", type=POSITIVE, default=2)
     mode.add_argument("--tokenizer", type=Path, help="a run's tokenizer/ to reuse")
 
 
 def parse_arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = Parser(description=__doc__.split("\n")[0])
     modes = parser.add_subparsers(dest="mode", required=True)
     decode = modes.add_parser("decode", help="translation speed per beam size")
     decode.add_argument("--run", type=Path, required=True, help="a trained run directory")
     decode.add_argument("--checkpoint", default="best")
     decode.add_argument("--input", type=Path, required=True, help="source lines (.gz is fine)")
     decode.add_argument("--ref", type=Path, help="references, to report BLEU and chrF")
-    decode.add_argument("--beam", type=int, nargs="+", default=[1, 5])
-    decode.add_argument("--batch-tokens", type=int, help="default: the run's decode.batch_tokens")
-    decode.add_argument("--threads", type=int, default=2)
+    decode.add_argument("--beam", type=POSITIVE, nargs="+", default=[1, 5])
+    decode.add_argument(
+        "--batch-tokens", type=POSITIVE, help="default: the run's decode.batch_tokens"
+    )
+    decode.add_argument("--threads", type=POSITIVE, default=2)
     decode.add_argument("--device", help="cpu or cuda; default: the run's train.device")
-    decode.add_argument("--limit", type=int, help="only the first N lines")
+    decode.add_argument("--limit", type=POSITIVE, help="only the first N lines")
     decode.add_argument("--length-penalty", type=float, help="default: the run's decode one")
     decode.add_argument(
         "--engine", nargs="+", choices=ENGINES, default=["torch"],
@@ -135,9 +163,9 @@ def parse_arguments() -> argparse.Namespace:
     )  # fmt: skip
     train = modes.add_parser("train", help="training throughput and model FLOP utilisation")
     add_train_options(train, 50, "timed updates")
-    train.add_argument("--warmup", type=int, default=10, help="updates before timing")
+    train.add_argument("--warmup", type=NON_NEGATIVE, default=10, help="updates before timing")
     train.add_argument(
-        "--profile", type=int, default=0, metavar="ROWS",
+        "--profile", type=NON_NEGATIVE, default=0, metavar="ROWS",
         help=f"then profile {PROFILED_STEPS} more updates; print the ROWS costliest operators",
     )  # fmt: skip
     train.add_argument(
@@ -147,16 +175,18 @@ def parse_arguments() -> argparse.Namespace:
     diagnostics = modes.add_parser("diagnostics", help="attention diagnostics' cost")
     diagnostics.add_argument("--config", type=Path, required=True, help="a run config")
     diagnostics.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    diagnostics.add_argument("--steps", type=int, default=10, help="timed updates per round")
-    diagnostics.add_argument("--repeats", type=int, default=3, help="interleaved rounds")
-    diagnostics.add_argument("--threads", type=int, default=2)
+    diagnostics.add_argument("--steps", type=POSITIVE, default=10, help="timed updates per round")
+    diagnostics.add_argument("--repeats", type=POSITIVE, default=3, help="interleaved rounds")
+    diagnostics.add_argument("--threads", type=POSITIVE, default=2)
     losses = modes.add_parser("losses", help="the loss of each of a run's first updates")
     add_train_options(losses, 100, "updates from the start")
     both = modes.add_parser("compare", help="a measurement on an older checkout and this one")
     both.add_argument("--base", type=Path, required=True, help="the older checkout's root")
-    both.add_argument("--repeat", type=int, default=3, help="measurements per side")
+    both.add_argument("--repeat", type=POSITIVE, default=3, help="measurements per side")
     both.add_argument("measurement", nargs=argparse.REMAINDER, help="-- MODE OPTIONS...")
     args = parser.parse_args()
+    if args.mode == "compare" and not [a for a in args.measurement if a != "--"]:
+        parser.error("compare needs a measurement after --, e.g. -- train --config CONFIG")
     for option in ("config", "tokenizer", "run", "input", "ref", "base"):
         path = getattr(args, option, None)
         if path is not None and not path.exists():

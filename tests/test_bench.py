@@ -43,3 +43,24 @@ def test_matmul_weights_split_the_model_by_side(load_script):
     # Encoder layers: 4 attention projections and 2 feed-forward matrices each.
     assert source == cfg.encoder_layers * (4 * 16 * 16 + 2 * 16 * 32)
     assert model.output.weight.numel() == 60 * 16  # the output layer counts on the target side
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        (
+            ["decode", "--run", ".", "--input", "README.md", "--threads", "0"],
+            "--threads: 0 is less",
+        ),
+        (["diagnostics", "--config", "README.md", "--steps", "0"], "--steps: 0 is less than 1"),
+        (["compare", "--base", "."], "compare needs a measurement after --"),
+        (["decode", "--run", ".", "--input", "README.md", "--limit", "-3"], "--limit: -3 is less"),
+        (["losses", "--config", "README.md", "--steps", "-1"], "--steps: -1 is less than 1"),
+        (["train", "--config", "README.md", "--warmup", "x"], "--warmup: 'x' is not a whole"),
+    ],
+)
+def test_bad_arguments_are_one_line_before_anything_is_measured(arguments, problem):
+    command = [sys.executable, str(SCRIPTS / "bench.py"), *arguments]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and problem in result.stderr, result.stderr
