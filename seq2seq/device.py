@@ -33,11 +33,21 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
-def default_threads(processes: int = 1) -> int:
+# More threads than this per usable CPU only wait for each other, and OpenMP runtimes abort
+# or crash on tens of thousands (libgomp at 16,384).
+THREADS_PER_CPU = 4
+
+
+def usable_cpus() -> int:
     """The CPUs this process may use (its affinity mask, which `taskset` and cpusets
-    narrow; not every core of the machine), shared among `processes`."""
+    narrow; not every core of the machine)."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (usable or 1) // processes)
+    return usable or 1
+
+
+def default_threads(processes: int = 1) -> int:
+    """The usable CPUs, shared among `processes`."""
+    return max(1, usable_cpus() // processes)
 
 
 def use_threads(threads: int | None, processes: int = 1) -> int:
@@ -47,6 +57,12 @@ def use_threads(threads: int | None, processes: int = 1) -> int:
     whole = isinstance(threads, int) and not isinstance(threads, bool)
     if threads is not None and not (whole and threads >= 1):
         raise UserError(f"threads={threads!r}: give a whole number of CPU threads, 1 or more")
+    limit = THREADS_PER_CPU * usable_cpus()
+    if threads is not None and threads > limit:
+        raise UserError(
+            f"threads={threads}: at most {limit} ({THREADS_PER_CPU} per CPU this process may "
+            f"use, {usable_cpus()} here); give {usable_cpus()} or fewer for speed"
+        )
     count = threads or default_threads(processes)
     torch.set_num_threads(count)
     return count

@@ -41,6 +41,25 @@ def test_use_threads_sets_torch_and_refuses_what_is_not_a_count(keep_threads):
             use_threads(bad)
 
 
+def test_more_threads_than_four_per_usable_cpu_are_one_line_wherever_they_are_given(
+    trained, toy, tmp_path, keep_threads, monkeypatch, capsys
+):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert use_threads(8) == 8  # 4 per usable CPU: allowed
+    with pytest.raises(UserError, match=r"threads=9: at most 8 \(4 per CPU .* 2 here\)"):
+        use_threads(9)
+    with pytest.raises(UserError, match="threads=65536: at most 8"):
+        Translator.load(trained, threads=65536)
+    source = tmp_path / "src.txt"
+    source.write_text("mimi toto\n")
+    capsys.readouterr()
+    assert run_cli("translate", "--run", trained, "-i", source, "--threads", "16384") == 2
+    assert capsys.readouterr().err.strip().startswith("seq2seq: error: threads=16384: at most 8")
+    assert train(toy, tmp_path / "r", "train.threads=100", "train.max_steps=1") == 2
+    assert "threads=100: at most 8" in capsys.readouterr().err
+    assert not (tmp_path / "r/checkpoints/last.pt").exists()
+
+
 def test_the_command_line_waits_passively_unless_the_user_says_otherwise():
     probe = (
         "import os, sys, seq2seq.cli; print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
