@@ -6,12 +6,15 @@ one. A directory is filled at a temporary path and renamed into place. A write t
 removes its temporary file or directory, and the target is left as it was.
 
 Temporary names are unique per write, so processes writing the same target at once (the
-shards of a sweep) never write into each other's file.
+shards of a sweep) never write into each other's file. They name the writing process, so
+that a write removes the temporaries of the same target that a killed process left (a
+resume checkpoint's can weigh 90 MB), and never those of a process still writing.
 """
 
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import shutil
 import tempfile
@@ -47,9 +50,10 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
     """Call `write` on a temporary file, fsync it and rename it to `path`. A file-system
     error (disk full, read-only, a directory in the way) is a one-line `UserError`."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_orphans(path)
         with open(tmp, "xb") as handle:
             write(handle)
             handle.flush()
@@ -61,6 +65,24 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def remove_orphans(path: Path) -> None:
+    """Remove the temporaries of `path` whose writer is no longer running (killed)."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*-*.tmp"):
+        pid = tmp.name[len(path.name) + 2 :].split("-", 1)[0]
+        if pid.isdigit() and not _running(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

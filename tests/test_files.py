@@ -1,10 +1,14 @@
 """Atomic writes: a reader sees the old file or the new one, and a failed write leaves
 nothing behind."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from seq2seq.errors import ResourceError, UserError
-from seq2seq.files import atomic_write, atomic_write_text, publish_directory
+from seq2seq.files import atomic_write, atomic_write_bytes, atomic_write_text, publish_directory
 
 
 def test_a_write_replaces_the_file_and_leaves_no_temporary(tmp_path):
@@ -61,3 +65,22 @@ def test_writing_over_a_directory_names_it(tmp_path):
     with pytest.raises(UserError, match="it is a directory; give a file name"):
         atomic_write_text(tmp_path, "text")
     assert list(tmp_path.parent.glob(f".{tmp_path.name}.*.tmp")) == []
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return int(done.stdout)
+
+
+def test_a_write_removes_what_killed_writes_of_its_target_left_and_nothing_else(tmp_path):
+    target = tmp_path / "last.pt"
+    orphan = tmp_path / f".last.pt.{dead_pid()}-0a1b2c3d.tmp"
+    in_flight = tmp_path / f".last.pt.{os.getpid()}-0a1b2c3d.tmp"  # a live writer's
+    other_target = tmp_path / f".best.pt.{dead_pid()}-0a1b2c3d.tmp"
+    for path in (orphan, in_flight, other_target):
+        path.write_bytes(b"half a checkpoint")
+    atomic_write_bytes(target, b"whole")
+    assert target.read_bytes() == b"whole" and not orphan.exists()
+    assert in_flight.exists() and other_target.exists()

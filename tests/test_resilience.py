@@ -118,6 +118,17 @@ def test_a_truncated_checkpoint_falls_back_and_is_never_kept(toy, six_steps, tmp
     assert same_parameters(six_steps, damaged)
 
 
+def test_resuming_removes_the_half_checkpoint_a_kill_left(toy, six_steps, tmp_path):
+    run = tmp_path / "r"
+    shutil.copytree(six_steps, run)
+    killed = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                            capture_output=True, text=True, check=True)  # fmt: skip
+    orphan = run / f"checkpoints/.last.pt.{int(killed.stdout)}-0a1b2c3d.tmp"
+    orphan.write_bytes(b"the first megabytes of a checkpoint")
+    assert train(toy, run, "train.max_steps=8") == 0
+    assert not orphan.exists() and not list(run.rglob("*.tmp"))
+
+
 def nan_on_calls(monkeypatch, calls: set[int]) -> None:
     """Make the training loss NaN on the given (1-based) updates."""
     original, count = update.token_cross_entropy, [0]
