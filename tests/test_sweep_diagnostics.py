@@ -6,6 +6,7 @@ import json
 import shutil
 import statistics
 
+import pytest
 from sweep_helpers import BASE, row, write_sweep
 
 from seq2seq import Translator
@@ -21,6 +22,7 @@ from seq2seq.sweep.diagnostics import (
     initial_sites,
     write_diagnostics,
 )
+from seq2seq.sweep.kept_attention import check_kept_attention
 from seq2seq.sweep.results import collect
 
 
@@ -227,3 +229,48 @@ def test_initial_sites_are_measured_once_and_kept_for_runs_without_checkpoints(
     assert initial_sites(run, cfg) == measured
     run.initial_attention.unlink()
     assert initial_sites(run, cfg) is None  # nothing to measure it from: no point at 0
+
+
+DAMAGED = ['{"decoder.attention": {"quer', "[]", "null", '{"decoder.attention": 1}', '"text"']
+HEATMAP = {"sentence": "a b", "translation": "x", "source": ["a", "b"], "target": ["x"],
+           "weights": [[0.5, 0.5]]}  # fmt: skip
+
+
+@pytest.mark.parametrize("kept", ["initial_attention", "best_attention"])
+@pytest.mark.parametrize("content", [*DAMAGED, '{"weights": [[1]], "source": [], "target": []}'])
+def test_a_damaged_kept_attention_file_lists_the_run_as_damaged(
+    tmp_path, monkeypatch, kept, content
+):
+    monkeypatch.chdir(tmp_path)
+    sweep, directory = sweep_of(tmp_path, ["dot", "general"])
+    for cell in sweep.cells:
+        finished_run(
+            directory,
+            sweep.run(cell, 1),
+            10,
+            {10: {"decoder.attention": site("target", "source", 0.4)}},
+        )
+    broken = directory.run(sweep.run(sweep.cells[0], 1))
+    getattr(broken, kept).write_text(content)
+    whole = directory.run(sweep.run(sweep.cells[1], 1))
+    whole.initial_attention.write_text(
+        json.dumps({"decoder.attention": site("target", "source", 0.9)})
+    )
+    whole.best_attention.write_text(json.dumps(HEATMAP))
+    results = collect(directory)
+    assert [(run.name, problem) for run, problem in results.damaged] == [
+        (sweep.run(sweep.cells[0], 1).name, f"{getattr(broken, kept)} is damaged and "
+         f"{'last' if kept == 'initial_attention' else 'best'}.pt, which it is measured from, "
+         "is gone; restore the file, or train the run again")
+    ]  # fmt: skip
+    assert [c.cell.title for c in results.cells] == ["general"]  # the whole run is reported
+
+
+def test_a_damaged_kept_attention_file_is_measured_again_from_the_checkpoint(trained, tmp_path):
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(trained, run.root, ignore=shutil.ignore_patterns("tensorboard"))
+    measured = initial_sites(run, run.load_config())
+    run.initial_attention.write_text(DAMAGED[0])
+    check_kept_attention(run)  # the last checkpoint is there: removed, to measure again
+    assert not run.initial_attention.exists()
+    assert initial_sites(run, run.load_config()) == measured

@@ -28,6 +28,7 @@ from seq2seq.data.training_corpus import read_training_pairs, tokenize_training_
 from seq2seq.errors import UserError
 from seq2seq.evaluate import HEADLINE, METRICS
 from seq2seq.files import atomic_write_text, publish_directory
+from seq2seq.sweep.kept_attention import check_kept_attention
 from seq2seq.sweep.spec import Run, Sweep, SweepDefinition, expand, read_definition
 
 
@@ -183,6 +184,7 @@ def read_finished(run: RunDir, cfg: Config) -> FinishedRun:
     ValueError naming it."""
     scores = _read_json(run.test / "scores.json")
     summary = _read_json(run.summary)
+    check_kept_attention(run)
     hypotheses = {}
     for prefix in cfg.data.test:
         name = Path(prefix).name
