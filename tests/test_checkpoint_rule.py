@@ -34,3 +34,11 @@ def test_the_rule_picks_the_tested_checkpoint_and_the_last_is_kept_beside(toy, t
     log = (averaged / "train.log").read_text().split("resumed")[-1]
     kept = ", ".join(sorted(p.stem for p in (best / "checkpoints").glob("step-*.pt")))
     assert f"testing the mean of {kept}" in log and "test test (test)" in log
+
+    # Changed to `last`: the scores an earlier rule kept in test/last/ go.
+    relabelled = tmp_path / "relabelled"
+    shutil.copytree(averaged, relabelled)
+    rule = "train.test_checkpoint=last"
+    assert train(toy, relabelled, "train.max_steps=6", "train.valid_every=2", rule) == 0
+    assert not (relabelled / "test/last").exists()
+    assert (relabelled / "test/test.hyp").read_text() == hypotheses

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 from seq2seq.checkpoint import (
@@ -78,6 +79,8 @@ def score_test(trainer: Trainer) -> dict:
         if rule != "last":  # beside the chosen one, so a reader sees how much the rule matters
             _load_test_weights(trainer, "last")
             score_test_sets(cfg, run.test / "last", translator, log)
+        else:  # what an earlier rule left there would read as this run's other scores
+            shutil.rmtree(run.test / "last", ignore_errors=True)
         _load_test_weights(trainer, rule)  # its scores.json, written last, ends the run
         return score_test_sets(cfg, run.test, translator, log)
 
