@@ -65,6 +65,10 @@ BAD_SWEEPS = [  # changes to SWEEP, fragments of the one-line error
         ["cell attention.type=nope", "unknown attention type 'nope'"],
     ),
     ({"grid": {"model.attention.type": ["dot", "dot"]}}, ["lists a value twice"]),
+    (
+        {"grid": {"model.dropout": [0, 0.0]}},
+        ["cells model.dropout=0 and model.dropout=0.0 are one config", "list each value once"],
+    ),
     ({"grid": {"seed": [1, 2]}}, ["grid sets 'seed'", "seeds:"]),
     (
         {"baseline": {"model.attention.type": "bahdanau", "model.attention.window": 3}},

@@ -269,7 +269,22 @@ def expand(definition: SweepDefinition, source: Path) -> Sweep:
             tokenizer = _key({f: values[f] for f in tokenizer_fields}, short)
             shared = f"tokenizers/{tokenizer}" if tokenizer else "tokenizer"
             runs.append(Run(cell, seed, name, run_config, shared))
+    _check_distinct(runs, source)
     return Sweep(definition, cells, baseline, runs)
+
+
+def _check_distinct(runs: list[Run], source: Path) -> None:
+    """Refuse two cells whose configs are one as the schema reads them (0 and 0.0 for a
+    float): they would train the same model twice, under two names."""
+    seen: dict[tuple[int, str], str] = {}
+    for run in runs:
+        read = (run.seed, run.config.model_dump_json(exclude={"name"}))
+        if read in seen:
+            raise UserError(
+                f"{source}: cells {seen[read]} and {run.cell.key} are one config as it reads "
+                "them (the values differ only in how they are written); list each value once"
+            )
+        seen[read] = run.cell.key
 
 
 def _validate(model: type[SweepFile], data: Any, source: Path) -> Any:
