@@ -239,3 +239,14 @@ def test_a_baseline_of_some_fields_is_compared_within_the_others(tmp_path, monke
     assert table.count("| local-m (baseline) | ") == 2 * 2  # scores and training tables
     assert "minus its baseline's (`attention.type=local-m` at the cell's attention.window)" in table
     assert "Holm over the 2 comparisons" in table
+
+
+def test_a_file_named_report_is_kept_and_named(hand_made, tmp_path):
+    from seq2seq.errors import UserError
+    from seq2seq.sweep.report import write_report
+
+    mine = tmp_path / "sweep/report"
+    mine.write_text("my notes\n")
+    with pytest.raises(UserError, match=r"report is a file, not a sweep report; move it away"):
+        write_report(SweepDir(tmp_path / "sweep"))
+    assert mine.read_text() == "my notes\n"

@@ -21,6 +21,7 @@ import torch
 
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.decode.translate import Translator
+from seq2seq.errors import UserError
 from seq2seq.evaluate import HEADLINE, METRICS, length_buckets
 from seq2seq.files import atomic_write_text, publish_directory
 from seq2seq.plots import (
@@ -56,8 +57,11 @@ from seq2seq.sweep.tables import (
 def write_report(directory: SweepDir) -> Path:
     """Write the report of the sweep in `directory`; returns the path of results.md.
     Unfinished runs are listed in it and on stderr."""
+    report = directory.report
+    if report.exists() and not report.is_dir():  # a user's file: never replaced unasked
+        raise UserError(f"{report} is a file, not a sweep report; move it away and run again")
     results = collect(directory)
-    publish_directory(directory.report, lambda tmp: _write(results, tmp), replace=True)
+    publish_directory(report, lambda tmp: _write(results, tmp), replace=True)
     total = len(results.sweep.runs)
     print(
         f"sweep {results.sweep.name}: {_finished(results)} of {total} runs finished",
