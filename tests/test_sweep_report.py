@@ -250,3 +250,24 @@ def test_a_file_named_report_is_kept_and_named(hand_made, tmp_path):
     with pytest.raises(UserError, match=r"report is a file, not a sweep report; move it away"):
         write_report(SweepDir(tmp_path / "sweep"))
     assert mine.read_text() == "my notes\n"
+
+
+@pytest.mark.parametrize("left", ["a file", "an empty directory"])
+def test_a_run_directory_that_is_a_file_or_empty_is_damaged_not_unstarted(
+    hand_made, tmp_path, left
+):
+    import shutil
+
+    sweep, _ = hand_made
+    directory = SweepDir(tmp_path / "sweep")
+    run = sweep.runs[-1]  # general, seed 2: interrupted
+    path = directory.run(run).root
+    shutil.rmtree(path)
+    if left == "a file":
+        path.write_text("not a run\n")
+    else:
+        path.mkdir()
+    results = collect(directory)
+    problem = f"{path} is a file, not a run directory" if left == "a file" else f"{path} is empty"
+    assert [(r.name, p) for r, p in results.damaged] == [(run.name, problem)]
+    assert [r.name for r, _ in results.unfinished] == []

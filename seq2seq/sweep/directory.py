@@ -128,6 +128,13 @@ class SweepDir:
         file and the problem where test/scores.json is there but a file is not right)."""
         run_dir = self.run(run)
         state = run_state(run_dir)
+        if state is RunState.NOT_STARTED and run_dir.root.exists():
+            if not run_dir.root.is_dir():
+                raise NotFinished(
+                    RunState.DAMAGED, f"{run_dir.root} is a file, not a run directory"
+                )
+            if not any(run_dir.root.iterdir()):  # a run not started holds its tokenizer at least
+                raise NotFinished(RunState.DAMAGED, f"{run_dir.root} is empty")
         if state is not RunState.FINISHED:
             raise NotFinished(state)
         try:
