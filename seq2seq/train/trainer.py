@@ -230,36 +230,21 @@ class Trainer:
         progress.skipped_updates += settled.skipped
         progress.skipped_in_a_row = settled.in_a_row
         first = progress.step - settled.updates + 1
+        where = settled.where(first, progress.step)
         if settled.skipped:
-            self.warn_skipped(settled, first)
+            self.log.warning(settled.skip_warning(first, progress.skipped_updates))
         limit = self.cfg.train.max_skipped_updates
         if settled.longest_run >= limit:
             raise UserError(
-                f"{limit} updates in a row had a non-finite loss or gradient "
-                f"({self.steps_between(first, progress.step)}); {self.kept()}; lower "
-                "train.optimizer.lr or check the data"
+                f"{limit} updates in a row had a non-finite loss or gradient ({where}); "
+                f"{self.kept()}; lower train.optimizer.lr or check the data"
             )
         if settled.updates and not self.update.parameters_finite():
             raise UserError(
-                f"the update {self.steps_between(first, progress.step)} made the model's "
-                f"parameters non-finite; {self.kept()}; lower train.optimizer.lr"
+                f"the update {where} made the model's parameters non-finite; {self.kept()}; "
+                "lower train.optimizer.lr"
             )
         return settled
-
-    @staticmethod
-    def steps_between(first: int, last: int) -> str:
-        """Where a look at the tally found something: one update, or a window of them."""
-        return f"at step {last}" if first == last else f"in steps {first}-{last}"
-
-    def warn_skipped(self, settled: Settled, first: int) -> None:
-        progress = self.progress
-        self.log.warning(
-            "step %d: loss %s, gradient norm %s: %s skipped (%d so far, %d in a row)",
-            first + settled.last_skip - 1, settled.last_loss, settled.last_norm,
-            "update" if settled.skipped == 1 else f"{settled.skipped} updates of steps "
-            f"{first}-{progress.step}, this one the last,",
-            progress.skipped_updates, settled.longest_run,
-        )  # fmt: skip
 
     def kept(self) -> str:
         """What a run that stops on an error leaves to resume from."""

@@ -97,6 +97,25 @@ class Settled:
     last_loss: float
     last_norm: float
 
+    @staticmethod
+    def where(first: int, last: int) -> str:
+        """The updates a look at the tally covers (`first` to `last`): one, or a window."""
+        return f"at step {last}" if first == last else f"in steps {first}-{last}"
+
+    def skip_warning(self, first: int, skipped_so_far: int) -> str:
+        """The log's line on the window's skipped updates, the window starting at `first`."""
+        last = first + self.updates - 1
+        what = (
+            "update"
+            if self.skipped == 1
+            else f"{self.skipped} updates of steps {first}-{last}, this one the last,"
+        )
+        return (
+            f"step {first + self.last_skip - 1}: loss {self.last_loss}, gradient norm "
+            f"{self.last_norm}: {what} skipped ({skipped_so_far} so far, "
+            f"{self.longest_run} in a row)"
+        )
+
 
 @dataclass
 class UpdateSetup:
