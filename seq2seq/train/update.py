@@ -40,7 +40,7 @@ class Tally:
         self.loss = zero()  # summed loss per target token of the updates applied
         self.updates = zero(torch.int64)
         self.skipped = zero(torch.int64)
-        self.skipped_tokens = zero()  # target tokens of the skipped updates
+        self.skipped_tokens = zero()  # target tokens of the updates not applied
         self.in_a_row = torch.full((), in_a_row, dtype=torch.int64, device=device)
         self.longest_run = zero(torch.int64)  # the most skips in a row seen in the window
         self.last_skip = zero(torch.int64)  # which update of the window was skipped last
@@ -53,7 +53,7 @@ class Tally:
         self.updates.add_(1)
         self.loss.add_(torch.where(ok, loss.detach().float(), 0.0))
         self.skipped.add_(counted)
-        self.skipped_tokens.add_(counted * tokens)
+        self.skipped_tokens.add_(~ok * tokens)
         self.in_a_row.add_(1).mul_(counted)
         torch.maximum(self.longest_run, self.in_a_row, out=self.longest_run)
         self.last_skip.copy_(torch.where(counted, self.updates, self.last_skip))
