@@ -37,7 +37,8 @@ class ShapeGraph:
         self.inputs = [t.clone() for t in fields]
         self.tokens = torch.zeros((), device=batch.src.device)
         self.graph = torch.cuda.CUDAGraph()
-        # thread_local: the feed's thread may pin memory meanwhile, which a global capture forbids
+        # thread_local: only this thread is held to what capture allows; another thread of
+        # the process may use CUDA meanwhile
         with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
             self.found_inf = (~compute(*self.inputs, self.tokens, 1.0)).float()
 
