@@ -48,6 +48,14 @@ BatchTokens = Annotated[
     int | None,
     typer.Option(min=1, help="padded source tokens x beam per batch; default: decode.batch_tokens"),
 ]
+NoRepeatNgram = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        metavar="N",
+        help="no output repeats an n-gram of N tokens (0: off); default: decode.no_repeat_ngram",
+    ),
+]
 DeviceChoice = Annotated[
     Device | None, typer.Option(help="where to compute; default: the run's train.device")
 ]

@@ -20,6 +20,7 @@ from seq2seq.cli.options import (
     Engine,
     Int8,
     LengthPenalty,
+    NoRepeatNgram,
     Quantization,
     Threads,
     device_name,
@@ -73,6 +74,7 @@ def translate(
         int, typer.Option(min=1, help="write the N best: LINE<TAB>SCORE<TAB>TEXT, N per line")
     ] = 1,
     length_penalty: LengthPenalty = None,
+    no_repeat_ngram: NoRepeatNgram = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     alignments: Annotated[
@@ -91,7 +93,7 @@ def translate(
     to that; stderr counts and names such lines. On a terminal, stdin is translated
     interactively: one line in, one translation out.
     """
-    options = _decoding(beam, length_penalty, batch_tokens)
+    options = _decoding(beam, length_penalty, batch_tokens, no_repeat_ngram)
     with _within_memory(beam, batch_tokens):
         translator = _translator(
             engine, run, checkpoint, device, threads, alignments, options, int8
@@ -121,9 +123,19 @@ def _translate_input(
         translate_file(translator, input or Path("/dev/stdin"), output, nbest, alignments)
 
 
-def _decoding(beam: int | None, length_penalty: float | None, batch_tokens: int | None) -> dict:
+def _decoding(
+    beam: int | None,
+    length_penalty: float | None,
+    batch_tokens: int | None,
+    no_repeat_ngram: int | None,
+) -> dict:
     """The decoding options given on the command line (None: the run's own)."""
-    return {"beam": beam, "length_penalty": length_penalty, "batch_tokens": batch_tokens}
+    return {
+        "beam": beam,
+        "length_penalty": length_penalty,
+        "batch_tokens": batch_tokens,
+        "no_repeat_ngram": no_repeat_ngram,
+    }
 
 
 def _translator(
@@ -193,6 +205,7 @@ def evaluate(
     checkpoint: Checkpoint = "best",
     beam: Beam = None,
     length_penalty: LengthPenalty = None,
+    no_repeat_ngram: NoRepeatNgram = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     threads: Threads = None,
@@ -222,7 +235,7 @@ def evaluate(
                 f"{src} has {len(sources)} lines but {ref} has {len(references)}; "
                 "give one reference per source line"
             )
-        options = _decoding(beam, length_penalty, batch_tokens)
+        options = _decoding(beam, length_penalty, batch_tokens, no_repeat_ngram)
         with _within_memory(beam, batch_tokens):
             translator = _translator(
                 Engine.torch, run, checkpoint, device, threads, None, options, int8

@@ -314,6 +314,12 @@ class DecodeConfig(Section):
         "would beat the n best finished if it ended next (as most toolkits; 1.4-1.6x faster "
         "at beam 5); exact, once none could even at the longest allowed length",
     )
+    no_repeat_ngram: int = Field(
+        0,
+        ge=0,
+        le=1_000,
+        description="no output repeats an n-gram of this many tokens (1: no token twice); 0: off",
+    )
 
 
 class Config(Section):

@@ -104,6 +104,7 @@ class CTranslate2Translator(LineTranslator):
                 num_hypotheses=nbest,
                 length_penalty=decode.length_penalty,
                 min_decoding_length=decode.min_len,
+                no_repeat_ngram_size=decode.no_repeat_ngram,
                 max_decoding_length=limit - 1,  # tokens before EOS; ours counts EOS
                 max_input_length=0,  # sources are cut to max_source already
                 return_scores=True,

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.config import Stopping
+from seq2seq.decode.repeats import block_repeats_
 from seq2seq.models.base import DecoderState, Memory, Seq2Seq, Step
 
 
@@ -63,17 +64,21 @@ def beam_search(
     min_length: int = 0,
     attention: bool = True,
     stopping: Stopping = "early",
+    no_repeat_ngram: int = 0,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each sentence, best first.
 
     `max_lengths` (B,) caps each output (EOS included; EOS is forced at the cap);
     `min_length` tokens come before EOS may (unless the cap comes first). Without
     `attention`, no step forms or keeps attention weights it need not. `stopping`: when
-    a sentence is done (see the module's docstring).
+    a sentence is done (see the module's docstring). `no_repeat_ngram` n > 0: no output
+    repeats an n-gram (`repeats.block_repeats_`).
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
     beams = _first_beams(model, src, src_mask, max_lengths, bos_id, beam, nbest, alpha)
+    if no_repeat_ngram:
+        beams.history = torch.empty(src.size(0), 0, dtype=torch.long, device=src.device)
     trail = _Trail([], [], [], [])
     previous_slots: Tensor | None = None  # what `_Trail.previous_slots` records
     finished: list[list[tuple[float, int, int]]] = [[] for _ in range(src.size(0))]
@@ -82,6 +87,8 @@ def beam_search(
         log_probs = _mask_eos_and_limits(
             step.log_probs.float(), beams.at_cap(t), t < min_length, eos_id
         )
+        if beams.history is not None:
+            block_repeats_(log_probs, beams.history, no_repeat_ngram)
         top_scores, origin, token = _expand(beams.scores, log_probs, beam)
         ends = (token == eos_id).view_as(top_scores) & top_scores.isfinite()
         beams.best_finished = _record_finished(finished, beams, top_scores, ends, t, alpha)
@@ -115,6 +122,7 @@ class _Beams:
     state: DecoderState  # the last step's decoder state, by the rows it was computed for
     origins: Tensor | None  # (A*K,) the row of `state` each row extends; None: its own
     prev: Tensor  # (A*K,) the token each row feeds the decoder next
+    history: Tensor | None = None  # (A*K, t) each row's output so far, when blocking repeats
 
     @property
     def width(self) -> int:
@@ -152,6 +160,7 @@ class _Beams:
             self.state,
             rows if self.origins is None else self.origins[rows],
             self.prev[rows],
+            None if self.history is None else self.history[rows],
         )
 
 
@@ -259,7 +268,10 @@ def _next_beams(
     # With one beam every slot extends its own row: nothing to move.
     origins = origin if beam > 1 else None
     memory = beams.memory if beams.memory.beam == beam else beams.memory.widened(beam)
-    beams = replace(beams, memory=memory, state=state, origins=origins, prev=token)
+    history = beams.history
+    if history is not None:
+        history = torch.cat([history[origin], token.unsqueeze(1)], dim=1)
+    beams = replace(beams, memory=memory, state=state, origins=origins, prev=token, history=history)
     if not any_done:
         return beams, None
     kept = (~done).nonzero().squeeze(1)

@@ -288,8 +288,8 @@ class Translator(LineTranslator):
         layers' weights are prepacked for oneDNN (`packed_weights`), or with `int8` made
         int8 (`int8_weights`; with no `device`, int8 decodes on the CPU whatever the run's
         device). `decode` sets fields of the run's decode section for every call (beam,
-        length_penalty, min_len, max_len_ratio, max_len_offset, batch_tokens, stopping); a
-        field given None keeps the run's value.
+        length_penalty, min_len, max_len_ratio, max_len_offset, batch_tokens, stopping,
+        no_repeat_ngram); a field given None keeps the run's value.
         """
         check_load_arguments(run_dir, checkpoint, device)
         if threads is not None:
@@ -374,6 +374,7 @@ class Translator(LineTranslator):
             min_length=decode.min_len,
             attention=attention,
             stopping=decode.stopping,
+            no_repeat_ngram=decode.no_repeat_ngram,
         )
 
 
