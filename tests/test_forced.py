@@ -33,7 +33,7 @@ def test_a_batch_scores_the_sum_of_each_pairs_step_log_probabilities(arch):
     sources = [[5, 9, 12, 7, 22], [4, 6, 8], [11, 13]]
     references = [[5, 9, 12, 7], [], [20, 20, 4, 8, 11, 6, 9]]  # padded unlike the sources
     batch = pairs_batch(sources, references)
-    found = forced_log_probs(model, batch).tolist()
+    found = forced_log_probs(model, batch, [len(r) + 1 for r in references]).tolist()
     for i, tokens in enumerate(references):
         one = pairs_batch(sources[i : i + 1], [tokens])
         expected = stepwise_log_prob(model, one.src, one.src_mask, tokens)
@@ -49,8 +49,8 @@ def test_the_beams_hypotheses_score_what_the_search_said(arch, alpha):
     found = beam_search(model, batch.src, batch.src_mask, torch.tensor([9, 7, 5]), BOS, EOS,
                         4, 3, alpha)  # fmt: skip
     hyps = [(i, h) for i, hyps in enumerate(found) for h in hyps]
-    forced = forced_log_probs(model, pairs_batch([sources[i] for i, _ in hyps],
-                                                 [h.tokens for _, h in hyps]))  # fmt: skip
+    pairs = pairs_batch([sources[i] for i, _ in hyps], [h.tokens for _, h in hyps])
+    forced = forced_log_probs(model, pairs, [len(h.tokens) + 1 for _, h in hyps])
     for (_, h), total in zip(hyps, forced.tolist(), strict=True):
         lp = float(length_penalty(torch.tensor(len(h.tokens) + 1.0), alpha))
         assert total / lp == pytest.approx(h.score, abs=1e-4)

@@ -22,7 +22,12 @@ from seq2seq.cli.options import (
     LengthPenalty,
     NoRepeatNgram,
     Quantization,
+    Sample,
+    Seed,
+    Temperature,
     Threads,
+    TopK,
+    TopP,
     device_name,
 )
 from seq2seq.errors import UserError
@@ -85,6 +90,11 @@ def translate(
     ] = Engine.torch,
     threads: Threads = None,
     int8: Int8 = False,
+    sample: Sample = False,
+    temperature: Temperature = None,
+    top_k: TopK = None,
+    top_p: TopP = None,
+    seed: Seed = None,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
 
@@ -94,6 +104,8 @@ def translate(
     interactively: one line in, one translation out.
     """
     options = _decoding(beam, length_penalty, batch_tokens, no_repeat_ngram)
+    options |= {"sample": sample or None, "temperature": temperature, "top_k": top_k,
+                "top_p": top_p, "seed": seed}  # fmt: skip
     with _within_memory(beam, batch_tokens):
         translator = _translator(
             engine, run, checkpoint, device, threads, alignments, options, int8
@@ -111,7 +123,7 @@ def _translate_input(
     """Translate a file, piped stdin or a terminal session."""
     from seq2seq.decode.line_io import translate_file, translate_interactively
 
-    if nbest > translator.decode.beam:
+    if nbest > translator.decode.beam and not translator.decode.sample:
         raise UserError(f"--nbest {nbest} needs a beam at least as wide; pass --beam {nbest}")
     if input is None and sys.stdin is None:
         raise UserError("stdin is closed: nothing to translate; pass --input FILE or pipe text in")

@@ -86,10 +86,20 @@ class CTranslate2Translator(LineTranslator):
         return cls(engine, tokenizer, options, settings.max_source)
 
     def search(
-        self, src_ids: list[list[int]], nbest: int, decode: DecodeConfig, attention: bool = False
+        self,
+        src_ids: list[list[int]],
+        nbest: int,
+        decode: DecodeConfig,
+        attention: bool = False,
+        lines: list[int] | None = None,
     ) -> list[list[Hypothesis]]:
         """CTranslate2's search (never with attention), one call per output limit in the
         batch: its limit is per call, and this project's search gives each sentence its own."""
+        if decode.sample:
+            raise UserError(
+                "sampling draws with the PyTorch engine only (its draws do not depend on the "
+                "batch); translate the run directory with --engine torch"
+            )
         limits = output_limits(
             torch.tensor([len(ids) + 1 for ids in src_ids]),  # + EOS, as the model reads it
             decode.max_len_ratio,

@@ -20,7 +20,6 @@ from torch import Tensor
 from tqdm import tqdm
 
 from seq2seq.data.batching import Batch, make_batch, token_batches
-from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.decode.search import length_penalty
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq
@@ -43,12 +42,15 @@ class ForcedScore:
 
 
 @torch.inference_mode()
-def forced_log_probs(model: Seq2Seq, batch: Batch) -> Tensor:
-    """(B,) log P(target + EOS | source) of each pair of a batch with targets."""
+def forced_log_probs(model: Seq2Seq, batch: Batch, lengths: list[int]) -> Tensor:
+    """(B,) log P(target + EOS | source) of each pair of a batch with targets, whose
+    `lengths` count target pieces + EOS (by length, not by PAD: an output may hold PAD's id)."""
     logits = model(batch.src, batch.src_mask, batch.tgt_in)
     log_probs = logits.float().log_softmax(-1)
     picked = log_probs.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1)
-    return picked.masked_fill(batch.tgt_out == PAD_ID, 0.0).sum(-1)
+    steps = torch.arange(picked.size(1), device=picked.device)
+    real = steps < torch.tensor(lengths, device=picked.device).unsqueeze(1)
+    return picked.masked_fill(~real, 0.0).sum(-1)
 
 
 def score_pairs(
@@ -75,8 +77,9 @@ def score_pairs(
     with tqdm(total=len(sources), unit="pair", disable=None if progress else True) as bar:
         for group in groups:
             batch = make_batch([src_ids[i] for i in group], [tgt_ids[i] for i in group], group)
-            found = forced_log_probs(translator.model, batch.to(translator.device)).tolist()
-            for i, total in zip(group, found, strict=True):
+            lengths = [len(tgt_ids[i]) + 1 for i in group]
+            found = forced_log_probs(translator.model, batch.to(translator.device), lengths)
+            for i, total in zip(group, found.tolist(), strict=True):
                 totals[i] = total
             bar.update(len(group))
     return [

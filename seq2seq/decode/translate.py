@@ -22,6 +22,7 @@ from seq2seq.decode.forced import ForcedScore, score_pairs
 from seq2seq.decode.inputs import check_line, check_lines, check_load_arguments, check_nbest
 from seq2seq.decode.inspection import inspect_attention
 from seq2seq.decode.loading import Origin, load_trained_model, max_source_pieces
+from seq2seq.decode.sampling import Sampler
 from seq2seq.decode.search import Hypothesis, beam_search, output_limits
 from seq2seq.device import pick_device, use_threads
 from seq2seq.errors import UserError
@@ -79,10 +80,17 @@ class LineTranslator:
         return GPU_BATCH_TOKENS if self.on_gpu else CPU_BATCH_TOKENS
 
     def search(
-        self, src_ids: list[list[int]], nbest: int, decode: DecodeConfig, attention: bool = False
+        self,
+        src_ids: list[list[int]],
+        nbest: int,
+        decode: DecodeConfig,
+        attention: bool = False,
+        lines: list[int] | None = None,
     ) -> list[list[Hypothesis]]:
         """The `nbest` best hypotheses of each source (piece ids, no EOS), best first, with
-        their attention weights if `attention` and the engine has them."""
+        their attention weights if `attention` and the engine has them; with
+        `decode.sample`, `nbest` samples, drawn with the numbers of the `lines` (the
+        sources' indices in the input; None: 0, 1, ...)."""
         raise NotImplementedError
 
     def attention_labels(self, line: str, translation: Translation) -> tuple[list[str], list[str]]:
@@ -135,7 +143,7 @@ class LineTranslator:
         check_lines(lines)
         check_nbest(nbest)
         options = decode_options(self.decode, decode)
-        if nbest > options.beam:
+        if nbest > options.beam and not options.sample:
             raise UserError(f"nbest {nbest} needs a beam at least as wide; set beam={nbest}")
         outputs: list[list[Translation]] = [[] for _ in lines]
         keep = [i for i, line in enumerate(lines) if line.strip()]
@@ -143,14 +151,16 @@ class LineTranslator:
         limit = self.max_source
         cut = [limit is not None and len(ids) > limit for ids in src_ids]
         src_ids = [ids[:limit] for ids in src_ids]
-        budget = max(self.batch_tokens(options) // options.beam, 1)
+        width = nbest if options.sample else options.beam  # the rows of a source
+        budget = max(self.batch_tokens(options) // width, 1)
         # disable=None: tqdm stays quiet where stderr is not a terminal.
         with tqdm(total=len(lines), unit="sent", disable=None if progress else True) as bar:
             bar.update(len(lines) - len(keep))  # blank lines: nothing to do
             for group in token_batches([len(s) for s in src_ids], None, budget):
                 wanted = [i for i in group if skip is None or not skip(keep[i])]
                 sources = [src_ids[i] for i in wanted]
-                found = self.search(sources, nbest, options, attention) if wanted else []
+                lines_of = [keep[i] for i in wanted]  # what seeds a line's samples
+                found = self.search(sources, nbest, options, attention, lines_of) if wanted else []
                 for position, hyps in zip(wanted, found, strict=True):
                     texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
                     outputs[keep[position]] = [
@@ -283,24 +293,35 @@ class Translator(LineTranslator):
         nbest: int = 1,
         decode: DecodeConfig | None = None,
         attention: bool = False,
+        lines: list[int] | None = None,
     ) -> list[list[Hypothesis]]:
-        """Beam search over a batch of piece ids (`decode`: default, the translator's)."""
+        """Beam search, or sampling, over a batch of piece ids (`decode`: default, the
+        translator's)."""
         batch = make_batch(src_ids, None, list(range(len(src_ids)))).to(self.device)
         decode = decode or self.decode
+        limits = output_limits(batch.src_lengths, decode.max_len_ratio, decode.max_len_offset)
+        sampler = None
+        if decode.sample:
+            sampler = Sampler.for_lines(
+                lines if lines is not None else list(range(len(src_ids))), nbest,
+                int(limits.max()), decode.seed, self.device, temperature=decode.temperature,
+                top_k=decode.top_k, top_p=decode.top_p,
+            )  # fmt: skip
         return beam_search(
             self.model,
             batch.src,
             batch.src_mask,
-            output_limits(batch.src_lengths, decode.max_len_ratio, decode.max_len_offset),
+            limits,
             BOS_ID,
             EOS_ID,
-            beam=decode.beam,
+            beam=nbest if sampler else decode.beam,
             nbest=nbest,
             alpha=decode.length_penalty,
             min_length=decode.min_len,
             attention=attention,
             stopping=decode.stopping,
             no_repeat_ngram=decode.no_repeat_ngram,
+            sampler=sampler,
         )
 
 
@@ -316,8 +337,12 @@ def _evaluating(model: Seq2Seq) -> Iterator[None]:
 
 
 def decode_options(base: DecodeConfig, changes: dict[str, Any]) -> DecodeConfig:
-    """`base` with the fields in `changes` that are not None; one line for a bad one."""
-    options = base.model_dump() | {k: v for k, v in changes.items() if v is not None}
+    """`base` with the fields in `changes` that are not None (sampling without a beam given
+    samples with beam 1, whatever `base`'s beam); one line for a bad one."""
+    given = {k: v for k, v in changes.items() if v is not None}
+    if given.get("sample") and "beam" not in given:
+        given["beam"] = 1
+    options = base.model_dump() | given
     try:
         return DecodeConfig.model_validate(options)
     except ValidationError as error:
