@@ -17,7 +17,6 @@ from seq2seq.cli.options import (
     LengthPenalty,
     Threads,
 )
-from seq2seq.cli.translation import _read_lines, _translator, _within_memory
 from seq2seq.errors import UserError
 
 
@@ -36,6 +35,9 @@ def score(
     """Score each translation in --ref as the model's log-probability of it given its
     source in --src: a line per pair, LOGPROB<TAB>PER_TOKEN<TAB>NORMALISED (the total, EOS
     included; over the tokens; over the length penalty, as beam search ranks)."""
+    # Here, not at the top: importing translation.py first would register its commands
+    # before training.py's.
+    from seq2seq.cli.translation import _read_lines, _translator, _within_memory
     from seq2seq.files import atomic_write_text
 
     sources, references = _read_lines(src), _read_lines(ref)
