@@ -30,7 +30,7 @@ from bad_input_cases import (
 from cli_helpers import run_cli, train
 
 from seq2seq.config import config_from_dict
-from seq2seq.decode.translate import max_source_pieces
+from seq2seq.decode.loading import max_source_pieces
 
 LONG_PAIRS = 3  # training pairs over data.max_len (100 pieces) in the shared run's corpus
 

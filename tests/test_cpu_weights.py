@@ -20,8 +20,8 @@ from seq2seq.decode.cpu_weights import (
     PackedLSTM,
     packed_weights,
 )
+from seq2seq.decode.loading import load_trained_model
 from seq2seq.decode.search import beam_search
-from seq2seq.decode.translate import load_trained_model
 
 pytestmark = pytest.mark.skipif(ONEDNN is None, reason="this build of PyTorch has no oneDNN")
 

@@ -44,6 +44,13 @@ def test_greedy_output_equals_ours_token_for_token(transformer, toy, tmp_path):
     theirs = CTranslate2Translator.load(tmp_path / "ct2", beam=1).hypotheses(sources)
     assert [h[0].tokens for h in ours] == [h[0].tokens for h in theirs]
     assert any(h[0].tokens for h in ours)  # the model says something
+    # Repetition blocking is the same rule in both: long outputs, where the model repeats.
+    blocked = {"beam": 1, "min_len": 8, "no_repeat_ngram": 2}
+    ours = Translator.load(transformer, **blocked).hypotheses(sources)
+    theirs = CTranslate2Translator.load(tmp_path / "ct2", **blocked).hypotheses(sources)
+    assert [h[0].tokens for h in ours] == [h[0].tokens for h in theirs]
+    free = Translator.load(transformer, beam=1, min_len=8).hypotheses(sources)
+    assert [h[0].tokens for h in free] != [h[0].tokens for h in ours]
 
 
 def test_beam_search_without_length_penalty_agrees(transformer, toy, tmp_path):

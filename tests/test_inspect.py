@@ -12,7 +12,7 @@ from seq2seq import Translator
 from seq2seq.attention.diagnostics import DIAGNOSTICS
 from seq2seq.checkpoint import RunDir
 from seq2seq.data.corpus import read_lines
-from seq2seq.decode.translate import load_trained_model
+from seq2seq.decode.loading import load_trained_model
 from seq2seq.train.distributed import World
 from seq2seq.train.run import build_trainer
 

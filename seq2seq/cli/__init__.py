@@ -2,8 +2,8 @@
 
 `app.py` holds the Typer app and the entry point, which turns every problem into one line;
 the commands add themselves to it: `training.py` (train, config, average, sweep),
-`translation.py` (translate, evaluate, export, plot-attention, serve) and `inspection.py`
-(inspect).
+`translation.py` (translate, evaluate, export, plot-attention, serve), `scoring.py`
+(score) and `inspection.py` (inspect).
 """
 
 import os
@@ -17,7 +17,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # The command modules add their commands to the app as they are imported.
-from seq2seq.cli import inspection, training, translation  # noqa: E402, F401
+from seq2seq.cli import inspection, scoring, training, translation  # noqa: E402, F401
 from seq2seq.cli.app import app, main  # noqa: E402
 
 __all__ = ["app", "main"]

@@ -48,6 +48,37 @@ BatchTokens = Annotated[
     int | None,
     typer.Option(min=1, help="padded source tokens x beam per batch; default: decode.batch_tokens"),
 ]
+NoRepeatNgram = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        metavar="N",
+        help="no output repeats an n-gram of N tokens (0: off); default: decode.no_repeat_ngram",
+    ),
+]
+Sample = Annotated[
+    bool,
+    typer.Option(
+        "--sample",
+        help="draw each output from the model instead of searching (beam 1; --nbest N: N "
+        "samples per line)",
+    ),
+]
+Temperature = Annotated[
+    float | None,
+    typer.Option(help="with --sample: p ** (1 / T), T > 0; default 1"),
+]
+TopK = Annotated[
+    int | None, typer.Option(min=0, help="with --sample: only the K most probable; 0: all")
+]
+TopP = Annotated[
+    float | None,
+    typer.Option(help="with --sample: the nucleus of mass P, 0 < P <= 1; default 1"),
+]
+Seed = Annotated[
+    int | None,
+    typer.Option(min=0, help="with --sample: with each line's index, seeds its draws; default 1"),
+]
 DeviceChoice = Annotated[
     Device | None, typer.Option(help="where to compute; default: the run's train.device")
 ]

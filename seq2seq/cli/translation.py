@@ -20,8 +20,14 @@ from seq2seq.cli.options import (
     Engine,
     Int8,
     LengthPenalty,
+    NoRepeatNgram,
     Quantization,
+    Sample,
+    Seed,
+    Temperature,
     Threads,
+    TopK,
+    TopP,
     device_name,
 )
 from seq2seq.errors import UserError
@@ -73,6 +79,7 @@ def translate(
         int, typer.Option(min=1, help="write the N best: LINE<TAB>SCORE<TAB>TEXT, N per line")
     ] = 1,
     length_penalty: LengthPenalty = None,
+    no_repeat_ngram: NoRepeatNgram = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     alignments: Annotated[
@@ -83,6 +90,11 @@ def translate(
     ] = Engine.torch,
     threads: Threads = None,
     int8: Int8 = False,
+    sample: Sample = False,
+    temperature: Temperature = None,
+    top_k: TopK = None,
+    top_p: TopP = None,
+    seed: Seed = None,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
 
@@ -91,7 +103,9 @@ def translate(
     to that; stderr counts and names such lines. On a terminal, stdin is translated
     interactively: one line in, one translation out.
     """
-    options = _decoding(beam, length_penalty, batch_tokens)
+    options = _decoding(beam, length_penalty, batch_tokens, no_repeat_ngram)
+    options |= {"sample": sample or None, "temperature": temperature, "top_k": top_k,
+                "top_p": top_p, "seed": seed}  # fmt: skip
     with _within_memory(beam, batch_tokens):
         translator = _translator(
             engine, run, checkpoint, device, threads, alignments, options, int8
@@ -109,7 +123,7 @@ def _translate_input(
     """Translate a file, piped stdin or a terminal session."""
     from seq2seq.decode.line_io import translate_file, translate_interactively
 
-    if nbest > translator.decode.beam:
+    if nbest > translator.decode.beam and not translator.decode.sample:
         raise UserError(f"--nbest {nbest} needs a beam at least as wide; pass --beam {nbest}")
     if input is None and sys.stdin is None:
         raise UserError("stdin is closed: nothing to translate; pass --input FILE or pipe text in")
@@ -121,9 +135,19 @@ def _translate_input(
         translate_file(translator, input or Path("/dev/stdin"), output, nbest, alignments)
 
 
-def _decoding(beam: int | None, length_penalty: float | None, batch_tokens: int | None) -> dict:
+def _decoding(
+    beam: int | None,
+    length_penalty: float | None,
+    batch_tokens: int | None,
+    no_repeat_ngram: int | None,
+) -> dict:
     """The decoding options given on the command line (None: the run's own)."""
-    return {"beam": beam, "length_penalty": length_penalty, "batch_tokens": batch_tokens}
+    return {
+        "beam": beam,
+        "length_penalty": length_penalty,
+        "batch_tokens": batch_tokens,
+        "no_repeat_ngram": no_repeat_ngram,
+    }
 
 
 def _translator(
@@ -193,6 +217,7 @@ def evaluate(
     checkpoint: Checkpoint = "best",
     beam: Beam = None,
     length_penalty: LengthPenalty = None,
+    no_repeat_ngram: NoRepeatNgram = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     threads: Threads = None,
@@ -222,7 +247,7 @@ def evaluate(
                 f"{src} has {len(sources)} lines but {ref} has {len(references)}; "
                 "give one reference per source line"
             )
-        options = _decoding(beam, length_penalty, batch_tokens)
+        options = _decoding(beam, length_penalty, batch_tokens, no_repeat_ngram)
         with _within_memory(beam, batch_tokens):
             translator = _translator(
                 Engine.torch, run, checkpoint, device, threads, None, options, int8

@@ -314,6 +314,45 @@ class DecodeConfig(Section):
         "would beat the n best finished if it ended next (as most toolkits; 1.4-1.6x faster "
         "at beam 5); exact, once none could even at the longest allowed length",
     )
+    no_repeat_ngram: int = Field(
+        0,
+        ge=0,
+        le=1_000,
+        description="no output repeats an n-gram of this many tokens (1: no token twice); 0: off",
+    )
+    sample: bool = Field(
+        False,
+        description="draw each output from the model's distribution instead of searching "
+        "(needs beam 1; n-best lists are that many samples)",
+    )
+    temperature: float = Field(
+        1.0, gt=0, le=100, description="sampling: p ** (1 / temperature), renormalised"
+    )
+    top_k: int = Field(0, ge=0, description="sampling: only the k most probable tokens; 0: all")
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="sampling: only the fewest most probable tokens whose mass reaches p",
+    )
+    seed: int = Field(
+        1, ge=0, le=2**31 - 1, description="sampling: with the line's index, seeds its draws"
+    )
+
+    @model_validator(mode="after")
+    def _sampling_options_need_sampling(self) -> DecodeConfig:
+        if self.sample and self.beam > 1:
+            raise ValueError(
+                f"sample draws each output alone, not in a beam of {self.beam}; set beam 1 "
+                "(an n-best list of N is N samples)"
+            )
+        defaults = DecodeConfig.model_fields
+        changed = [
+            n for n in ("temperature", "top_k", "top_p") if getattr(self, n) != defaults[n].default
+        ]
+        if changed and not self.sample:
+            raise ValueError(f"{changed[0]} shapes sampling; set sample true, or leave it out")
+        return self
 
 
 class Config(Section):

@@ -86,10 +86,20 @@ class CTranslate2Translator(LineTranslator):
         return cls(engine, tokenizer, options, settings.max_source)
 
     def search(
-        self, src_ids: list[list[int]], nbest: int, decode: DecodeConfig, attention: bool = False
+        self,
+        src_ids: list[list[int]],
+        nbest: int,
+        decode: DecodeConfig,
+        attention: bool = False,
+        lines: list[int] | None = None,
     ) -> list[list[Hypothesis]]:
         """CTranslate2's search (never with attention), one call per output limit in the
         batch: its limit is per call, and this project's search gives each sentence its own."""
+        if decode.sample:
+            raise UserError(
+                "sampling draws with the PyTorch engine only (its draws do not depend on the "
+                "batch); translate the run directory with --engine torch"
+            )
         limits = output_limits(
             torch.tensor([len(ids) + 1 for ids in src_ids]),  # + EOS, as the model reads it
             decode.max_len_ratio,
@@ -104,6 +114,7 @@ class CTranslate2Translator(LineTranslator):
                 num_hypotheses=nbest,
                 length_penalty=decode.length_penalty,
                 min_decoding_length=decode.min_len,
+                no_repeat_ngram_size=decode.no_repeat_ngram,
                 max_decoding_length=limit - 1,  # tokens before EOS; ours counts EOS
                 max_input_length=0,  # sources are cut to max_source already
                 return_scores=True,

@@ -26,7 +26,7 @@ from seq2seq.checkpoint import RunDir
 from seq2seq.config import AttentionConfig, Config
 from seq2seq.data.id_cache import CACHE_DIR
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decode.translate import load_trained_model, max_source_pieces
+from seq2seq.decode.loading import load_trained_model, max_source_pieces
 from seq2seq.errors import UserError
 from seq2seq.files import publish_directory
 from seq2seq.models.build import ARCHITECTURES

@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.config import Stopping
+from seq2seq.decode.repeats import block_repeats_
+from seq2seq.decode.sampling import Sampler
 from seq2seq.models.base import DecoderState, Memory, Seq2Seq, Step
 
 
@@ -63,26 +65,33 @@ def beam_search(
     min_length: int = 0,
     attention: bool = True,
     stopping: Stopping = "early",
+    no_repeat_ngram: int = 0,
+    sampler: Sampler | None = None,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each sentence, best first.
 
     `max_lengths` (B,) caps each output (EOS included; EOS is forced at the cap);
     `min_length` tokens come before EOS may (unless the cap comes first). Without
     `attention`, no step forms or keeps attention weights it need not. `stopping`: when
-    a sentence is done (see the module's docstring).
+    a sentence is done (see the module's docstring). `no_repeat_ngram` n > 0: no output
+    repeats an n-gram (`repeats`). With a `sampler`, a sentence's `beam` slots are samples.
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
     beams = _first_beams(model, src, src_mask, max_lengths, bos_id, beam, nbest, alpha)
+    beams.history = src.new_empty(src.size(0), 0) if no_repeat_ngram else None
     trail = _Trail([], [], [], [])
     previous_slots: Tensor | None = None  # what `_Trail.previous_slots` records
     finished: list[list[tuple[float, int, int]]] = [[] for _ in range(src.size(0))]
     for t in range(int(beams.max_lengths.max())):
         step = beams.decode(model, attention)
-        log_probs = _mask_eos_and_limits(
-            step.log_probs.float(), beams.at_cap(t), t < min_length, eos_id
-        )
-        top_scores, origin, token = _expand(beams.scores, log_probs, beam)
+        log_probs = beams.allowed(step, t, t < min_length, eos_id, no_repeat_ngram)
+        if sampler is None:
+            top_scores, origin, token = _expand(beams.scores, log_probs, beam)
+        else:
+            top_scores, origin, token = sampler.expand(
+                beams.scores, log_probs, beams.sentences, t, beam
+            )
         ends = (token == eos_id).view_as(top_scores) & top_scores.isfinite()
         beams.best_finished = _record_finished(finished, beams, top_scores, ends, t, alpha)
         beams.scores = top_scores.masked_fill(ends, float("-inf"))
@@ -115,6 +124,7 @@ class _Beams:
     state: DecoderState  # the last step's decoder state, by the rows it was computed for
     origins: Tensor | None  # (A*K,) the row of `state` each row extends; None: its own
     prev: Tensor  # (A*K,) the token each row feeds the decoder next
+    history: Tensor | None = None  # (A*K, t) each row's output so far, when blocking repeats
 
     @property
     def width(self) -> int:
@@ -124,6 +134,16 @@ class _Beams:
         """One decoder step for every row, once each row has the state of the row it extends."""
         state = self.state if self.origins is None else self.state.index_select(self.origins)
         return model.decode_step(self.memory, state, self.prev, need_weights)
+
+    def allowed(
+        self, step: Step, t: int, too_short: bool, eos_id: int, no_repeat_ngram: int
+    ) -> Tensor:
+        """(A*K, V) the step's log-probabilities, -inf where a row may not go: EOS before the
+        minimum length, anything but EOS at the cap, a repeated n-gram (in place)."""
+        log_probs = _mask_eos_and_limits(step.log_probs.float(), self.at_cap(t), too_short, eos_id)
+        if self.history is not None:
+            block_repeats_(log_probs, self.history, no_repeat_ngram)
+        return log_probs
 
     def at_cap(self, t: int) -> Tensor:
         """(A*K,) whether each row's output reaches its cap with the token of step `t`."""
@@ -152,6 +172,7 @@ class _Beams:
             self.state,
             rows if self.origins is None else self.origins[rows],
             self.prev[rows],
+            None if self.history is None else self.history[rows],
         )
 
 
@@ -259,7 +280,10 @@ def _next_beams(
     # With one beam every slot extends its own row: nothing to move.
     origins = origin if beam > 1 else None
     memory = beams.memory if beams.memory.beam == beam else beams.memory.widened(beam)
-    beams = replace(beams, memory=memory, state=state, origins=origins, prev=token)
+    history = beams.history
+    if history is not None:
+        history = torch.cat([history[origin], token.unsqueeze(1)], dim=1)
+    beams = replace(beams, memory=memory, state=state, origins=origins, prev=token, history=history)
     if not any_done:
         return beams, None
     kept = (~done).nonzero().squeeze(1)

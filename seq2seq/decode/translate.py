@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -11,106 +12,21 @@ import torch
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from seq2seq.attention import attention_class
-from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
-from seq2seq.config import Config, DecodeConfig, describe_validation_error
+from seq2seq.checkpoint import RunDir
+from seq2seq.config import DecodeConfig, describe_validation_error
 from seq2seq.data.batching import make_batch, token_batches
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
 from seq2seq.decode.cpu_weights import int8_weights, packed_weights
+from seq2seq.decode.forced import ForcedScore, score_pairs
 from seq2seq.decode.inputs import check_line, check_lines, check_load_arguments, check_nbest
 from seq2seq.decode.inspection import inspect_attention
+from seq2seq.decode.loading import Origin, load_trained_model, max_source_pieces
+from seq2seq.decode.sampling import Sampler
 from seq2seq.decode.search import Hypothesis, beam_search, output_limits
 from seq2seq.device import pick_device, use_threads
 from seq2seq.errors import UserError
-from seq2seq.models import Seq2Seq, build_model
-
-
-def max_source_pieces(cfg: Config) -> int:
-    """The longest source, in pieces, that translation reads; longer ones are cut.
-
-    Twice the longest training pair: the model never saw more, and beam search's time and
-    memory grow with the square of the source (the output limit follows its length and every
-    step attends over all of it). An attention type may attend over fewer positions
-    (`Attention.max_source_positions`; location attention scores a fixed number).
-    """
-    limit = 2 * cfg.data.max_len
-    for section in cfg.model.attention_sections().values():  # self-attention reads it too
-        positions = attention_class(section.type).max_source_positions(section)
-        if positions is not None:
-            limit = min(limit, positions - 1)  # the source's EOS takes one
-    return limit
-
-
-def check_tokenizer(state: dict, tokenizer: Tokenizer, path: Path, run: RunDir) -> None:
-    """Refuse a checkpoint trained with another tokenizer than the run's (checkpoints
-    written before they recorded one pass)."""
-    recorded = state.get("tokenizer")
-    if recorded is not None and recorded != tokenizer.fingerprint:
-        raise UserError(
-            f"checkpoint {path} was trained with another tokenizer than {run.tokenizer} "
-            f"(fingerprint {recorded}, not {tokenizer.fingerprint}); use it with the run "
-            "that wrote it (--run)"
-        )
-
-
-INITIAL = "init"  # the checkpoint name of the weights a run started from
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Where a loaded model comes from."""
-
-    run: Path
-    config: Config
-    checkpoint: Path | None  # None: the run's initial weights (INITIAL)
-    step: int | None  # the training step the checkpoint saved (None: not recorded)
-
-    @property
-    def checkpoint_name(self) -> str:
-        return INITIAL if self.checkpoint is None else self.checkpoint.stem
-
-
-def load_trained_model(run: RunDir, checkpoint: str = "best") -> tuple[Origin, Tokenizer, Seq2Seq]:
-    """A run's config and checkpoint, its tokenizer and the model of one of its checkpoints
-    (best, last, step-N, a .pt file, or `init`: see `initial_model`), on the CPU in eval
-    mode; a checkpoint that does not fit the config or the tokenizer is a `UserError`."""
-    cfg = run.load_config()
-    if checkpoint == INITIAL and not run.checkpoint("last").is_file():
-        raise UserError(
-            f"checkpoint init of {run.root} takes the training corpus's length ratio from the "
-            "run's last checkpoint, and it has none; train it first (seq2seq train)"
-        )
-    path = run.resolve_checkpoint("last" if checkpoint == INITIAL else checkpoint)
-    tokenizer = Tokenizer.load(run.tokenizer)
-    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
-    state = load_checkpoint(path)
-    check_tokenizer(state, tokenizer, path, run)
-    load_model_weights(model, state, cfg.model, path)
-    if checkpoint == INITIAL:
-        origin = Origin(run.root, cfg, None, 0)
-        return origin, tokenizer, initial_model(run, cfg, tokenizer, model).eval()
-    step = state.get("step") if isinstance(state, dict) else None
-    origin = Origin(run.root, cfg, path, step if isinstance(step, int) else None)
-    return origin, tokenizer, model.eval()
-
-
-def initial_model(run: RunDir, cfg: Config, tokenizer: Tokenizer, trained: Seq2Seq) -> Seq2Seq:
-    """The weights `run` started training from, drawn again as training drew them
-    (`torch.manual_seed(cfg.seed)`, then the model; the caller's random state is left as
-    it was), with the training corpus's length ratio of the `trained` model: the ratio is
-    not learned, and location-based attention reads it. A fine-tuned run started from its
-    parent's weights, not from a draw: a `UserError`."""
-    if cfg.train.init_from is not None:
-        raise UserError(
-            f"run {run.root} started from the weights of train.init_from "
-            f"({cfg.train.init_from}), not from a draw of its own; load that checkpoint instead"
-        )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
-    model.length_ratio.copy_(trained.length_ratio)
-    return model
+from seq2seq.models import Seq2Seq
 
 
 @dataclass
@@ -164,10 +80,17 @@ class LineTranslator:
         return GPU_BATCH_TOKENS if self.on_gpu else CPU_BATCH_TOKENS
 
     def search(
-        self, src_ids: list[list[int]], nbest: int, decode: DecodeConfig, attention: bool = False
+        self,
+        src_ids: list[list[int]],
+        nbest: int,
+        decode: DecodeConfig,
+        attention: bool = False,
+        lines: list[int] | None = None,
     ) -> list[list[Hypothesis]]:
         """The `nbest` best hypotheses of each source (piece ids, no EOS), best first, with
-        their attention weights if `attention` and the engine has them."""
+        their attention weights if `attention` and the engine has them; with
+        `decode.sample`, `nbest` samples, drawn with the numbers of the `lines` (the
+        sources' indices in the input; None: 0, 1, ...)."""
         raise NotImplementedError
 
     def attention_labels(self, line: str, translation: Translation) -> tuple[list[str], list[str]]:
@@ -220,7 +143,7 @@ class LineTranslator:
         check_lines(lines)
         check_nbest(nbest)
         options = decode_options(self.decode, decode)
-        if nbest > options.beam:
+        if nbest > options.beam and not options.sample:
             raise UserError(f"nbest {nbest} needs a beam at least as wide; set beam={nbest}")
         outputs: list[list[Translation]] = [[] for _ in lines]
         keep = [i for i, line in enumerate(lines) if line.strip()]
@@ -228,14 +151,16 @@ class LineTranslator:
         limit = self.max_source
         cut = [limit is not None and len(ids) > limit for ids in src_ids]
         src_ids = [ids[:limit] for ids in src_ids]
-        budget = max(self.batch_tokens(options) // options.beam, 1)
+        width = nbest if options.sample else options.beam  # the rows of a source
+        budget = max(self.batch_tokens(options) // width, 1)
         # disable=None: tqdm stays quiet where stderr is not a terminal.
         with tqdm(total=len(lines), unit="sent", disable=None if progress else True) as bar:
             bar.update(len(lines) - len(keep))  # blank lines: nothing to do
             for group in token_batches([len(s) for s in src_ids], None, budget):
                 wanted = [i for i in group if skip is None or not skip(keep[i])]
                 sources = [src_ids[i] for i in wanted]
-                found = self.search(sources, nbest, options, attention) if wanted else []
+                lines_of = [keep[i] for i in wanted]  # what seeds a line's samples
+                found = self.search(sources, nbest, options, attention, lines_of) if wanted else []
                 for position, hyps in zip(wanted, found, strict=True):
                     texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
                     outputs[keep[position]] = [
@@ -288,8 +213,8 @@ class Translator(LineTranslator):
         layers' weights are prepacked for oneDNN (`packed_weights`), or with `int8` made
         int8 (`int8_weights`; with no `device`, int8 decodes on the CPU whatever the run's
         device). `decode` sets fields of the run's decode section for every call (beam,
-        length_penalty, min_len, max_len_ratio, max_len_offset, batch_tokens, stopping); a
-        field given None keeps the run's value.
+        length_penalty, min_len, max_len_ratio, max_len_offset, batch_tokens, stopping,
+        no_repeat_ngram); a field given None keeps the run's value.
         """
         check_load_arguments(run_dir, checkpoint, device)
         if threads is not None:
@@ -310,12 +235,8 @@ class Translator(LineTranslator):
         return cls(model, tokenizer, decode_cfg, target, max_source_pieces(cfg), origin)
 
     def hypotheses(self, lines: list[str], **options: Any) -> list[list[Translation]]:
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with _evaluating(self.model):
             return super().hypotheses(lines, **options)
-        finally:
-            self.model.train(was_training)
 
     def alignment(self, line: str, translation: Translation) -> str:
         """Pharaoh word alignment (i-j) of a line and its translation (found with attention)."""
@@ -345,6 +266,21 @@ class Translator(LineTranslator):
         src_pieces, tgt_pieces = self.attention_labels(line, best)
         return AttentionMap(src_pieces, tgt_pieces, best.attention, best.text)
 
+    def score(
+        self, sources: list[str], references: list[str], *, progress: bool = False, **decode: Any
+    ) -> list[ForcedScore]:
+        """The model's log-probability of each reference given its line-aligned source,
+        teacher-forced (`forced.score_pairs`); `decode` as in `translate` (length_penalty
+        sets the normalised score's alpha, batch_tokens the batches)."""
+        check_lines(sources)
+        check_lines(references)
+        options = decode_options(self.decode, decode)
+        with _evaluating(self.model):
+            return score_pairs(
+                self, sources, references, options.length_penalty,
+                self.batch_tokens(options), progress,
+            )  # fmt: skip
+
     def attention_diagnostics(self, sources: list[str], references: list[str]) -> dict:
         """The attention diagnostics of this model (docs/attention.md) over the
         teacher-forced pass of line-aligned `sources` and `references`: {"pairs": N,
@@ -357,29 +293,56 @@ class Translator(LineTranslator):
         nbest: int = 1,
         decode: DecodeConfig | None = None,
         attention: bool = False,
+        lines: list[int] | None = None,
     ) -> list[list[Hypothesis]]:
-        """Beam search over a batch of piece ids (`decode`: default, the translator's)."""
+        """Beam search, or sampling, over a batch of piece ids (`decode`: default, the
+        translator's)."""
         batch = make_batch(src_ids, None, list(range(len(src_ids)))).to(self.device)
         decode = decode or self.decode
+        limits = output_limits(batch.src_lengths, decode.max_len_ratio, decode.max_len_offset)
+        sampler = None
+        if decode.sample:
+            sampler = Sampler.for_lines(
+                lines if lines is not None else list(range(len(src_ids))), nbest,
+                int(limits.max()), decode.seed, self.device, temperature=decode.temperature,
+                top_k=decode.top_k, top_p=decode.top_p,
+            )  # fmt: skip
         return beam_search(
             self.model,
             batch.src,
             batch.src_mask,
-            output_limits(batch.src_lengths, decode.max_len_ratio, decode.max_len_offset),
+            limits,
             BOS_ID,
             EOS_ID,
-            beam=decode.beam,
+            beam=nbest if sampler else decode.beam,
             nbest=nbest,
             alpha=decode.length_penalty,
             min_length=decode.min_len,
             attention=attention,
             stopping=decode.stopping,
+            no_repeat_ngram=decode.no_repeat_ngram,
+            sampler=sampler,
         )
 
 
+@contextmanager
+def _evaluating(model: Seq2Seq) -> Iterator[None]:
+    """`model` in eval mode for the block (validation lends a training model), then as it was."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 def decode_options(base: DecodeConfig, changes: dict[str, Any]) -> DecodeConfig:
-    """`base` with the fields in `changes` that are not None; one line for a bad one."""
-    options = base.model_dump() | {k: v for k, v in changes.items() if v is not None}
+    """`base` with the fields in `changes` that are not None (sampling without a beam given
+    samples with beam 1, whatever `base`'s beam); one line for a bad one."""
+    given = {k: v for k, v in changes.items() if v is not None}
+    if given.get("sample") and "beam" not in given:
+        given["beam"] = 1
+    options = base.model_dump() | given
     try:
         return DecodeConfig.model_validate(options)
     except ValidationError as error:

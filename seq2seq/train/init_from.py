@@ -18,7 +18,7 @@ from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
 from seq2seq.config import Config, ModelConfig, config_differences
 from seq2seq.data.id_cache import CACHE_DIR
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decode.translate import check_tokenizer
+from seq2seq.decode.loading import check_tokenizer
 from seq2seq.errors import UserError
 from seq2seq.files import publish_directory
 

@@ -17,7 +17,8 @@ from seq2seq.checkpoint import (
 from seq2seq.config import Config
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decode.cpu_weights import packed_weights
-from seq2seq.decode.translate import Translator, max_source_pieces
+from seq2seq.decode.loading import max_source_pieces
+from seq2seq.decode.translate import Translator
 from seq2seq.device import out_of_memory_reported
 from seq2seq.errors import UserError
 from seq2seq.evaluate import Scores, score_corpus

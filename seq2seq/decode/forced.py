@@ -1,0 +1,88 @@
+"""Forced scoring: the model's log-probability of a given translation, teacher-forced.
+
+For a source x and a reference y_1 .. y_n (then EOS = y_{n+1}):
+
+    log P(y | x) = sum_{t=1}^{n+1} log p(y_t | y_<t, x)
+
+reported with its length in tokens n + 1, per token (log P / (n + 1)) and normalised as the
+beam search ranks hypotheses (log P / lp(n + 1), the GNMT penalty of `search`), so that a
+search's hypothesis scores here what the search said. One teacher-forced pass per batch,
+as in training; how corpora are filtered and n-best lists reranked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from seq2seq.data.batching import Batch, make_batch, token_batches
+from seq2seq.decode.search import length_penalty
+from seq2seq.errors import UserError
+from seq2seq.models import Seq2Seq
+
+if TYPE_CHECKING:
+    from seq2seq.decode.translate import Translator
+
+
+@dataclass(frozen=True)
+class ForcedScore:
+    """The model's score of one sentence pair."""
+
+    log_prob: float  # log P(reference + EOS | source)
+    tokens: int  # reference pieces + EOS
+    normalised: float  # log P / lp(tokens): the beam search's score
+
+    @property
+    def per_token(self) -> float:
+        return self.log_prob / self.tokens
+
+
+@torch.inference_mode()
+def forced_log_probs(model: Seq2Seq, batch: Batch, lengths: list[int]) -> Tensor:
+    """(B,) log P(target + EOS | source) of each pair of a batch with targets, whose
+    `lengths` count target pieces + EOS (by length, not by PAD: an output may hold PAD's id)."""
+    logits = model(batch.src, batch.src_mask, batch.tgt_in)
+    log_probs = logits.float().log_softmax(-1)
+    picked = log_probs.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1)
+    steps = torch.arange(picked.size(1), device=picked.device)
+    real = steps < torch.tensor(lengths, device=picked.device).unsqueeze(1)
+    return picked.masked_fill(~real, 0.0).sum(-1)
+
+
+def score_pairs(
+    translator: Translator,
+    sources: list[str],
+    references: list[str],
+    alpha: float,
+    batch_tokens: int,
+    progress: bool = False,
+) -> list[ForcedScore]:
+    """The `ForcedScore` of each line-aligned pair (a blank side is scored as the empty
+    sentence it is), with the GNMT `alpha`, in batches of about `batch_tokens` padded
+    tokens per side; sources are cut as translation cuts them."""
+    if len(sources) != len(references):
+        raise UserError(
+            f"{len(sources)} source lines but {len(references)} reference lines; "
+            "give one reference per source line"
+        )
+    tokenizer = translator.tokenizer
+    src_ids = [ids[: translator.max_source] for ids in tokenizer.encode_src(sources)]
+    tgt_ids = tokenizer.encode_tgt(references)
+    totals: list[float] = [0.0] * len(sources)
+    groups = token_batches([len(s) for s in src_ids], [len(t) for t in tgt_ids], batch_tokens)
+    with tqdm(total=len(sources), unit="pair", disable=None if progress else True) as bar:
+        for group in groups:
+            batch = make_batch([src_ids[i] for i in group], [tgt_ids[i] for i in group], group)
+            lengths = [len(tgt_ids[i]) + 1 for i in group]
+            found = forced_log_probs(translator.model, batch.to(translator.device), lengths)
+            for i, total in zip(group, found.tolist(), strict=True):
+                totals[i] = total
+            bar.update(len(group))
+    return [
+        ForcedScore(total, len(ids) + 1, total / float(length_penalty(len(ids) + 1.0, alpha)))
+        for total, ids in zip(totals, tgt_ids, strict=True)
+    ]
