@@ -1,5 +1,6 @@
 """Normalizers: softmax, sparsemax, entmax15 and learned-alpha entmax in every attention type."""
 
+import json
 import math
 import typing
 
@@ -263,8 +264,10 @@ def test_decoding_step_by_step_and_in_beams_equals_teacher_forcing(arch, name):
 @pytest.mark.parametrize(
     "arch, name", [("rnn", "entmax"), ("transformer", "entmax"), ("transformer", "sparsemax")]
 )
-def test_a_sparse_run_resumes_exactly(toy, tmp_path, arch, name):
-    from tests.cli_helpers import train
+def test_a_sparse_run_resumes_exactly_translates_and_is_inspected(
+    toy, tmp_path, capsys, arch, name
+):
+    from tests.cli_helpers import run_cli, train
     from tests.test_cli import parameters
 
     sets = [f"model.arch={arch}", "model.ff_dim=32", f"model.attention.normalizer={name}",
@@ -278,3 +281,17 @@ def test_a_sparse_run_resumes_exactly(toy, tmp_path, arch, name):
     a, b = parameters(straight), parameters(resumed)
     assert any("alpha_logit" in k for k in a) == (name == "entmax")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+    source = tmp_path / "in.txt"
+    source.write_text("boka mimi\ntoto tape podo\n")
+    out, picture = tmp_path / "out.txt", tmp_path / "map.png"
+    assert run_cli("translate", "--run", straight, "--input", source, "--output", out) == 0
+    assert out.read_text().count("\n") == 2
+    assert run_cli("plot-attention", "--run", straight, "--src", "toto tape", "-o", picture) == 0
+    capsys.readouterr()
+    ref = toy / "data/test.tgt"
+    assert run_cli("inspect", "--run", straight, "--src", toy / "data/test.src", "--ref", ref,
+                   "--json") == 0  # fmt: skip
+    sites = json.loads(capsys.readouterr().out)["sites"]
+    assert all(0 < site["mean"]["zeros"] < 1 for site in sites.values())
+    assert all(("alpha" in site["mean"]) == (name == "entmax") for site in sites.values())
