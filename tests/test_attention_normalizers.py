@@ -6,6 +6,9 @@ import typing
 
 import pytest
 import torch
+from cli_helpers import run_cli, train
+from test_attention_diagnostics import Harness, batch
+from test_cli import parameters
 
 from seq2seq.attention import MultiHead, attention_names, build_attention
 from seq2seq.attention.diagnostics import measure_attention
@@ -16,7 +19,6 @@ from seq2seq.data.batching import padding_mask
 from seq2seq.decode.export import unexportable
 from seq2seq.errors import UserError
 from seq2seq.models import build_model
-from tests.test_attention_diagnostics import Harness, batch
 
 SPARSE = ["sparsemax", "entmax15", "entmax"]
 NAMES = ["softmax", *SPARSE]
@@ -267,9 +269,6 @@ def test_decoding_step_by_step_and_in_beams_equals_teacher_forcing(arch, name):
 def test_a_sparse_run_resumes_exactly_translates_and_is_inspected(
     toy, tmp_path, capsys, arch, name
 ):
-    from tests.cli_helpers import run_cli, train
-    from tests.test_cli import parameters
-
     sets = [f"model.arch={arch}", "model.ff_dim=32", f"model.attention.normalizer={name}",
             "model.attention.type=general"]  # fmt: skip
     if arch == "transformer":
