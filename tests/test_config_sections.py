@@ -15,7 +15,7 @@ import pytest
 import yaml
 from cli_helpers import train
 
-from seq2seq.config import Config, config_differences, load_config
+from seq2seq.config import AttentionConfig, Config, config_differences, load_config
 from seq2seq.config.reference import walk
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,6 +96,8 @@ def test_the_attention_sections_of_each_architecture():
         "attention: bahdanau, 4 heads; self_attention: scaled-dot, 4 heads"
     )
     assert rnn.describe_attention() == "attention: bahdanau, 1 head"
+    sparse = rnn.model_copy(update={"attention": AttentionConfig(normalizer="sparsemax")})
+    assert sparse.describe_attention() == "attention: bahdanau, 1 head, sparsemax"
 
 
 def test_a_config_loads_in_a_fresh_interpreter_in_any_import_order(tmp_path):

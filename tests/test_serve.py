@@ -104,7 +104,7 @@ def test_health_info_and_the_page(client, translator):
     assert client.get("/health").json()["status"] == "ok"
     info = client.get("/info").json()
     assert info["languages"] == {"source": "src", "target": "tgt"}
-    assert info["model"]["attention"] == {"type": "bahdanau", "heads": 1}
+    assert info["model"]["attention"] == {"type": "bahdanau", "heads": 1, "normalizer": "softmax"}
     assert info["model"]["parameters"] == sum(p.numel() for p in translator.model.parameters())
     assert info["checkpoint"]["name"] == "best" and info["checkpoint"]["step"] > 0
     assert info["threads"] == torch.get_num_threads()

@@ -2,9 +2,10 @@
 
 Every type is one `Attention` subclass registered with `@register_attention(name)`, in
 any module of this package (the package imports them all). A subclass writes only
-`score`; the base class owns masking, the softmax and the weighted sum, so every type
-gets the same guarantees: weights are exactly 0 at masked keys and sum to 1 over the rest
-(local-p: at most 1, unless renormalised). The options a type reads are named in its
+`score`; the base class owns masking, the normalizer (softmax unless the config names
+another, `normalizers.py`) and the weighted sum, so every type gets the same guarantees:
+weights are exactly 0 at masked keys and sum to 1 over the rest (local-p: at most 1,
+unless renormalised). The options a type reads are named in its
 `options`; the config schema refuses the others.
 """
 
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from seq2seq.attention.normalizers import Normalizer, build_normalizer
 from seq2seq.config import ATTENTION_TYPES, AttentionConfig
 
 
@@ -101,8 +103,11 @@ class Attention(nn.Module):
     is True where attending is allowed. `positions` (B, Tq) is the decoder time step of
     each query, for types whose weights depend on position.
 
-        weights = shape_weights(softmax(score(q, k) masked to -inf outside allowed(mask)))
+        weights = shape_weights(normalize(score(q, k) masked to -inf outside allowed(mask)))
         context = weights @ values
+
+    `cfg.heads` is how many heads the rows of its batch interleave (b * H + h): more than
+    one only for the score a `MultiHead` runs, whose normalizer may learn one alpha per head.
     """
 
     name: str = ""
@@ -119,6 +124,9 @@ class Attention(nn.Module):
     is_multi_head_scaled_dot: bool = False
     # The AttentionConfig fields this type reads, besides `type` and `heads`.
     options: ClassVar[frozenset[str]] = frozenset()
+    # False for wrappers that leave normalizing to the module they wrap (multi-head).
+    normalizes: ClassVar[bool] = True
+    normalizer: Normalizer | None
     # Set only while diagnostics are measured: then `attend` shows it each call's inputs.
     recorder: AttentionRecorder | None = None
 
@@ -132,6 +140,12 @@ class Attention(nn.Module):
         super().__init__()
         self.query_dim = query_dim
         self.key_dim = key_dim
+        self.normalizer = build_normalizer(cfg) if self.normalizes else None
+
+    @property
+    def graph_safe(self) -> bool:
+        """Whether a CUDA graph can capture it: its normalizer reads nothing on the host."""
+        return self.normalizer is None or self.normalizer.graph_safe
 
     def prepare_keys(self, keys: Tensor) -> Tensor:
         """Key-side work that does not depend on the query (e.g. W k), batch-first.
@@ -150,13 +164,13 @@ class Attention(nn.Module):
         raise NotImplementedError
 
     def allowed(self, query: Tensor, mask: Tensor, positions: Tensor | None) -> Tensor:
-        """The keys each query may attend to, before the softmax (local: a window)."""
+        """The keys each query may attend to, before normalizing (local: a window)."""
         return mask
 
     def shape_weights(
         self, weights: Tensor, query: Tensor, mask: Tensor, positions: Tensor | None
     ) -> Tensor:
-        """Position-dependent reshaping of the softmax weights (local-p: a Gaussian).
+        """Position-dependent reshaping of the normalized weights (local-p: a Gaussian).
 
         `mask` is the padding mask given to `attend`, not the narrowed `allowed` one.
         """
@@ -213,7 +227,7 @@ class Attention(nn.Module):
         """The energies score(q, k) (B, Tq, Tk), before masking, and the weights."""
         allowed = self.allowed(query, mask, positions)
         energies = self.score(query, prepared_keys)
-        weights = torch.softmax(energies.masked_fill(~allowed, float("-inf")), dim=-1)
+        weights = self.normalizer(energies.masked_fill(~allowed, float("-inf")))
         return energies, self.shape_weights(weights, query, mask, positions)
 
 

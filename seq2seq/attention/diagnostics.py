@@ -20,9 +20,12 @@ Per query q with weights w over its n real keys and energies e (before the softm
     query_norm     ||q||, q as `score` compares it (`Attention.scored_inputs`)
     key_norm       ||k|| over real keys, as `score` compares them
     sink_mass      w at the last real key: the source's EOS   (sites whose keys are the source)
+    support        #{k : w_k > 0}                             (sparse normalizers)
+    zeros          #{k : w_k = 0} / n                         (sparse normalizers)
 
 Each is averaged over real queries (key_norm: over real keys) per head; the site's value
-is the mean over heads (energy_max_abs: the maximum). A value with nothing to average
+is the mean over heads (energy_max_abs: the maximum); a learned scale with a value per
+head (entmax's alpha) reports its mean, and each head's. A value with nothing to average
 (no query with two keys, say) is NaN, and a NaN or infinity is kept as such.
 """
 
@@ -57,6 +60,7 @@ class Observation:
     query: Tensor | None  # (B, H, Tq, d) as scored; None: the energies do not read it
     keys: Tensor | None  # (B, H, Tk, d) as scored
     sink: bool  # whether the last real key is the source's EOS
+    sparse: bool  # whether the normalizer gives exact zeros (all but softmax)
 
     @property
     def real_keys(self) -> Tensor:
@@ -105,6 +109,19 @@ def _sink(o: Observation) -> tuple[Tensor, Tensor] | None:
     return o.weights.gather(-1, last).squeeze(-1), o.queries
 
 
+def _support(o: Observation) -> tuple[Tensor, Tensor] | None:
+    if not o.sparse:
+        return None
+    return ((o.weights > 0) & o.keys_mask).sum(-1).float(), o.queries
+
+
+def _zeros(o: Observation) -> tuple[Tensor, Tensor] | None:
+    if not o.sparse:
+        return None
+    zeros = ((o.weights == 0) & o.keys_mask).sum(-1)
+    return zeros / o.real_keys.clamp(min=1), o.queries
+
+
 # The one table of diagnostics: a new one is one entry here (and a line in docs/attention.md).
 DIAGNOSTICS: dict[str, Diagnostic] = {
     "entropy": Diagnostic("H nats", lambda o: (_entropy(o), o.queries)),
@@ -125,6 +142,8 @@ DIAGNOSTICS: dict[str, Diagnostic] = {
     ),
     "key_norm": Diagnostic("|k|", _key_norms),
     "sink_mass": Diagnostic("sink", _sink),
+    "support": Diagnostic("supp", _support),
+    "zeros": Diagnostic("w=0", _zeros),
 }
 
 
@@ -206,6 +225,7 @@ class SiteRecorder:
                 query=None if scored_query is None else split(scored_query.float()),
                 keys=None if scored_keys is None else split(scored_keys.float()),
                 sink=self.site.keys == "source",
+                sparse=attention.normalizer.sparse,
             )
             for name, diagnostic in DIAGNOSTICS.items():
                 measured = diagnostic.measure(observation)
@@ -239,8 +259,11 @@ class SiteRecorder:
                 values = total / count  # 0 / 0 is NaN: nothing was counted
                 mean[name] = _number(values.mean())
             per_head[name] = [_number(v) for v in values]
-        scales = self.site.module.learned_scales()
-        mean |= {name: _number(value) for name, value in scales.items()}
+        module = self.site.module
+        for name, value in (module.learned_scales() | module.normalizer.learned_scales()).items():
+            mean[name] = _number(value.mean())
+            if value.numel() > 1:
+                per_head[name] = [_number(v) for v in value]
         site = self.site
         entry = {"heads": site.heads, "queries": site.queries, "keys": site.keys, "mean": mean}
         return entry | ({"per_head": per_head} if site.heads > 1 else {})

@@ -22,7 +22,8 @@ class LocalAttention(Attention):
 
     def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
         super().__init__(query_dim, key_dim, cfg)
-        inner = cfg.model_copy(update={"type": cfg.score, "heads": 1})
+        # Its score only: this module normalizes, inside the window.
+        inner = cfg.model_copy(update={"type": cfg.score, "heads": 1, "normalizer": "softmax"})
         self.inner = attention_class(cfg.score)(query_dim, key_dim, inner)
         self.window = cfg.window
 
@@ -61,7 +62,7 @@ class LocalMonotonicAttention(LocalAttention):
     Decoders pass p_t = t * r, the decoder step t times the training corpus's ratio r of
     source to target length (r = 1 is the paper's p_t = t).
 
-    Weights are the softmax of the wrapped score inside the window and sum to 1.
+    Weights are the normalized wrapped score inside the window and sum to 1.
     """
 
     def centre(self, query: Tensor, mask: Tensor, positions: Tensor | None) -> Tensor:
@@ -75,7 +76,7 @@ class LocalMonotonicAttention(LocalAttention):
 class LocalPredictiveAttention(LocalAttention):
     """local-p: predicted alignment p_t = S_b * sigmoid(v_p^T tanh(W_p q)), in [0, S_b].
 
-    Keys outside [p_t - D, p_t + D] are masked before the softmax (centre clamped to
+    Keys outside [p_t - D, p_t + D] are masked before normalizing (centre clamped to
     S_b - 1 so the window is never empty), then the weights are multiplied by a Gaussian
     exp(-(s - p_t)^2 / (2 sigma^2)), sigma = D / 2, without renormalising, as the paper
     does: they sum to at most 1. `renormalize: true` divides by their sum (sum 1).

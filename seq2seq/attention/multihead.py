@@ -4,7 +4,7 @@
     context = [head_1; ...; head_H] W_o
 
 One score module serves every head (heads are folded into the batch dimension), so the
-wrapped type's masking, softmax and weight shaping run per head unchanged. Values have
+wrapped type's masking, normalizer and weight shaping run per head unchanged. Values have
 size `key_dim` and so does the context; weights come back as (B, H, Tq, Tk). Heads of
 `scaled-dot` asked for no weights take PyTorch's fused attention over (B, H, T, d) views
 instead: no copies of the heads, no mask per head.
@@ -30,6 +30,7 @@ class MultiHead(Attention):
 
     inner_type: str | None = None
     content_based = False
+    normalizes = False  # its inner score does, per head
 
     def __init__(self, query_dim: int, key_dim: int, cfg: AttentionConfig) -> None:
         super().__init__(query_dim, key_dim, cfg)
@@ -37,13 +38,14 @@ class MultiHead(Attention):
         if key_dim % self.heads:
             raise ValueError(f"{self.heads} attention heads do not divide key_dim {key_dim}")
         head_dim = key_dim // self.heads
-        inner = cfg.model_copy(update={"type": self.inner_type or cfg.type, "heads": 1})
-        # One head, so no wrapper: the class itself (build.py builds on this module).
+        inner = cfg.model_copy(update={"type": self.inner_type or cfg.type})
+        # The class itself, not build.py's wrapper: its `heads` tells its normalizer how
+        # many heads its rows interleave.
         self.inner = attention_class(inner.type)(head_dim, head_dim, inner)
         self.attends_before_cell = self.inner.attends_before_cell
-        # A temperature makes it another model than the one other engines run.
+        # A temperature or another normalizer makes it another model than other engines run.
         self.is_multi_head_scaled_dot = (
-            type(self.inner) is ScaledDotAttention and self.inner.log_scale is None
+            self.fusable and type(self.inner) is ScaledDotAttention and self.inner.log_scale is None
         )
         self.query_proj = nn.Linear(query_dim, key_dim, bias=False)
         self.key_proj = nn.Linear(key_dim, key_dim, bias=False)
@@ -51,6 +53,11 @@ class MultiHead(Attention):
         self.out_proj = nn.Linear(key_dim, key_dim, bias=False)
         for proj in (self.query_proj, self.key_proj, self.value_proj, self.out_proj):
             nn.init.xavier_uniform_(proj.weight)  # variance-preserving, as Vaswani et al.
+
+    @property
+    def fusable(self) -> bool:
+        """Whether its heads' normalizer is the softmax that PyTorch's fused attention runs."""
+        return self.inner.normalizer.fusable
 
     def split(self, x: Tensor) -> Tensor:
         """(B, T, H * d) -> (B * H, T, d), row b * H + h holding head h of item b."""
@@ -93,7 +100,8 @@ class MultiHead(Attention):
         need_weights: bool = True,
     ) -> AttentionOutput:
         inner = self.inner
-        if not need_weights and type(inner) is ScaledDotAttention and inner.recorder is None:
+        fused = type(inner) is ScaledDotAttention and self.fusable and inner.recorder is None
+        if not need_weights and fused:
             query = inner.tempered(self.query_proj(query))
             context = self.fused_heads(query, prepared_keys, prepared_values, mask)
             return AttentionOutput(self.out_proj(context), None)

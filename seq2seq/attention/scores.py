@@ -63,8 +63,8 @@ class DotAttention(Attention):
 class ScaledDotAttention(DotAttention):
     """Scaled dot product (Vaswani et al., 2017): q . k / sqrt(d), times g if it has one.
 
-    Without weights asked for, it runs PyTorch's fused attention (`fused_attention`)
-    (on g q, which gives the same energies).
+    Without weights asked for and with the softmax, it runs PyTorch's fused attention
+    (`fused_attention`) (on g q, which gives the same energies).
     """
 
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
@@ -79,8 +79,10 @@ class ScaledDotAttention(DotAttention):
         positions: Tensor | None = None,
         need_weights: bool = True,
     ) -> AttentionOutput:
-        if need_weights:
-            return super().attend(query, prepared_keys, prepared_values, mask, positions)
+        if need_weights or not self.normalizer.fusable:
+            return super().attend(
+                query, prepared_keys, prepared_values, mask, positions, need_weights
+            )
         if self.recorder is not None:
             self.recorder.observe(self, query, prepared_keys, mask, positions)
         context = fused_attention(self.tempered(query), prepared_keys, prepared_values, mask)
@@ -159,7 +161,7 @@ class BahdanauAttention(ConcatAttention):
 class LocationAttention(Attention):
     """Luong location: energies W_a q over source positions, sliced to the source length.
 
-    It never looks at the keys; the base softmax masks padding and so renormalises over
+    It never looks at the keys; the base class masks padding and so renormalises over
     each source's real length.
     """
 

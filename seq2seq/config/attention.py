@@ -4,7 +4,7 @@ the registry of attention types they are validated against."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
@@ -45,6 +45,12 @@ def _content_scores() -> list[str]:
     return sorted(n for n, t in ATTENTION_TYPES.registered().items() if t.content_based)
 
 
+# What turns energies into weights, for every type (seq2seq/attention/normalizers.py).
+Normalizer = Literal["softmax", "sparsemax", "entmax15", "entmax"]
+# Options every type reads: the normalizer and its own.
+_SHARED_OPTIONS = frozenset({"type", "heads", "normalizer", "alpha_per_head"})
+
+
 def _type_names(schema: dict[str, Any]) -> None:
     schema.update(enum=sorted(ATTENTION_TYPES.registered()))
 
@@ -81,6 +87,15 @@ class AttentionConfig(Section):
         "false: g stays g0 (false needs a temperature)",
     )
 
+    normalizer: Normalizer = Field(
+        "softmax",
+        description="every type: softmax; sparsemax or entmax15 (exact zeros); entmax: "
+        "alpha-entmax with a learned alpha in (1, 2), from 1.5 (docs/attention.md)",
+    )
+    alpha_per_head: bool = Field(
+        True, description="normalizer entmax: one learned alpha per head; false: one per module"
+    )
+
     @field_validator("type")
     @classmethod
     def _registered(cls, value: str) -> str:
@@ -105,7 +120,7 @@ class AttentionConfig(Section):
         fields, own = type(self).model_fields, ATTENTION_TYPES[self.type].options
         unused = [
             name
-            for name in sorted(set(fields) - {"type", "heads"} - own)
+            for name in sorted(set(fields) - _SHARED_OPTIONS - own)
             if getattr(self, name) != fields[name].default
         ]
         if unused:
@@ -114,6 +129,15 @@ class AttentionConfig(Section):
             raise ValueError(
                 f"{self.type} attention does not read {given}; its options: {mine}; "
                 "remove the others"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _alpha_is_entmax(self) -> AttentionConfig:
+        if not self.alpha_per_head and self.normalizer != "entmax":
+            raise ValueError(
+                f"alpha_per_head is read by normalizer entmax only, not {self.normalizer}; "
+                "remove it or set normalizer: entmax"
             )
         return self
 

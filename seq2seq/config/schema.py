@@ -142,11 +142,15 @@ class ModelConfig(Section):
 
     def describe_attention(self) -> str:
         """Each attention section this architecture reads, with its type and heads, for
-        logs: 'attention: general, 4 heads; self_attention: scaled-dot, 4 heads'."""
+        logs: 'attention: general, 4 heads; self_attention: scaled-dot, 4 heads', with the
+        normalizer where it is not softmax ('attention: general, 1 head, sparsemax')."""
         parts = []
         for name, section in self.attention_sections().items():
             heads = self.heads(section)
-            parts.append(f"{name}: {section.type}, {heads} head{'s' if heads > 1 else ''}")
+            normalizer = "" if section.normalizer == "softmax" else f", {section.normalizer}"
+            parts.append(
+                f"{name}: {section.type}, {heads} head{'s' if heads > 1 else ''}{normalizer}"
+            )
         return "; ".join(parts)
 
     def heads(self, section: AttentionConfig) -> int:

@@ -57,6 +57,11 @@ def unexportable(cfg: Config) -> str | None:
         return f"model.arch is {model.arch}; CTranslate2 runs Transformer models only"
     sections = model.attention_sections()
     for name, section in sections.items():
+        if section.normalizer != "softmax":
+            return (
+                f"model.{name}.normalizer is {section.normalizer}; CTranslate2 computes "
+                "softmax attention only: translate with the PyTorch engine instead"
+            )
         heads = model.heads(section)
         if not _attention(section, heads).is_multi_head_scaled_dot:
             runnable = [

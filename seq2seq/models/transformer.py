@@ -258,6 +258,10 @@ class TransformerSeq2Seq(Seq2Seq):
         if cfg.tied_embeddings:
             self.output.weight = self.tgt_embed.tokens.weight
         self.dim = dim
+        # An attention that reads tensors on the host (sparsemax's backward) is not captured.
+        self.graph_capturable = all(
+            m.graph_safe for m in self.modules() if isinstance(m, Attention)
+        )
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Memory:
         steps = torch.arange(src.size(1), device=src.device).expand_as(src)

@@ -45,7 +45,11 @@ def model_info(translator: Translator, limits: ServeLimits) -> dict[str, Any]:
     cfg = origin.config
     model = cfg.model
     attention = {
-        name: {"type": section.type, "heads": model.heads(section)}
+        name: {
+            "type": section.type,
+            "heads": model.heads(section),
+            "normalizer": section.normalizer,
+        }
         for name, section in model.attention_sections().items()
     }
     architecture = {
