@@ -12,52 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from cli_helpers import run_cli
-from sweep_helpers import write_sweep
+from sweep_helpers import FAST, assert_same_runs, write_sweep
 
 from seq2seq.checkpoint import RunDir, training_lock
 from seq2seq.config import load_config
 from seq2seq.errors import UserError
-from seq2seq.sweep import load_sweep, run_sweep
 from seq2seq.sweep.display import time_left
 from seq2seq.sweep.jobs import Slot, plan_slots
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST = {"train.max_steps": 4, "train.valid_every": 100, "train.threads": 1, "decode.beam": 1}
-
-
-@pytest.fixture(scope="module")
-def sequential(toy, tmp_path_factory) -> tuple[Path, Path]:
-    """The sweep file of two runs (two cells, seed 1) and the sweep trained one run after
-    another in this process; its base is an absolute path, for any working directory."""
-    where = tmp_path_factory.mktemp("sequential")
-    path = write_sweep(
-        where,
-        base_config=load_config(toy / "run.yaml").to_dict(),
-        base=str(where / "base.yaml"),
-        grid={"model.attention.type": ["bahdanau", "dot"]},
-        seeds=[1],
-        set=FAST,
-    )
-    run_sweep(load_sweep(path), where / "one-after-another")
-    return path, where / "one-after-another"
-
-
-def assert_same_runs(first: Path, second: Path) -> None:
-    """Every run of two sweep directories: bit-identical weights and the same test scores."""
-    runs = sorted(p.name for p in (first / "runs").iterdir())
-    assert runs == sorted(p.name for p in (second / "runs").iterdir()) and len(runs) == 2
-    for name in runs:
-        for checkpoint in ("last", "best"):
-            a, b = (
-                torch.load(RunDir(d / "runs" / name).checkpoint(checkpoint), weights_only=True)
-                for d in (first, second)
-            )
-            assert a["model"].keys() == b["model"].keys()
-            assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"]), name
-        scores = [(d / "runs" / name / "test/scores.json").read_text() for d in (first, second)]
-        assert scores[0] == scores[1]
 
 
 def test_runs_trained_two_at_once_equal_runs_trained_one_after_another(

@@ -9,8 +9,7 @@ import sys
 
 import pytest
 from cli_helpers import run_cli
-from sweep_helpers import hand_made_run, write_sweep
-from test_sweep_jobs import FAST, assert_same_runs, sequential  # noqa: F401  (the fixture)
+from sweep_helpers import FAST, assert_same_runs, hand_made_run, write_sweep
 
 from seq2seq.checkpoint import RunDir, training_lock
 from seq2seq.config import load_config
@@ -19,7 +18,7 @@ from seq2seq.sweep import load_sweep
 submitit = pytest.importorskip("submitit", reason="the slurm extra: pip install -e '.[slurm]'")
 
 
-def test_launcher_local_trains_the_runs_as_submitit_jobs(sequential, tmp_path, monkeypatch):  # noqa: F811
+def test_launcher_local_trains_the_runs_as_submitit_jobs(sequential, tmp_path, monkeypatch):
     path, alone = sequential
     monkeypatch.chdir(tmp_path)
     root = tmp_path / "local"
