@@ -12,6 +12,7 @@ import os
 import pickle
 import re
 import socket
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -149,19 +150,47 @@ def training_lock(run: RunDir) -> Iterator[None]:
             f"cannot create run directory {run.root} ({error.strerror}); pass another --run-dir"
         ) from None
     with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _take(handle, fcntl.LOCK_EX, _LOCK_TRIES):
             handle.seek(0)
             holder = handle.read().strip() or "another process"
             raise RunBusy(
                 f"{run.root} is being trained by {holder}; let it finish (or stop it) and "
                 "run the same command again"
-            ) from None
+            )
         handle.truncate(0)
         handle.write(f"process {os.getpid()} on {socket.gethostname()}\n")
         handle.flush()
         yield
+
+
+# A look at the lock (`lock_holder`: a sweep's status) holds it for an instant: a run that
+# starts then tries again rather than take it for another training process.
+_LOCK_TRIES = 5
+_LOCK_WAIT_S = 0.1
+
+
+def _take(handle: Any, mode: int, tries: int = 1) -> bool:
+    """Whether `handle`'s lock was taken in `mode` without waiting on its holder."""
+    for attempt in range(tries):
+        try:
+            fcntl.flock(handle, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if attempt + 1 < tries:
+                time.sleep(_LOCK_WAIT_S)
+    return False
+
+
+def lock_holder(run: RunDir) -> str | None:
+    """The process training the run now, as its lock names it; None where none is."""
+    try:
+        handle = open(run.lock, encoding="utf-8")
+    except OSError:  # no lock: never trained, or not readable here
+        return None
+    with handle:
+        if _take(handle, fcntl.LOCK_SH):
+            return None  # released as the handle closes
+        return handle.read().strip() or "another process"
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:

@@ -10,10 +10,13 @@ from types import ModuleType
 import pytest
 import yaml
 from cli_helpers import train
+from sweep_helpers import FAST, write_sweep
 
 import seq2seq.attention  # noqa: F401  (registers the attention types with the config schema)
 from seq2seq import evaluate
+from seq2seq.config import load_config
 from seq2seq.data.toy import make_toy_corpus
+from seq2seq.sweep import load_sweep, run_sweep
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
@@ -90,3 +93,20 @@ def trained(toy, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("trained") / "run"
     assert train(toy, run_dir, "train.max_steps=30", "train.valid_every=10", all_heatmaps=True) == 0
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def sequential(toy, tmp_path_factory) -> tuple[Path, Path]:
+    """The sweep file of two runs (two cells, seed 1) and the sweep trained one run after
+    another in this process; its base is an absolute path, for any working directory."""
+    where = tmp_path_factory.mktemp("sequential")
+    path = write_sweep(
+        where,
+        base_config=load_config(toy / "run.yaml").to_dict(),
+        base=str(where / "base.yaml"),
+        grid={"model.attention.type": ["bahdanau", "dot"]},
+        seeds=[1],
+        set=FAST,
+    )
+    run_sweep(load_sweep(path), where / "one-after-another")
+    return path, where / "one-after-another"

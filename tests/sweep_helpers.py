@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 import yaml
+
+from seq2seq.checkpoint import RunDir
 
 BASE = {
     "name": "base",
@@ -76,3 +79,22 @@ def cells(line: str) -> list[str]:
 def row(markdown: list[str], first: str) -> list[str]:
     """The cells of the table row that starts with `first`."""
     return cells(next(line for line in markdown if line.startswith(f"| {first} |")))
+
+
+FAST = {"train.max_steps": 4, "train.valid_every": 100, "train.threads": 1, "decode.beam": 1}
+
+
+def assert_same_runs(first: Path, second: Path) -> None:
+    """Every run of two sweep directories: bit-identical weights and the same test scores."""
+    runs = sorted(p.name for p in (first / "runs").iterdir())
+    assert runs == sorted(p.name for p in (second / "runs").iterdir()) and len(runs) == 2
+    for name in runs:
+        for checkpoint in ("last", "best"):
+            a, b = (
+                torch.load(RunDir(d / "runs" / name).checkpoint(checkpoint), weights_only=True)
+                for d in (first, second)
+            )
+            assert a["model"].keys() == b["model"].keys()
+            assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"]), name
+        scores = [(d / "runs" / name / "test/scores.json").read_text() for d in (first, second)]
+        assert scores[0] == scores[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -116,6 +117,26 @@ def average(
     print(f"averaged {len(paths)} checkpoints into {target}", file=sys.stderr)
 
 
+class Launcher(str, enum.Enum):
+    LOCAL = "local"  # submitit's local executor: processes on this machine, for testing
+    SLURM = "slurm"
+
+
+Jobs = Annotated[
+    int | None, typer.Option(help="train up to N runs at once on this machine, a process each")
+]
+JobsPerGpu = Annotated[
+    int | None, typer.Option(metavar="K", help="with GPUs: K runs at once on each")
+]
+LauncherOption = Annotated[
+    Launcher | None,
+    typer.Option("--launcher", help="submit the runs as jobs through submitit (the slurm extra)"),
+]
+SlurmSettings = Annotated[
+    list[str] | None,
+    typer.Option(metavar="KEY=VALUE", help="a Slurm job setting, repeated for each"),
+]
+
 sweep_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -142,29 +163,52 @@ def sweep(
     ] = None,
     dry_run: Annotated[
         bool,
-        typer.Option("--dry-run", help="list the runs and what would be done with each; no more"),
+        typer.Option(
+            "--dry-run", "--status", help="list the runs and how far each has come; no more"
+        ),
     ] = False,
+    jobs: Jobs = None,
+    jobs_per_gpu: JobsPerGpu = None,
+    launcher: LauncherOption = None,
+    slurm: SlurmSettings = None,
 ) -> None:
     """Train every cell of a grid x seeds (skipping finished runs, resuming interrupted
     ones), then write the report to DIR/report; `seq2seq sweep report DIR` rewrites it."""
     if ctx.invoked_subcommand is not None:
-        if config or sweep_dir or shard or dry_run:
+        if config or sweep_dir or shard or dry_run or jobs or jobs_per_gpu or launcher or slurm:
             raise UserError("'seq2seq sweep report DIR' takes no options; pass only DIR")
         return
     if config is None:
         raise UserError(
             "pass --config SWEEP_FILE (see configs/sweeps/), or: seq2seq sweep report DIR"
         )
-    from seq2seq.sweep import describe_sweep, load_sweep, parse_shard, run_sweep
+    _check_sweep_options(jobs, jobs_per_gpu, launcher, slurm or [])
+    from seq2seq.sweep import describe_sweep, load_sweep, parse_shard, run_sweep, submit_sweep
 
     plan = load_sweep(config)
     part = parse_shard(shard) if shard else None
     root = sweep_dir or Path("runs/sweeps") / plan.name
     if dry_run:
         print(describe_sweep(plan, root, part))
-        return
-    report = run_sweep(plan, root, part)
-    print(report.read_text(encoding="utf-8"), end="")
+    elif launcher is not None:
+        print(submit_sweep(plan, root, part, launcher.value, slurm or []))
+    else:
+        print(run_sweep(plan, root, part, jobs, jobs_per_gpu).read_text(encoding="utf-8"), end="")
+
+
+def _check_sweep_options(
+    jobs: int | None, jobs_per_gpu: int | None, launcher: Launcher | None, slurm: list[str]
+) -> None:
+    for name, value in (("--jobs", jobs), ("--jobs-per-gpu", jobs_per_gpu)):
+        if value is not None and value < 1:
+            raise UserError(f"{name} {value}: give how many runs to train at once, 1 or more")
+    if launcher is not None and (jobs or jobs_per_gpu):
+        raise UserError(
+            "--jobs trains runs at once on this machine, --launcher submits them as jobs; "
+            "pass one of the two"
+        )
+    if slurm and launcher is not Launcher.SLURM:
+        raise UserError("--slurm KEY=VALUE sets a Slurm job: pass --launcher slurm with it")
 
 
 @sweep_app.command("report")

@@ -5,51 +5,91 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
-from seq2seq.checkpoint import RunBusy, RunDir
+from seq2seq.checkpoint import lock_holder
+from seq2seq.device import default_threads
 from seq2seq.errors import UserError
-from seq2seq.sweep.continuation import check_continuation, continuable, copy_to_continue
-from seq2seq.sweep.directory import RunState, SweepDir
+from seq2seq.sweep.continuation import check_continuation, continuable
+from seq2seq.sweep.directory import SweepDir
+from seq2seq.sweep.jobs import JobPool, Slot, plan_slots, visible_gpus
+from seq2seq.sweep.one_run import Outcome, Status, plan_run, train_run
 from seq2seq.sweep.report import write_report
 from seq2seq.sweep.spec import Run, Shard, Sweep
-from seq2seq.train.run import train
 
 
-def run_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> Path:
-    """Train the sweep's runs in `root` one after another, in this process (each `train`
-    call sets its own seeds, threads and log), and write the report; returns its path.
+def run_sweep(
+    sweep: Sweep,
+    root: Path,
+    shard: Shard | None = None,
+    jobs: int | None = None,
+    jobs_per_gpu: int | None = None,
+) -> Path:
+    """Train the sweep's runs in `root`, and write the report; returns its path. Without
+    `jobs` (or `jobs_per_gpu`), one after another in this process (each `train` call sets
+    its own seeds, threads and log); with them, that many at once (jobs.py).
 
     A run that fails with bad input does not stop the others; the sweep then ends with an
     error naming them. A stop signal stops the sweep: the same command resumes it.
     """
+    slots = None
+    if jobs is not None or jobs_per_gpu is not None:  # refused before anything is written
+        slots = _slots(sweep, root, shard, jobs, jobs_per_gpu)
+    directory, runs = prepare_sweep(sweep, root, shard)
+    todo = [run for run in runs if not plan_run(directory, sweep, run).finished]
+    if slots is None:
+        outcomes = {run.name: _train_here(directory, sweep, run, runs) for run in todo}
+    else:
+        outcomes = JobPool(directory, todo, slots, sweep.name).run()
+    report = write_report(directory)
+    raise_for_outcomes(sweep, outcomes)
+    return report
+
+
+def prepare_sweep(sweep: Sweep, root: Path, shard: Shard | None) -> tuple[SweepDir, list[Run]]:
+    """Check the sweep, store its definition and make what its runs share, before any run
+    starts (however they are run); returns the directory and the runs (of the shard)."""
     directory = SweepDir(root)
     runs = shard.select(sweep.runs) if shard else sweep.runs
     check_continuation(sweep, root, runs)  # before anything is written
     directory.adopt(sweep)
     part = f"shard {shard.index}/{shard.count}: " if shard else ""
-    _note(sweep, f"{root}: {part}{len(runs)} of {len(sweep.runs)} runs")
-    failed, busy = [], []
+    note(sweep, f"{root}: {part}{len(runs)} of {len(sweep.runs)} runs")
     for number, run in enumerate(runs, start=1):
-        plan = _plan(directory, sweep, run)
-        where = f"[{number}/{len(runs)}] {run.name}"
-        _note(sweep, f"{where}: {plan.note}")
+        plan = plan_run(directory, sweep, run)
         if plan.finished:
-            continue
-        if plan.parent is None:  # a continued run comes with its tokenizer
+            note(sweep, f"[{number}/{len(runs)}] {run.name}: {plan.note}")
+        elif plan.parent is None:  # a continued run comes with its tokenizer
             directory.share_tokenizer(sweep, run)  # bad data fails every run: stop here
-        try:
-            if plan.parent is not None:
-                copy_to_continue(plan.parent, directory.run(run))
-            train(run.config, directory.run(run).root)
-        except RunBusy as error:
-            _note(sweep, f"{where} skipped: {error}")
-            busy.append(run.name)
-        except UserError as error:
-            _note(sweep, f"{where} failed: {error}")
-            failed.append(run.name)
-    report = write_report(directory)
+    return directory, runs
+
+
+def _slots(
+    sweep: Sweep, root: Path, shard: Shard | None, jobs: int | None, jobs_per_gpu: int | None
+) -> list[Slot]:
+    directory = SweepDir(root)
+    runs = shard.select(sweep.runs) if shard else sweep.runs
+    todo = [run for run in runs if not plan_run(directory, sweep, run).finished]
+    slots = plan_slots(jobs, jobs_per_gpu, visible_gpus(todo), default_threads(), len(todo))
+    if jobs and jobs > len(slots):
+        note(sweep, f"--jobs {jobs}, and {len(todo)} run(s) to train: {len(slots)} at once")
+    return slots
+
+
+def _train_here(directory: SweepDir, sweep: Sweep, run: Run, runs: list[Run]) -> Outcome:
+    where = f"[{runs.index(run) + 1}/{len(runs)}] {run.name}"
+    note(sweep, f"{where}: {plan_run(directory, sweep, run).note}")
+    outcome = train_run(directory, sweep, run)
+    if outcome.status in (Status.BUSY, Status.FAILED):
+        verb = "skipped" if outcome.status is Status.BUSY else "failed"
+        note(sweep, f"{where} {verb}: {outcome.message}")
+    return outcome
+
+
+def raise_for_outcomes(sweep: Sweep, outcomes: dict[str, Outcome]) -> None:
+    """The error that ends a sweep whose runs failed or were trained by another process."""
+    failed = [name for name, outcome in outcomes.items() if outcome.status is Status.FAILED]
+    busy = [name for name, outcome in outcomes.items() if outcome.status is Status.BUSY]
     if failed:
         raise UserError(
             f"{len(failed)} run(s) of sweep {sweep.name} failed ({', '.join(failed[:3])}); "
@@ -61,7 +101,6 @@ def run_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> Path:
             f"({', '.join(busy[:3])}; see above which); run the same command again when it "
             "has finished, for the full report"
         )
-    return report
 
 
 def describe_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> str:
@@ -73,31 +112,18 @@ def describe_sweep(sweep: Sweep, root: Path, shard: Shard | None = None) -> str:
     counts: Counter[str] = Counter()
     lines = []
     for number, run in enumerate(runs, start=1):
-        plan = _plan(directory, sweep, run)
+        plan = plan_run(directory, sweep, run)
         counts[plan.note.split()[0].strip(",")] += 1
         unready = plan.parent is not None and not continuable(plan.parent)
         problem = " (not finished there, or its last checkpoint gone: it would fail)"
-        lines.append(f"[{number}/{len(runs)}] {run.name}: {plan.note}{problem if unready else ''}")
+        holder = None if plan.finished else lock_holder(directory.run(run))
+        now = f" (now: trained by {holder})" if holder else ""
+        lines.append(
+            f"[{number}/{len(runs)}] {run.name}: {plan.note}{problem if unready else ''}{now}"
+        )
     total = ", ".join(f"{count} {what}" for what, count in counts.items())
     return "\n".join([*lines, f"{root}: {len(runs)} of {len(sweep.runs)} runs: {total}"])
 
 
-@dataclass(frozen=True)
-class _Plan:
-    note: str  # what is done with the run: finished, skipped; training; resuming; continuing
-    finished: bool
-    parent: RunDir | None  # the run of the sweep it continues, that it starts as a copy of
-
-
-def _plan(directory: SweepDir, sweep: Sweep, run: Run) -> _Plan:
-    state = directory.state(run)
-    if state is RunState.FINISHED:
-        return _Plan("finished, skipped", True, None)
-    source = sweep.definition.continue_from
-    if source is not None and state is RunState.NOT_STARTED:
-        return _Plan(f"continuing its run in {source}", False, SweepDir(Path(source)).run(run))
-    return _Plan("resuming" if state is RunState.INTERRUPTED else "training", False, None)
-
-
-def _note(sweep: Sweep, message: str) -> None:
+def note(sweep: Sweep, message: str) -> None:
     print(f"sweep {sweep.name}: {message}", file=sys.stderr, flush=True)

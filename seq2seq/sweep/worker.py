@@ -1,0 +1,52 @@
+"""A `--jobs` worker process: `python -m seq2seq.sweep.worker ROOT NAME [THREADS]` trains
+the run NAME of the sweep stored in ROOT (one_run.train_job). Its stderr is the run's
+console log, which the sweep reads for its display; the exit status says how it ended
+(below), and where it failed the last line of stderr says why."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from seq2seq.errors import UserError
+from seq2seq.sweep.one_run import Status, train_job
+from seq2seq.train.interrupt import Interrupted
+
+EXIT_STATUS = {Status.TRAINED: 0, Status.SKIPPED: 0, Status.FAILED: 2, Status.BUSY: 75}
+# Stopped by signal N: 128 + N, as `seq2seq train` ends (train.interrupt).
+
+# The directory holding the seq2seq package this process imported.
+_SOURCE = str(Path(__file__).resolve().parents[2])
+
+
+def command(root: Path, name: str, threads: int | None) -> list[str]:
+    """The command line of a worker for the run `name`."""
+    tail = [] if threads is None else [str(threads)]
+    return [sys.executable, "-m", "seq2seq.sweep.worker", str(root), name, *tail]
+
+
+def same_code_environment(environ: dict[str, str]) -> dict[str, str]:
+    """`environ` with this process's seq2seq first on PYTHONPATH, so that a child process
+    (a worker, a submitit job) imports the code the sweep imported, not another copy."""
+    paths = [_SOURCE, *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+
+
+def main(argv: list[str]) -> int:
+    root, name, *threads = argv
+    try:
+        outcome = train_job(root, name, int(threads[0]) if threads else None)
+    except Interrupted as stop:
+        print(f"seq2seq: {stop}", file=sys.stderr)
+        return stop.exit_code
+    except (UserError, OSError) as error:  # the sweep directory itself: unreadable, full
+        print(f"seq2seq: error: {error}", file=sys.stderr)
+        return 2
+    if outcome.message:
+        print(f"seq2seq: error: {outcome.message}", file=sys.stderr)
+    return EXIT_STATUS[outcome.status]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
