@@ -241,7 +241,8 @@ def load_model_weights(
     (`state["model_config"]`) differs from `model_cfg` is a `UserError` naming the fields,
     even where the shapes match (heads 4 -> 2, another attention type's weights); one
     written before checkpoints recorded it is checked by its shapes: the first parameter
-    that differs, and both shapes."""
+    that differs, and both shapes. A checkpoint with a NaN or infinite weight is refused,
+    naming it."""
     weights = model_weights(state, path)
     why = _config_misfit(state.get("model_config"), model_cfg)
     if why is None:
@@ -251,6 +252,14 @@ def load_model_weights(
             why = _weights_misfit(model, weights, error)
     if why is not None:
         raise UserError(f"checkpoint {path} does not fit this model: {why}")
+    broken = next(
+        (k for k, w in weights.items() if w.is_floating_point() and not w.isfinite().all()), None
+    )
+    if broken is not None:  # it would translate every line to nothing, silently
+        raise UserError(
+            f"checkpoint {path} has non-finite weights ({broken}); use another checkpoint of "
+            "the run (best, last or step-N)"
+        )
 
 
 def _config_misfit(saved: Any, model_cfg: ModelConfig) -> str | None:

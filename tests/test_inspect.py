@@ -1,6 +1,7 @@
 """`seq2seq inspect` and `Translator.attention_diagnostics`: a trained model's attention."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -13,6 +14,7 @@ from seq2seq.attention.diagnostics import DIAGNOSTICS
 from seq2seq.checkpoint import RunDir
 from seq2seq.data.corpus import read_lines
 from seq2seq.decode.loading import load_trained_model
+from seq2seq.errors import UserError
 from seq2seq.train.distributed import World
 from seq2seq.train.run import build_trainer
 
@@ -114,3 +116,39 @@ def test_init_of_a_run_without_checkpoints_says_what_it_needs(toy, trained, tmp_
     assert run_cli("inspect", "--run", untrained, *args) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "length ratio from the run's last checkpoint" in error
+
+
+def test_a_checkpoint_with_a_non_finite_weight_is_refused_in_one_line(trained, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    state = torch.load(run / "checkpoints/best.pt", weights_only=True)
+    name = next(k for k, w in state["model"].items() if w.is_floating_point() and w.dim() == 2)
+    state["model"][name].view(-1)[3] = float("nan")
+    torch.save(state, run / "checkpoints/best.pt")
+    with pytest.raises(UserError, match=rf"best.pt has non-finite weights \({re.escape(name)}\)"):
+        Translator.load(run)
+    source = tmp_path / "src.txt"
+    source.write_text("mimi toto\n")
+    capsys.readouterr()
+    for command in (("translate", "-i", source), ("evaluate", "--src", source, "--ref", source)):
+        assert run_cli(command[0], "--run", run, *command[1:]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "non-finite weights" in err and "Traceback" not in err
+
+
+def test_inspect_json_writes_non_finite_diagnostics_as_null(trained, tmp_path, capsys, monkeypatch):
+    source = tmp_path / "src.txt"
+    source.write_text("mimi toto\n")
+    found = {
+        "sites": {"decoder.attention": {"mean": {"energy_std": float("inf")}}},
+        "x": [float("nan")],
+    }
+    monkeypatch.setattr(Translator, "attention_diagnostics", lambda self, s, r: found)
+    capsys.readouterr()
+    assert run_cli("inspect", "--run", trained, "--src", source, "--ref", source, "--json") == 0
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    printed = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert printed == {"sites": {"decoder.attention": {"mean": {"energy_std": None}}}, "x": [None]}

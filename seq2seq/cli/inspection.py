@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -33,10 +34,21 @@ def inspect_run(
     translator = Translator.load(run, checkpoint, device_name(device), batch_tokens=batch_tokens)
     found = translator.attention_diagnostics(sources, references)
     if as_json:
-        print(json.dumps(found))
+        print(json.dumps(_finite(found), allow_nan=False))
         return
     skipped = f", {len(found['skipped'])} with a blank side skipped" if found["skipped"] else ""
     origin = translator.origin
     weights = origin.checkpoint or f"{origin.run}, its initial weights (seed {origin.config.seed})"
     print(f"{weights}: {found['pairs']} sentence pairs{skipped}\n")
     print(diagnostics_table(found["sites"]))
+
+
+def _finite(value: object) -> object:
+    """`value` with NaN and infinities as None: strict JSON parsers refuse them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
