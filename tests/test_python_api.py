@@ -124,6 +124,9 @@ def translator(trained) -> Translator:
         (LINES, {"nbest": 0}, UserError, "nbest 0: ask for at least 1 hypothesis per line"),
         (LINES, {"nbest": -2}, UserError, "nbest -2: ask for at least 1"),
         (LINES, {"nbest": 1.5}, TypeError, "nbest must be an int, not float"),
+        (LINES, {"beam": True}, TypeError, "beam must be a number or a name, not a bool (True)"),
+        (LINES, {"length_penalty": False}, TypeError, "length_penalty must be a number or a name"),
+        (LINES, {"sample": "no"}, TypeError, "sample must be True or False, not str"),
     ],  # fmt: skip
 )
 def test_wrong_lines_and_nbest_are_a_type_error_or_a_user_error(
@@ -148,6 +151,10 @@ def test_wrong_load_arguments_are_a_type_error_or_a_user_error(trained):
         Translator.load(trained, device=0)
     with pytest.raises(TypeError, match="checkpoint must be a str or a path, not int"):
         Translator.load(trained, checkpoint=5)
+    with pytest.raises(TypeError, match="int8 must be True or False, not str"):
+        Translator.load(trained, int8="no")
+    with pytest.raises(TypeError, match="beam must be a number or a name, not a bool"):
+        Translator.load(trained, beam=True)
     with pytest.raises(TypeError, match="run_dir must be a str or a path, not NoneType"):
         Translator.load(None)
     by_path = Translator.load(trained, checkpoint=Path(trained) / "checkpoints/best.pt")

@@ -8,7 +8,9 @@ that one unreadable line fails its own request and never the batch it would have
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, get_args
+
+from pydantic import BaseModel
 
 from seq2seq.errors import UserError
 
@@ -56,9 +58,25 @@ def check_nbest(nbest: Any) -> None:
         raise UserError(f"nbest {nbest}: ask for at least 1 hypothesis per line")
 
 
-def check_load_arguments(run_dir: Any, checkpoint: Any, device: Any) -> None:
+def check_option_kinds(model: type[BaseModel], changes: dict[str, Any]) -> None:
+    """Refuse a bool where a field of `model` takes a number or a name (pydantic would
+    read `beam=True` as 1), and anything but a bool where it takes a bool ("no" is true)."""
+    for name, value in changes.items():
+        field = model.model_fields.get(name)
+        if field is None or value is None:
+            continue  # an unknown name: the validation names it
+        takes_bool = bool in get_args(field.annotation) or field.annotation is bool
+        if isinstance(value, bool) and not takes_bool:
+            raise TypeError(f"{name} must be a number or a name, not a bool ({value!r})")
+        if takes_bool and not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
+
+
+def check_load_arguments(run_dir: Any, checkpoint: Any, device: Any, int8: Any) -> None:
     """`Translator.load`'s run directory and checkpoint are paths or names, its device a
-    name (its value is `pick_device`'s to check)."""
+    name (its value is `pick_device`'s to check), int8 a bool."""
+    if not isinstance(int8, bool):
+        raise TypeError(f"int8 must be True or False, not {type(int8).__name__}")
     for name, value in (("run_dir", run_dir), ("checkpoint", checkpoint)):
         if not isinstance(value, str | os.PathLike):
             raise TypeError(f"{name} must be a str or a path, not {type(value).__name__}")

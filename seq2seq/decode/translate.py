@@ -19,7 +19,13 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
 from seq2seq.decode.cpu_weights import int8_weights, packed_weights
 from seq2seq.decode.forced import ForcedScore, score_pairs
-from seq2seq.decode.inputs import check_line, check_lines, check_load_arguments, check_nbest
+from seq2seq.decode.inputs import (
+    check_line,
+    check_lines,
+    check_load_arguments,
+    check_nbest,
+    check_option_kinds,
+)
 from seq2seq.decode.inspection import inspect_attention
 from seq2seq.decode.loading import Origin, load_trained_model, max_source_pieces
 from seq2seq.decode.sampling import Sampler
@@ -216,7 +222,7 @@ class Translator(LineTranslator):
         length_penalty, min_len, max_len_ratio, max_len_offset, batch_tokens, stopping,
         no_repeat_ngram); a field given None keeps the run's value.
         """
-        check_load_arguments(run_dir, checkpoint, device)
+        check_load_arguments(run_dir, checkpoint, device, int8)
         if threads is not None:
             use_threads(threads)
         origin, tokenizer, model = load_trained_model(RunDir(Path(run_dir)), str(checkpoint))
@@ -340,6 +346,7 @@ def decode_options(base: DecodeConfig, changes: dict[str, Any]) -> DecodeConfig:
     """`base` with the fields in `changes` that are not None (sampling without a beam given
     samples with beam 1, whatever `base`'s beam); one line for a bad one."""
     given = {k: v for k, v in changes.items() if v is not None}
+    check_option_kinds(DecodeConfig, given)
     if given.get("sample") and "beam" not in given:
         given["beam"] = 1
     options = base.model_dump() | given
