@@ -214,3 +214,22 @@ def test_decode_batches_default_to_the_device_and_a_set_size_wins(trained):
     lines = ["boka mimi toto", "tape", "mimi tape podo boka"] * 5
     small = translator.translate(lines, beam=3, batch_tokens=12)
     assert translator.translate(lines, beam=3) == small
+
+
+@pytest.mark.parametrize(
+    "sources, references, error, message",
+    [
+        ([None], ["x"], TypeError, "sources[0] is NoneType, not str"),
+        (["x"], [3], TypeError, "references[0] is int, not str"),
+        ([b"x"], ["x"], TypeError, "sources[0] is bytes, not str; decode bytes first"),
+        ((s for s in ["x"]), ["x"], TypeError, "sources must be a list of strings, not generator"),
+        (["a\ud800"], ["x"], UserError, "sources[0]: character 1 is a lone surrogate"),
+        ("boka", ["x"], TypeError, "pass sources as a list of lines"),
+    ],
+)
+def test_attention_diagnostics_checks_its_lines_as_translate_does(
+    translator, sources, references, error, message
+):
+    for call in (translator.attention_diagnostics, translator.score):
+        with pytest.raises(error, match=re.escape(message)):
+            call(sources, references)

@@ -30,14 +30,14 @@ def text_problem(line: str) -> str | None:
     return None
 
 
-def check_lines(lines: Any) -> None:
-    """`lines` is a list (or tuple) of strings the tokenizer can read."""
+def check_lines(lines: Any, name: str = "lines") -> None:
+    """`lines` is a list (or tuple) of strings the tokenizer can read; errors call it `name`."""
     if isinstance(lines, str):
-        raise TypeError("pass a list of lines; for one sentence: [sentence]")
+        raise TypeError(f"pass {name} as a list of lines; for one sentence: [sentence]")
     if not isinstance(lines, list | tuple):
-        raise TypeError(f"lines must be a list of strings, not {type(lines).__name__}")
+        raise TypeError(f"{name} must be a list of strings, not {type(lines).__name__}")
     for number, line in enumerate(lines):
-        check_line(line, f"lines[{number}]")
+        check_line(line, f"{name}[{number}]")
 
 
 def check_line(line: Any, name: str = "line") -> None:

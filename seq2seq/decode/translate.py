@@ -278,8 +278,8 @@ class Translator(LineTranslator):
         """The model's log-probability of each reference given its line-aligned source,
         teacher-forced (`forced.score_pairs`); `decode` as in `translate` (length_penalty
         sets the normalised score's alpha, batch_tokens the batches)."""
-        check_lines(sources)
-        check_lines(references)
+        check_lines(sources, "sources")
+        check_lines(references, "references")
         options = decode_options(self.decode, decode)
         with _evaluating(self.model):
             return score_pairs(
@@ -291,6 +291,8 @@ class Translator(LineTranslator):
         """The attention diagnostics of this model (docs/attention.md) over the
         teacher-forced pass of line-aligned `sources` and `references`: {"pairs": N,
         "skipped": [line numbers of pairs with a blank side], "sites": {module: ...}}."""
+        check_lines(sources, "sources")
+        check_lines(references, "references")
         return inspect_attention(self, sources, references)
 
     def search(
