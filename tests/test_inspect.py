@@ -115,7 +115,7 @@ def test_init_of_a_run_without_checkpoints_says_what_it_needs(toy, trained, tmp_
     args = ["--src", data / "test.src", "--ref", data / "test.tgt", "--checkpoint", "init"]
     assert run_cli("inspect", "--run", untrained, *args) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "length ratio from the run's last checkpoint" in error
+    assert error.count("\n") == 1 and "length ratio from one of the run's checkpoints" in error
 
 
 def test_a_checkpoint_with_a_non_finite_weight_is_refused_in_one_line(trained, tmp_path, capsys):
@@ -152,3 +152,17 @@ def test_inspect_json_writes_non_finite_diagnostics_as_null(trained, tmp_path, c
 
     printed = json.loads(capsys.readouterr().out, parse_constant=refuse)
     assert printed == {"sites": {"decoder.attention": {"mean": {"energy_std": None}}}, "x": [None]}
+
+
+def test_init_needs_only_one_checkpoint_for_the_length_ratio(trained, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    expected = load_trained_model(RunDir(trained), "init")[2].state_dict()
+    for name in ("last", "previous"):
+        (run / f"checkpoints/{name}.pt").unlink(missing_ok=True)
+    initial = load_trained_model(RunDir(run), "init")[2].state_dict()  # from best.pt's ratio
+    assert all(torch.equal(initial[k], expected[k]) for k in expected)
+    for path in (run / "checkpoints").glob("*.pt"):
+        path.unlink()
+    with pytest.raises(UserError, match=r"one of the run's checkpoints \(last, previous or best\)"):
+        load_trained_model(RunDir(run), "init")

@@ -66,12 +66,7 @@ def load_trained_model(run: RunDir, checkpoint: str = "best") -> tuple[Origin, T
     (best, last, step-N, a .pt file, or `init`: see `initial_model`), on the CPU in eval
     mode; a checkpoint that does not fit the config or the tokenizer is a `UserError`."""
     cfg = run.load_config()
-    if checkpoint == INITIAL and not run.checkpoint("last").is_file():
-        raise UserError(
-            f"checkpoint init of {run.root} takes the training corpus's length ratio from the "
-            "run's last checkpoint, and it has none; train it first (seq2seq train)"
-        )
-    path = run.resolve_checkpoint("last" if checkpoint == INITIAL else checkpoint)
+    path = _ratio_source(run) if checkpoint == INITIAL else run.resolve_checkpoint(checkpoint)
     tokenizer = Tokenizer.load(run.tokenizer)
     model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, PAD_ID)
     state = load_checkpoint(path)
@@ -83,6 +78,19 @@ def load_trained_model(run: RunDir, checkpoint: str = "best") -> tuple[Origin, T
     step = state.get("step") if isinstance(state, dict) else None
     origin = Origin(run.root, cfg, path, step if isinstance(step, int) else None)
     return origin, tokenizer, model.eval()
+
+
+def _ratio_source(run: RunDir) -> Path:
+    """A checkpoint of the run to take the training corpus's length ratio from (any holds
+    it), for its initial weights."""
+    for name in ("last", "previous", "best"):
+        if run.checkpoint(name).is_file():
+            return run.checkpoint(name)
+    raise UserError(
+        f"checkpoint init of {run.root} takes the training corpus's length ratio from one of "
+        "the run's checkpoints (last, previous or best), and it has none; train it first "
+        "(seq2seq train)"
+    )
 
 
 def initial_model(run: RunDir, cfg: Config, tokenizer: Tokenizer, trained: Seq2Seq) -> Seq2Seq:
