@@ -8,7 +8,7 @@ import torch
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.batching import padding_mask
-from seq2seq.decode.search import beam_search, length_penalty
+from seq2seq.decode.search import EXACT_LONGEST, beam_search, length_penalty
 from seq2seq.models import build_model
 
 BOS, EOS = 2, 3
@@ -163,3 +163,24 @@ def test_the_length_cap_wins_over_the_minimum_length():
     limits = torch.tensor([3, 1, 2])
     found = beam_search(model, src, mask, limits, BOS, EOS, beam=3, nbest=1, min_length=5)
     assert [len(hyps[0].tokens) for hyps in found] == [2, 0, 1]
+
+
+def test_the_exact_rule_searches_at_most_exact_longest_steps(monkeypatch):
+    model = tiny("transformer")
+    src, mask = source((7, 5, 3))
+    steps = []
+    original = type(model).decode_step
+    monkeypatch.setattr(
+        type(model), "decode_step", lambda *a, **k: steps.append(1) or original(*a, **k)
+    )
+
+    def search(limit):
+        limits = torch.full((3,), limit)
+        found = beam_search(model, src, mask, limits, BOS, EOS, beam=3, alpha=1.0,
+                            stopping="exact")  # fmt: skip
+        return [[h.tokens for h in s] for s in found]
+
+    capped = search(EXACT_LONGEST)
+    steps.clear()
+    assert search(10_000) == capped  # an offset of thousands finds what the cap finds
+    assert len(steps) <= EXACT_LONGEST

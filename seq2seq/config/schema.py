@@ -316,7 +316,8 @@ class DecodeConfig(Section):
         "early",
         description="when a sentence's beam search ends: early, once no open hypothesis "
         "would beat the n best finished if it ended next (as most toolkits; 1.4-1.6x faster "
-        "at beam 5); exact, once none could even at the longest allowed length",
+        "at beam 5); exact, once none could even at the longest allowed length (at most 256 "
+        "pieces under exact)",
     )
     no_repeat_ngram: int = Field(
         0,

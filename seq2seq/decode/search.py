@@ -42,6 +42,12 @@ class Hypothesis:
     attention: Tensor | None
 
 
+# The `exact` rule's longest output: its bound waits for lp at the limit, so a limit of
+# thousands (max_len_offset allows 10,000) kept 5 sentences searching for a minute; an
+# output longer than this could only win where the model gives its pieces probability 1.
+EXACT_LONGEST = 256
+
+
 def output_limits(src_lengths: Tensor, ratio: float, offset: int) -> Tensor:
     """Per-sentence maximum number of target tokens (EOS included)."""
     return (src_lengths.float() * ratio).ceil().long() + offset
@@ -78,6 +84,8 @@ def beam_search(
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
+    if stopping == "exact":
+        max_lengths = max_lengths.clamp(max=EXACT_LONGEST)
     beams = _first_beams(model, src, src_mask, max_lengths, bos_id, beam, nbest, alpha)
     beams.history = src.new_empty(src.size(0), 0) if no_repeat_ngram else None
     trail = _Trail([], [], [], [])
