@@ -94,12 +94,7 @@ def beam_search(
     for t in range(int(beams.max_lengths.max())):
         step = beams.decode(model, attention)
         log_probs = beams.allowed(step, t, t < min_length, eos_id, no_repeat_ngram)
-        if sampler is None:
-            top_scores, origin, token = _expand(beams.scores, log_probs, beam)
-        else:
-            top_scores, origin, token = sampler.expand(
-                beams.scores, log_probs, beams.sentences, t, beam
-            )
+        top_scores, origin, token = _choose(beams, log_probs, t, beam, sampler)
         ends = (token == eos_id).view_as(top_scores) & top_scores.isfinite()
         beams.best_finished = _record_finished(finished, beams, top_scores, ends, t, alpha)
         beams.scores = top_scores.masked_fill(ends, float("-inf"))
@@ -225,6 +220,16 @@ def _mask_eos_and_limits(log_probs: Tensor, at_cap: Tensor, too_short: bool, eos
         log_probs.index_fill_(0, at_cap.nonzero().squeeze(1), float("-inf"))
     log_probs[:, eos_id] = eos
     return log_probs
+
+
+def _choose(
+    beams: _Beams, log_probs: Tensor, t: int, beam: int, sampler: Sampler | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Each sentence's slots for step `t`: its `beam` best continuations (`_expand`), or
+    the sampler's draws."""
+    if sampler is None:
+        return _expand(beams.scores, log_probs, beam)
+    return sampler.expand(beams.scores, log_probs, beams.sentences, t, beam)
 
 
 def _expand(scores: Tensor, log_probs: Tensor, beam: int) -> tuple[Tensor, Tensor, Tensor]:
