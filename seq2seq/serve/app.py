@@ -11,15 +11,17 @@ before it joins a batch, so that it fails alone.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from importlib.resources import files
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
 
 from seq2seq.decode.translate import LineTranslator, Translation
 from seq2seq.device import out_of_memory
@@ -34,6 +36,8 @@ from seq2seq.serve.schema import (
     TranslateRequest,
     TranslateResponse,
 )
+
+T = TypeVar("T")
 
 
 def create_app(
@@ -72,7 +76,7 @@ def create_app(
     async def translate(http: Request) -> TranslateResponse:
         request = read_request(await http.body(), http.headers.get("content-type"), limits)
         beam = check_search(request, limits, translator.decode.beam)
-        found = await _decode(batcher, request, beam, limits.timeout)
+        found = await _decode(batcher, request, beam, limits.timeout, http.receive)
         lines = [
             _line(translator, source, hyps, request.attention)
             for source, hyps in zip(request.text, found, strict=True)
@@ -111,11 +115,11 @@ def _bare_app(
 
 
 async def _decode(
-    batcher: MicroBatcher, request: TranslateRequest, beam: int, timeout: float
+    batcher: MicroBatcher, request: TranslateRequest, beam: int, timeout: float, receive: Receive
 ) -> list[list[Translation]]:
     try:
         translated = batcher.translate(request.text, beam, request.nbest, request.attention)
-        return await asyncio.wait_for(translated, timeout)
+        return await asyncio.wait_for(_unless_hung_up(translated, receive), timeout)
     except QueueFull:
         raise HTTPException(503, "the server is busy (its queue is full); retry later") from None
     except ShuttingDown:
@@ -132,6 +136,27 @@ async def _decode(
                 "lines, or ask for a smaller beam",
             ) from None
         raise  # AnswerFailures answers it: 500
+
+
+async def _unless_hung_up(work: Awaitable[T], receive: Receive) -> T:
+    """`work`'s result; ClientDisconnect once the client hangs up, `work` then cancelled:
+    the batcher drops the request of a client that left as it drops one that timed out."""
+    task = asyncio.ensure_future(work)
+    hung_up = asyncio.ensure_future(_disconnect(receive))
+    try:
+        done, _ = await asyncio.wait((task, hung_up), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        hung_up.cancel()
+        task.cancel()  # nothing once it is done
+    if task not in done:
+        raise ClientDisconnect
+    return task.result()
+
+
+async def _disconnect(receive: Receive) -> None:
+    """Returns when the client hangs up (its body has all been read: nothing else comes)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _line(
