@@ -18,7 +18,8 @@ from importlib.resources import files
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic_core import to_json
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive
@@ -72,16 +73,15 @@ def create_app(
     async def model_info() -> dict[str, Any]:
         return info
 
-    @app.post("/translate", response_model=TranslateResponse)
-    async def translate(http: Request) -> TranslateResponse:
+    @app.post("/translate")
+    async def translate(http: Request) -> Response:
         request = read_request(await http.body(), http.headers.get("content-type"), limits)
         beam = check_search(request, limits, translator.decode.beam)
         found = await _decode(batcher, request, beam, limits.timeout, http.receive)
-        lines = [
-            _line(translator, source, hyps, request.attention)
-            for source, hyps in zip(request.text, found, strict=True)
-        ]
-        return TranslateResponse(translations=lines, beam=beam)
+        # Off the event loop: an answer with attention can be hundreds of MB, seconds of
+        # work during which no other request would be answered.
+        answer = await asyncio.to_thread(_answer, translator, request, beam, found)
+        return Response(answer, media_type="application/json")
 
     return app
 
@@ -157,6 +157,19 @@ async def _disconnect(receive: Receive) -> None:
     """Returns when the client hangs up (its body has all been read: nothing else comes)."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+def _answer(
+    translator: LineTranslator, request: TranslateRequest, beam: int, found: list[list[Translation]]
+) -> bytes:
+    """The JSON of a `TranslateResponse`, written line by line: one call over an answer of
+    hundreds of MB would hold the GIL, and so the event loop, for seconds."""
+    lines = [
+        to_json(_line(translator, source, hyps, request.attention))
+        for source, hyps in zip(request.text, found, strict=True)
+    ]
+    head, tail = to_json(TranslateResponse(translations=[], beam=beam)).split(b"[]", 1)
+    return head + b"[" + b",".join(lines) + b"]" + tail
 
 
 def _line(

@@ -1,7 +1,8 @@
-"""`seq2seq serve`: a request whose client hung up is dropped, as one that timed out is,
-whether it waits in the queue or is being searched. The app is driven over ASGI in
-process, with a search that says when it starts and a client that says when it leaves, so
-that the order of events is explicit rather than timed."""
+"""`seq2seq serve` driven over ASGI in process, with a translator that says when its
+search starts and a client that says when it leaves, so that the order of events is
+explicit rather than timed: a request whose client hung up is dropped, as one that timed
+out is, whether it waits in the queue or is being searched; an answer is built off the
+event loop, so that other requests are answered meanwhile."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
 
@@ -21,15 +23,19 @@ from seq2seq.serve.schema import ServeLimits  # noqa: E402
 
 class HeldSearch:
     """A translator whose search records its lines and, for a line `held`, waits until
-    `release` is set or the line's request gives up (then records that it did)."""
+    `release` is set or the line's request gives up (then records that it did); and whose
+    answer, once it is being built, waits until `answered` is set."""
 
-    def __init__(self, held: str) -> None:
+    def __init__(self, held: str = "") -> None:
         self.decode = SimpleNamespace(beam=1)
         self.held = held
         self.started = threading.Event()
         self.release = threading.Event()
         self.searched: list[list[str]] = []
         self.skipped: list[str] = []
+        self.building = threading.Event()
+        self.answered = threading.Event()
+        self.answered_in_time = False
 
     def hypotheses(self, lines, nbest, beam, attention, skip) -> list[list[Translation]]:
         self.searched.append(lines)
@@ -39,17 +45,31 @@ class HeldSearch:
                 if self.release.wait(0.01) or skip(lines.index(self.held)):
                     break
             self.skipped += [line for i, line in enumerate(lines) if skip(i)]
-        return [[Translation(line.upper(), -1.0, [1], None)] for line in lines]
+        return [[Translation(line.upper(), -1.0, [1], torch.eye(2))] for line in lines]
+
+    def attention_labels(self, source: str, found: Translation) -> tuple[list[str], list[str]]:
+        self.building.set()
+        self.answered_in_time = self.answered.wait(5)
+        return [source, "</s>"], [found.text, "</s>"]
 
 
-async def ask(app, line: str, hung_up: asyncio.Event | None = None) -> int | None:
-    """POST /translate of one line; its status, or None when the client hung up (once
-    `hung_up` is set) before an answer came."""
-    body = json.dumps({"text": [line]}).encode()
+async def ask(
+    app, line: str, hung_up: asyncio.Event | None = None, attention: bool = False
+) -> int | None:
+    """POST /translate of one line; its status (see `call`)."""
+    body = json.dumps({"text": [line], "attention": attention}).encode()
+    return await call(app, "POST", "/translate", body, hung_up)
+
+
+async def call(
+    app, method: str, path: str, body: bytes, hung_up: asyncio.Event | None
+) -> int | None:
+    """A request to the app; its status, or None when the client hung up (once `hung_up`
+    is set) before an answer came."""
     messages = [{"type": "http.request", "body": body, "more_body": False}]
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": "/translate", "raw_path": b"/translate", "root_path": "",
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
         "query_string": b"", "headers": [(b"content-type", b"application/json")],
         "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000),
     }  # fmt: skip
@@ -111,3 +131,17 @@ def test_a_request_whose_client_hangs_up_during_its_search_is_skipped():
 
     run_app(search, scenario)
     assert search.skipped == ["gone"] and search.searched == [["gone"], ["next"]]
+
+
+def test_an_answer_is_built_off_the_event_loop_so_that_others_are_answered_meanwhile():
+    search = HeldSearch()
+
+    async def scenario(app):
+        large = asyncio.ensure_future(ask(app, "large", attention=True))
+        await asyncio.to_thread(search.building.wait, 5)  # its answer waits for `answered`
+        assert await call(app, "GET", "/health", b"", None) == 200
+        search.answered.set()
+        assert await large == 200
+
+    run_app(search, scenario)
+    assert search.answered_in_time  # else the answer held the loop, /health waited 5 s
