@@ -143,24 +143,34 @@ def test_a_body_that_does_not_come_is_408_and_the_connection_closed(server):
     assert status == 408 and "did not arrive within 1 s of its headers" in body["error"]
 
 
+POST = b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+CHUNKED = b"Transfer-Encoding: chunked\r\n"
+
+
 @pytest.mark.parametrize(
     "request_, fragment",
     [
         (b"GET /health HTTP/1.1\r\n\r\n", "Missing mandatory Host: header"),
-        (
-            b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: x\r\n\r\n",
-            "bad Content-Length",
-        ),  # fmt: skip
-        (b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header\r\n\r\n", "illegal header line"),
+        (POST + b"Content-Length: x\r\n\r\n", "bad Content-Length"),
+        (b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header\r\n\r\n",
+         "illegal header line: 'Bad Header'"),
+        (POST + CHUNKED + b"\r\nzz\r\n", r"illegal chunk header: 'zz\r\n'"),
+        (POST + b"Content-Length: 13\r\n" + CHUNKED + b'\r\nd\r\n{"text": []}\r\n0\r\n\r\n',
+         "both Content-Length and Transfer-Encoding"),
+        (POST + b"X-Long: " + b"x" * 200_000 + b"\r\n\r\n", "Receive buffer too long"),
+        (b"GET /" + b"x" * 200_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+         "Receive buffer too long"),
     ],
-    ids=["no Host", "bad Content-Length", "bad header line"],
-)
+    ids=["no Host", "bad Content-Length", "bad header line", "bad chunk size",
+         "two framings", "200 kB header", "200 kB URL"],
+)  # fmt: skip
 def test_a_request_that_is_not_http_gets_a_json_400(server, request_, fragment):
     received, closed_after = exchange(server, request_)
-    status, body = answer_of(received)
+    status, body = answer_of(received)  # whole: a Content-Length, not chunks
     assert status == 400 and closed_after is not None
+    assert received.startswith(b"HTTP/1.1 400 Bad Request\r\n")
     assert body["error"].startswith("the request is not valid HTTP/1.1 (")
-    assert fragment in body["error"]
+    assert fragment in body["error"] and "bytearray" not in body["error"]
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "LOCALHOST"])

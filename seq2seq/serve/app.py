@@ -11,15 +11,18 @@ before it joins a batch, so that it fails alone.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from importlib.resources import files
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic_core import to_json
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
 
 from seq2seq.decode.translate import LineTranslator, Translation
 from seq2seq.device import out_of_memory
@@ -34,6 +37,8 @@ from seq2seq.serve.schema import (
     TranslateRequest,
     TranslateResponse,
 )
+
+T = TypeVar("T")
 
 
 def create_app(
@@ -68,16 +73,15 @@ def create_app(
     async def model_info() -> dict[str, Any]:
         return info
 
-    @app.post("/translate", response_model=TranslateResponse)
-    async def translate(http: Request) -> TranslateResponse:
+    @app.post("/translate")
+    async def translate(http: Request) -> Response:
         request = read_request(await http.body(), http.headers.get("content-type"), limits)
         beam = check_search(request, limits, translator.decode.beam)
-        found = await _decode(batcher, request, beam, limits.timeout)
-        lines = [
-            _line(translator, source, hyps, request.attention)
-            for source, hyps in zip(request.text, found, strict=True)
-        ]
-        return TranslateResponse(translations=lines, beam=beam)
+        found = await _decode(batcher, request, beam, limits.timeout, http.receive)
+        # Off the event loop: an answer with attention can be hundreds of MB, seconds of
+        # work during which no other request would be answered.
+        answer = await asyncio.to_thread(_answer, translator, request, beam, found)
+        return Response(answer, media_type="application/json")
 
     return app
 
@@ -111,11 +115,11 @@ def _bare_app(
 
 
 async def _decode(
-    batcher: MicroBatcher, request: TranslateRequest, beam: int, timeout: float
+    batcher: MicroBatcher, request: TranslateRequest, beam: int, timeout: float, receive: Receive
 ) -> list[list[Translation]]:
     try:
         translated = batcher.translate(request.text, beam, request.nbest, request.attention)
-        return await asyncio.wait_for(translated, timeout)
+        return await asyncio.wait_for(_unless_hung_up(translated, receive), timeout)
     except QueueFull:
         raise HTTPException(503, "the server is busy (its queue is full); retry later") from None
     except ShuttingDown:
@@ -132,6 +136,40 @@ async def _decode(
                 "lines, or ask for a smaller beam",
             ) from None
         raise  # AnswerFailures answers it: 500
+
+
+async def _unless_hung_up(work: Awaitable[T], receive: Receive) -> T:
+    """`work`'s result; ClientDisconnect once the client hangs up, `work` then cancelled:
+    the batcher drops the request of a client that left as it drops one that timed out."""
+    task = asyncio.ensure_future(work)
+    hung_up = asyncio.ensure_future(_disconnect(receive))
+    try:
+        done, _ = await asyncio.wait((task, hung_up), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        hung_up.cancel()
+        task.cancel()  # nothing once it is done
+    if task not in done:
+        raise ClientDisconnect
+    return task.result()
+
+
+async def _disconnect(receive: Receive) -> None:
+    """Returns when the client hangs up (its body has all been read: nothing else comes)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _answer(
+    translator: LineTranslator, request: TranslateRequest, beam: int, found: list[list[Translation]]
+) -> bytes:
+    """The JSON of a `TranslateResponse`, written line by line: one call over an answer of
+    hundreds of MB would hold the GIL, and so the event loop, for seconds."""
+    lines = [
+        to_json(_line(translator, source, hyps, request.attention))
+        for source, hyps in zip(request.text, found, strict=True)
+    ]
+    head, tail = to_json(TranslateResponse(translations=[], beam=beam)).split(b"[]", 1)
+    return head + b"[" + b",".join(lines) + b"]" + tail
 
 
 def _line(

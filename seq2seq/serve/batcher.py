@@ -6,7 +6,8 @@ request as soon as it arrives. A request waits in a bounded queue; one worker ta
 oldest, keeps taking whatever else arrives within `max_wait` seconds up to `max_lines`
 lines, and decodes the lines of requests with equal search options in one call, in a
 thread of its own so that the event loop keeps answering. A request that gives up (its
-timeout) is skipped from the next batch of its lines on, so that it stops costing time.
+timeout, or its client hung up: its `translate` is cancelled) is skipped from the next
+batch of its lines on, so that it stops costing time.
 
 That thread should be the one that loaded the model (`executor`): PyTorch run from a thread
 other than the one whose operations set its CPU threads up decoded at half the speed here

@@ -43,7 +43,7 @@ class AnswerFailures:
 
         try:
             await self.app(scope, receive, watched)
-        except ClientDisconnect:  # the client left before its body came: no one to answer
+        except ClientDisconnect:  # the client left: no one to answer
             return
         except Exception as error:  # noqa: BLE001 - the one place every failure ends
             what = f"{type(error).__name__}: {short(str(error), 200)}"
