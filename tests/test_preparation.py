@@ -24,6 +24,7 @@ from seq2seq.data import corpus, preparation, prepared
 from seq2seq.data.preparation import CORPORA, preparation_lock
 from seq2seq.data.prepared import MANIFEST
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizer
+from seq2seq.data.training_batches import TrainBatches, TrainingPairs
 from seq2seq.data.training_corpus import prepare_training_data
 from seq2seq.errors import ResourceError, UserError
 
@@ -56,8 +57,9 @@ def prepare(data: DataConfig, directory: Path, log: logging.Logger | None = None
     return prepare_training_data(data, TOKENIZER, directory, seed=1, log=log)
 
 
-def ids(corpus) -> tuple[list[int], list[int], list[int]]:
-    return corpus.src.ids.tolist(), corpus.tgt.ids.tolist(), corpus.src.offsets.tolist()
+def ids(corpus) -> tuple[list[list[int]], list[list[int]]]:
+    every = np.arange(corpus.pairs)
+    return tuple([row.tolist() for row in side.rows(every)] for side in (corpus.src, corpus.tgt))
 
 
 def only_corpus(directory: Path) -> Path:
@@ -67,9 +69,9 @@ def only_corpus(directory: Path) -> Path:
 
 def test_a_prepared_corpus_is_opened_without_reading_or_hashing(text, tmp_path, monkeypatch):
     first = prepare(text, tmp_path / "tok")
-    assert first.corpora[0].src.ids.dtype == np.uint16  # 120 pieces
+    assert first.corpora[0].src.dtype == np.uint16  # 120 pieces
     encoded = Tokenizer.load(tmp_path / "tok").encode_src(corpus.read_lines(tmp_path / "train.src"))
-    assert first.corpora[0].src.ids.tolist() == [i for row in encoded for i in row]
+    assert ids(first.corpora[0])[0] == encoded
 
     def forbidden(*args, **kwargs):
         raise AssertionError("read or hashed again")
@@ -124,6 +126,19 @@ def test_a_damaged_prepared_corpus_is_prepared_again(text, tmp_path, damage):
     again = prepare(text, tmp_path / "tok", log)
     assert log.said("cannot be used") and log.said("preparing it again")
     assert ids(again.corpora[0]) == first
+
+
+def test_a_file_truncated_under_a_running_run_is_one_line_then_prepared_again(text, tmp_path):
+    made = prepare(text, tmp_path / "tok")
+    data = TrainBatches(TrainingPairs(made.corpora), 100, 200, 1)
+    batches = list(data.epoch(0))
+    os.truncate(only_corpus(tmp_path / "tok") / "src.ids", 10)  # no map: no SIGBUS
+    with pytest.raises(UserError, match=r"src.ids is shorter than when it was prepared"):
+        for indices in batches:
+            data.batch(indices)
+    log = Log()
+    prepare(text, tmp_path / "tok", log)  # the same command again
+    assert log.said("truncated or altered after it was written") and log.said("preparing")
 
 
 def test_another_tokenizer_prepares_the_corpus_again(text, tmp_path):

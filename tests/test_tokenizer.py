@@ -5,6 +5,7 @@ import logging
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sentencepiece as spm
 
@@ -168,8 +169,7 @@ def _data(toy) -> DataConfig:
 
 def _ids(side) -> list[list[int]]:
     """Every pair's ids of one side of a prepared corpus."""
-    offsets = side.offsets.tolist()
-    return [side.ids[a:b].tolist() for a, b in zip(offsets, offsets[1:], strict=False)]
+    return [row.tolist() for row in side.rows(np.arange(side.pairs))]
 
 
 def test_an_existing_model_file_is_used_instead_of_training(joint, toy, tmp_path) -> None:

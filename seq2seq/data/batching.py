@@ -95,7 +95,7 @@ def make_batch(src: list[list[int]], tgt: list[list[int]] | None, indices: list[
 # cells; beyond it (sentences of thousands of pieces) the keys are the lengths themselves.
 GRID_CELLS = 1 << 22
 # Examples sorted per pass of the counting sort: bounds its scratch memory.
-SORT_CHUNK = 1 << 20
+SORT_CHUNK = 1 << 16
 
 
 def padded_widths(src: np.ndarray, tgt: np.ndarray | None) -> np.ndarray:

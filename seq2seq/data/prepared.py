@@ -1,5 +1,6 @@
 """A prepared training corpus: the piece ids of its pairs in flat files that every process
-maps (`numpy.memmap`) instead of reading, kept in the tokenizer directory that made them.
+reads from the page cache instead of holding, kept in the tokenizer directory that made
+them.
 
 ```
 tokenizer/corpora/NAME/  manifest.json   what it was made from; each file's dtype, size, hash
@@ -9,7 +10,7 @@ tokenizer/corpora/NAME/  manifest.json   what it was made from; each file's dtyp
 
 Ids are uint16 where the vocabulary has at most 65,536 pieces, else uint32; pair i of a
 side is `ids[offsets[i]:offsets[i + 1]]`. Nothing here is a Python object per pair, and a
-mapped file is one copy in the page cache for every process that maps it.
+file is one copy in the page cache for every process that reads it.
 
 The manifest records the tokenizer's fingerprint and, for each source text file and each
 file written, its size, modification time and SHA-256 (computed once, while it was
@@ -23,13 +24,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
+from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text
 
 FORMAT = 1
@@ -152,30 +153,54 @@ class CorpusWriter:
             file.handle.close()
 
 
-@dataclass(frozen=True)
 class Side:
-    """One language of a prepared corpus: its ids and offsets, mapped."""
+    """One language of a prepared corpus: pair i is ids offsets[i] .. offsets[i + 1] - 1.
 
-    ids: np.ndarray
-    offsets: np.ndarray
-    offsets_path: Path
+    Read with positioned reads (`os.pread`, safe from any thread) of its files, kept open:
+    what is read comes from the page cache that every process on the machine shares, and
+    nothing of the files stays in this process. (A shared map of them would be the same
+    pages, but a map counts whole large folios of them in each process's resident set as
+    soon as a row is touched, and a file truncated under it kills the process, SIGBUS.)
+    """
+
+    def __init__(self, directory: Path, side: str, files: dict) -> None:
+        self.ids_path = Path(directory) / f"{side}.ids"
+        self.offsets_path = Path(directory) / f"{side}.offsets"
+        self.dtype = np.dtype(files[f"{side}.ids"]["dtype"])
+        self.tokens: int = files[f"{side}.ids"]["count"]
+        self.pairs: int = files[f"{side}.offsets"]["count"] - 1
+        self._ids = open(self.ids_path, "rb", buffering=0)
+        self._offsets = open(self.offsets_path, "rb", buffering=0)
+
+    def _read(self, file: BinaryIO, offset: int, size: int) -> bytes:
+        data = os.pread(file.fileno(), size, offset)
+        if len(data) != size:
+            raise UserError(
+                f"{file.name} is shorter than when it was prepared (truncated since?); run "
+                "the same command again: it prepares the corpus anew"
+            )
+        return data
+
+    def offsets(self, start: int, stop: int) -> np.ndarray:
+        """offsets[start] .. offsets[stop], int64."""
+        return np.frombuffer(self._read(self._offsets, start * 8, (stop - start + 1) * 8), np.int64)
 
     def lengths(self, start: int, stop: int) -> np.ndarray:
-        """Pieces of pairs start..stop-1 (int64), read rather than mapped: a pass over every
-        pair leaves no pages of the map resident in this process."""
-        count = stop - start + 1
-        offsets = np.fromfile(self.offsets_path, np.int64, count=count, offset=start * 8)
-        return np.diff(offsets)
+        """Pieces of pairs start .. stop - 1 (int64)."""
+        return np.diff(self.offsets(start, stop))
 
-    def lengths_at(self, indices: np.ndarray) -> np.ndarray:
-        return (self.offsets[indices + 1] - self.offsets[indices]).astype(np.int64)
+    def lengths_at(self, pairs: np.ndarray) -> np.ndarray:
+        spans = [self.offsets(pair, pair + 1) for pair in pairs.tolist()]
+        return np.array([int(b - a) for a, b in spans], np.int64)
 
-
-def _mapped(path: Path, entry: dict) -> np.ndarray:
-    dtype = np.dtype(entry["dtype"])
-    if entry["count"] == 0:
-        return np.zeros(0, dtype)  # an empty file cannot be mapped
-    return np.memmap(path, dtype=dtype, mode="r", shape=(entry["count"],))
+    def rows(self, pairs: np.ndarray) -> list[np.ndarray]:
+        """The ids of each pair, read."""
+        rows, size = [], self.dtype.itemsize
+        for pair in pairs.tolist():
+            begin, end = self.offsets(pair, pair + 1).tolist()
+            data = self._read(self._ids, begin * size, (end - begin) * size)
+            rows.append(np.frombuffer(data, self.dtype))
+        return rows
 
 
 class PreparedCorpus:
@@ -185,17 +210,10 @@ class PreparedCorpus:
         self.directory = Path(directory)
         self.manifest = manifest
         self.pairs: int = manifest["pairs"]
-        files = manifest["files"]
-        self.sides = {
-            side: Side(
-                _mapped(self.directory / f"{side}.ids", files[f"{side}.ids"]),
-                _mapped(self.directory / f"{side}.offsets", files[f"{side}.offsets"]),
-                self.directory / f"{side}.offsets",
-            )
-            for side in SIDES
-        }
+        self.sides = {side: Side(self.directory, side, manifest["files"]) for side in SIDES}
         for side in self.sides.values():
-            if int(side.offsets[0]) != 0 or int(side.offsets[-1]) != side.ids.size:
+            ends = side.offsets(0, 0)[0], side.offsets(side.pairs, side.pairs)[0]
+            if side.pairs != self.pairs or ends != (0, side.tokens):
                 raise Stale("its offsets do not match its ids")
 
     @property
@@ -236,7 +254,7 @@ class PreparedCorpus:
                 pass  # read-only: the next start hashes again, and still finds it right
         try:
             return cls(directory, manifest)
-        except (KeyError, TypeError, ValueError, OSError):
+        except (KeyError, TypeError, ValueError, OSError, UserError):
             raise Stale("a file does not match its manifest") from None
 
 

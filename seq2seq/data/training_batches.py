@@ -4,8 +4,8 @@
 
 Nothing here holds a Python object per pair. A process holds, per kept pair, a 2-byte
 sort key and, while an epoch runs, its 4-byte place in the epoch's order (8 bytes for the
-shuffle that makes the next one); the piece ids stay in the mapped files, and a batch is
-gathered from them when it is built (from any thread: nothing here is written after
+shuffle that makes the next one); the piece ids stay in the prepared files, and a batch's
+rows are read from them when it is built (from any thread: nothing here is written after
 construction).
 """
 
@@ -27,7 +27,7 @@ from seq2seq.data.batching import (
 from seq2seq.data.prepared import PreparedCorpus
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
-SCAN_CHUNK = 1 << 20  # pairs whose lengths are read at a time
+SCAN_CHUNK = 1 << 16  # pairs whose lengths are read at a time
 
 
 class TrainingPairs:
@@ -71,18 +71,16 @@ class TrainingPairs:
     def padded(self, side: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ids of the pairs at `indices` as the rows of a (pairs, longest + 1) int64
         array, PAD after each row's ids (room for one more token); and their lengths."""
-        begins, lengths = np.empty((2, len(indices)), np.int64)
+        rows: list[np.ndarray] = [np.zeros(0)] * len(indices)
         for chosen, corpus, local in self._parts(indices):
-            offsets = corpus.sides[side].offsets
-            begins[chosen] = offsets[local]
-            lengths[chosen] = offsets[local + 1] - begins[chosen]
-        rows = np.full((len(indices), int(lengths.max()) + 1), PAD_ID, np.int64)
-        row, column = np.nonzero(np.arange(rows.shape[1] - 1) < lengths[:, None])
-        for chosen, corpus, _ in self._parts(indices):
-            here = chosen[row]
-            ids = corpus.sides[side].ids
-            rows[row[here], column[here]] = ids[begins[row[here]] + column[here]]
-        return rows, lengths
+            read = corpus.sides[side].rows(local)
+            for slot, row in zip(np.flatnonzero(chosen).tolist(), read, strict=True):
+                rows[slot] = row
+        lengths = np.fromiter(map(len, rows), np.int64, count=len(rows))
+        padded = np.full((len(rows), int(lengths.max()) + 1), PAD_ID, np.int64)
+        for slot, row in enumerate(rows):
+            padded[slot, : len(row)] = row
+        return padded, lengths
 
 
 class KeptPairs:
