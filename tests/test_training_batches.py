@@ -111,12 +111,13 @@ def test_batches_built_from_threads_equal_those_built_in_turn(tmp_path) -> None:
 
 
 def test_a_pair_costs_a_few_bytes_and_no_python_object(tmp_path) -> None:
-    """What a process holds per pair: a 2-byte key, and the epoch's 4-byte order."""
+    """What a process holds per pair: the epoch's 4-byte order (a 2-byte key while sorting)."""
     src_lengths, tgt_lengths = varied_lengths(3000, seed=5)
     data = TrainBatches(
         pairs_of(tmp_path / "c", fake_ids(src_lengths), fake_ids(tgt_lengths)), 80, 600, 1
     )
-    assert data.keys.dtype == np.uint16
+    assert data.sort_keys().dtype == np.uint16
+    assert not [name for name, value in vars(data).items() if np.size(value) >= 3000]
     assert data.epoch(0).order.dtype == np.int32
     assert len(data.kept.kept_before) == data.too_long  # only the dropped pairs
 

@@ -2,11 +2,11 @@
 `data.max_len` left out, and each epoch's length-bucketed batches, reproducible from
 (seed, epoch) for exact resumption.
 
-Nothing here holds a Python object per pair. A process holds, per kept pair, a 2-byte
-sort key and, while an epoch runs, its 4-byte place in the epoch's order (8 bytes for the
-shuffle that makes the next one); the piece ids stay in the prepared files, and a batch's
-rows are read from them when it is built (from any thread: nothing here is written after
-construction).
+Nothing here holds a Python object per pair. A process holds, per kept pair, its 4-byte
+place in the epoch's order (while the next epoch's is made: 4 more, 4 for the shuffle
+and 2 for the sort key, read again each epoch); the piece ids stay in the prepared files,
+and a batch's rows are read from them when it is built (from any thread: nothing here is
+written after construction).
 """
 
 from __future__ import annotations
@@ -127,28 +127,40 @@ class TrainBatches:
     def __init__(self, pairs: TrainingPairs, max_len: int, batch_tokens: int, seed: int) -> None:
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
-        self.pairs, self.batch_tokens, self.seed = pairs, batch_tokens, seed
+        self.pairs, self.max_len, self.batch_tokens, self.seed = pairs, max_len, batch_tokens, seed
         longest = [min(max_len, pairs.longest(side)) for side in ("src", "tgt")]
         self.shape = ShapeKeys(*longest)
-        ranked = self.shape.table is not None
-        self.keys = np.empty(len(pairs), self.shape.table.dtype if ranked else np.int64)
         widths = np.zeros(max(longest) + 2, np.int64)
-        dropped, self.tokens, kept = [], np.zeros(2, np.int64), 0
-        for start, src, tgt in pairs.length_chunks():
-            fits = (src <= max_len) & (tgt <= max_len)
+        dropped, self.tokens, self.kept_count = [], np.zeros(2, np.int64), 0
+        for start, fits, src, tgt in self._kept_lengths():
             dropped.append(np.flatnonzero(~fits) + start)
-            src, tgt = src[fits], tgt[fits]
-            self.keys[kept : kept + len(src)] = self.shape(src, tgt)
             widths += np.bincount(np.maximum(src, tgt) + 1, minlength=len(widths))
             self.tokens += (src.sum(), tgt.sum())
-            kept += len(src)
-        self.keys = self.keys[:kept]
+            self.kept_count += len(src)
         self.kept = KeptPairs(np.concatenate([np.zeros(0, np.int64), *dropped]))
-        self.too_long = len(pairs) - kept
+        self.too_long = len(pairs) - self.kept_count
         self.bounds = batch_bounds(widths, batch_tokens)
 
+    def _kept_lengths(self) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """(first pair, which pairs fit data.max_len, their source and target lengths) of
+        every pair, a chunk at a time."""
+        for start, src, tgt in self.pairs.length_chunks():
+            fits = (src <= self.max_len) & (tgt <= self.max_len)
+            yield start, fits, src[fits], tgt[fits]
+
+    def sort_keys(self) -> np.ndarray:
+        """Each kept pair's sort key (see batching.ShapeKeys), read again for each epoch
+        rather than held between them: 2 bytes a pair for the time of the sort only."""
+        ranked = self.shape.table is not None
+        keys = np.empty(len(self), self.shape.table.dtype if ranked else np.int64)
+        filled = 0
+        for _, _, src, tgt in self._kept_lengths():
+            keys[filled : filled + len(src)] = self.shape(src, tgt)
+            filled += len(src)
+        return keys
+
     def __len__(self) -> int:
-        return len(self.keys)
+        return self.kept_count
 
     @property
     def length_ratio(self) -> float:
@@ -163,7 +175,9 @@ class TrainBatches:
         generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
         ranked = self.shape.table is not None
         order = stable_sort(
-            random_order(len(self), generator), self.keys, self.shape.count if ranked else None
+            random_order(len(self), generator),
+            self.sort_keys(),
+            self.shape.count if ranked else None,
         )
         return EpochBatches(order, self.bounds, random_order(len(self.bounds) - 1, generator))
 
