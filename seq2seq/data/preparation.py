@@ -2,7 +2,7 @@
 as a prepared corpus (prepared.py) under a temporary name and renamed into place whole.
 
 A tokenizer directory holds one prepared corpus per training prefix, in `corpora/`; every
-run that uses the tokenizer (a resumed run, the runs of a sweep, each torchrun rank) maps
+run that uses the tokenizer (a resumed run, the runs of a sweep, each torchrun rank) reads
 it. `preparation_lock` serialises the processes that prepare into one tokenizer directory:
 the second waits, then finds the work done.
 """

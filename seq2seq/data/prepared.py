@@ -204,7 +204,7 @@ class Side:
 
 
 class PreparedCorpus:
-    """A complete prepared corpus, checked against its manifest and mapped."""
+    """A complete prepared corpus, checked against its manifest, its files open."""
 
     def __init__(self, directory: Path, manifest: dict) -> None:
         self.directory = Path(directory)

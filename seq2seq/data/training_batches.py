@@ -187,7 +187,7 @@ class TrainBatches:
         return int(self.pairs.lengths_at("tgt", pairs).sum()) + len(pairs)
 
     def batch(self, indices: list[int]) -> Batch:
-        """The padded batch of these kept pairs, gathered from the mapped ids."""
+        """The padded batch of these kept pairs, its rows read from the prepared files."""
         if not len(indices):
             raise ValueError("a batch needs at least one pair")
         pairs = self.kept.pair(np.asarray(indices, np.int64))

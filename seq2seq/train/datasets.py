@@ -1,5 +1,5 @@
 """Training and validation data of a run: the tokenizer and the prepared training corpora
-(made once, then mapped by every process), filtered by length; the validation text."""
+(made once, then read by every process), filtered by length; the validation text."""
 
 from __future__ import annotations
 
