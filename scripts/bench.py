@@ -9,10 +9,14 @@
         --input data/multi30k/test_2016_flickr.de.gz [--ref data/multi30k/test_2016_flickr.en.gz] \
         [--beam 1 5] [--threads 2] [--device cuda] [--limit N] [--length-penalty A] \
         [--engine torch torch-int8 ct2-float32 ct2-int8]
+    python scripts/bench.py data --pairs 1000000 --work /tmp/bench-data \
+        [--config configs/multi30k_transformer.yaml] [--ranks 2] [--updates 20]
+        [--code ../old] [--prepared]
     python scripts/bench.py compare --base ../old-checkout [--repeat 3] -- train --config X
 
-What each measures: `bench_train.py` (train, losses, diagnostics) and `bench_decode.py`
-(decode). Every measurement runs in a fresh process, so that its peak resident memory
+What each measures: `bench_train.py` (train, losses, diagnostics), `bench_decode.py`
+(decode) and `bench_data.py` (data: a corpus of real size, from the text to the first
+update). Every measurement runs in a fresh process, so that its peak resident memory
 (`peak_rss_mb`, added to its line) is its own.
 
 `compare` runs the measurement after `--` alternately with the seq2seq of `--base` and
@@ -42,7 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CODE_VARIABLE = "SEQ2SEQ_BENCH_CODE"
 sys.path.insert(0, os.environ.get(CODE_VARIABLE, str(ROOT)))
 
-from bench_decode import ENGINES, export_for, measure_decode  # noqa: E402 (after the path)
+from bench_data import measure_data  # noqa: E402 (after the path)
+from bench_decode import ENGINES, export_for, measure_decode  # noqa: E402
 from bench_train import (  # noqa: E402
     PROFILED_STEPS,
     measure_diagnostics,
@@ -180,6 +185,20 @@ def parse_arguments() -> argparse.Namespace:
     diagnostics.add_argument("--threads", type=POSITIVE, default=2)
     losses = modes.add_parser("losses", help="the loss of each of a run's first updates")
     add_train_options(losses, 100, "updates from the start")
+    data = modes.add_parser("data", help="a corpus of real size: preparation, first update")
+    data.add_argument("--pairs", type=int, default=1_000_000, help="synthetic corpus size")
+    data.add_argument("--work", type=Path, required=True, help="corpora and runs go here")
+    data.add_argument("--config", type=Path, default=ROOT / "configs/multi30k_transformer.yaml")
+    data.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    data.add_argument("--ranks", type=int, default=2, help="torchrun processes, besides one")
+    data.add_argument(
+        "--code", type=Path, default=ROOT, help="the checkout measured (with Multi30k in data/)"
+    )
+    data.add_argument("--updates", type=int, default=1, help="memory peak over this many")
+    data.add_argument("--source", default="data/multi30k/train", help="the sentences joined")
+    data.add_argument(
+        "--prepared", action="store_true", help="the corpus is prepared: time the first update"
+    )
     both = modes.add_parser("compare", help="a measurement on an older checkout and this one")
     both.add_argument("--base", type=Path, required=True, help="the older checkout's root")
     both.add_argument("--repeat", type=POSITIVE, default=3, help="measurements per side")
@@ -187,7 +206,7 @@ def parse_arguments() -> argparse.Namespace:
     args = parser.parse_args()
     if args.mode == "compare" and not [a for a in args.measurement if a != "--"]:
         parser.error("compare needs a measurement after --, e.g. -- train --config CONFIG")
-    for option in ("config", "tokenizer", "run", "input", "ref", "base"):
+    for option in ("config", "tokenizer", "run", "input", "ref", "base", "code"):
         path = getattr(args, option, None)
         if path is not None and not path.exists():
             parser.error(f"--{option} {path}: no such file or directory")
@@ -206,6 +225,12 @@ def main() -> None:
 def measure_as_asked(args: argparse.Namespace) -> None:
     if args.mode == "compare":
         compare(args.base, args.repeat, [a for a in args.measurement if a != "--"])
+        return
+    if args.mode == "data":  # its commands run in --code (see bench_data.seq2seq)
+        args.code, args.config, args.work = (
+            p.resolve() for p in (args.code, args.config, args.work)
+        )
+        measure_data(args)
         return
     context = multiprocessing.get_context("spawn")
     measure = {

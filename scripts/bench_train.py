@@ -189,13 +189,10 @@ def training_speed(trainer, timed: list[list[int]], seconds: float, precision: s
     on a GPU also the utilisation against its bf16 peak and the peak memory allocated."""
     import torch
 
-    data = trainer.data.train
-    src = sum(len(data.src[i]) + 1 for b in timed for i in b)
-    tgt = sum(data.target_tokens(b) for b in timed)
-    padded = sum(
-        len(b) * (max(len(data.src[i]) for i in b) + 1 + max(len(data.tgt[i]) for i in b) + 1)
-        for b in timed
-    )
+    built = [trainer.data.train.batch(b) for b in timed]
+    src = sum(batch.n_src_tokens for batch in built)
+    tgt = sum(batch.n_tgt_tokens for batch in built)
+    padded = sum(batch.src.numel() + batch.tgt_in.numel() for batch in built)
     source_side, target_side = matmul_weights(trainer.model)
     flops_per_target = 6 * (target_side + source_side * src / tgt)
     device = trainer.device.type

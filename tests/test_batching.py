@@ -4,21 +4,11 @@ import random
 
 import pytest
 import torch
+from prepared_helpers import varied_lengths
 
-from seq2seq.data.batching import TrainBatches, make_batch, token_batches
+from seq2seq.data import batching
+from seq2seq.data.batching import make_batch, token_batches
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-
-
-def varied_lengths(n: int, seed: int = 0) -> tuple[list[int], list[int]]:
-    """Source lengths 1..60 and target lengths loosely correlated with them, like real data."""
-    rng = random.Random(seed)
-    src = [rng.randint(1, 60) for _ in range(n)]
-    tgt = [max(1, round(s * rng.uniform(0.7, 1.4))) for s in src]
-    return src, tgt
-
-
-def fake_ids(lengths: list[int]) -> list[list[int]]:
-    return [[4 + (i + j) % 50 for j in range(n)] for i, n in enumerate(lengths)]
 
 
 def test_make_batch_pads_and_places_bos_and_eos() -> None:
@@ -77,28 +67,6 @@ def test_without_generator_batches_are_deterministic_and_sorted() -> None:
     assert batches == [[1, 3, 4], [0, 5], [2]]
 
 
-def test_every_index_exactly_once_per_epoch() -> None:
-    src, tgt = varied_lengths(1000)
-    batches = TrainBatches(fake_ids(src), fake_ids(tgt), batch_tokens=300, seed=1)
-    for epoch in range(3):
-        flat = [i for b in batches.epoch(epoch) for i in b]
-        assert sorted(flat) == list(range(1000))
-
-
-def test_epochs_differ_but_each_is_reproducible() -> None:
-    src, tgt = varied_lengths(500)
-    a = TrainBatches(fake_ids(src), fake_ids(tgt), batch_tokens=300, seed=7)
-    b = TrainBatches(fake_ids(src), fake_ids(tgt), batch_tokens=300, seed=7)
-    torch.manual_seed(123)  # the global RNG must play no part
-    first = a.epoch(0)
-    torch.manual_seed(456)
-    assert b.epoch(0) == first
-    assert a.epoch(1) != first
-    assert TrainBatches(fake_ids(src), fake_ids(tgt), 300, seed=8).epoch(0) != first
-    # Not just the batch order: ties are broken differently, so batches hold other examples.
-    assert {tuple(sorted(x)) for x in a.epoch(1)} != {tuple(sorted(x)) for x in first}
-
-
 def test_bucketed_batches_have_little_padding() -> None:
     src, tgt = varied_lengths(3000, seed=1)
     batches = token_batches(src, tgt, 1000, torch.Generator().manual_seed(0))
@@ -111,19 +79,54 @@ def test_bucketed_batches_have_little_padding() -> None:
     assert (padded - real) / padded < 0.15
 
 
-def test_train_batches_builds_the_rows_it_was_asked_for() -> None:
-    src = [[5, 6], [7], [8, 9, 10]]
-    tgt = [[11], [12, 13], [14]]
-    data = TrainBatches(src, tgt, batch_tokens=100, seed=1)
-    assert len(data) == 3
-    batch = data.batch([2, 0])
-    assert batch.indices == [2, 0]
-    assert batch.src.tolist() == [[8, 9, 10, EOS_ID], [5, 6, EOS_ID, PAD_ID]]
-    assert batch.tgt_out.tolist() == [[14, EOS_ID], [11, EOS_ID]]
-
-
 def test_mismatched_lengths_are_rejected() -> None:
     with pytest.raises(ValueError):
         token_batches([1, 2], [1], batch_tokens=10)
-    with pytest.raises(ValueError):
-        TrainBatches([[5]], [[6], [7]], batch_tokens=10, seed=1)
+
+
+def list_batches(src_lengths, tgt_lengths, batch_tokens, generator=None) -> list[list[int]]:
+    """The batching that token_batches replaced, on Python lists, kept as the reference that
+    it must equal: a random permutation, a stable sort by (padded size, source length,
+    target length), greedy batches, a shuffled batch order."""
+    n = len(src_lengths)
+    if tgt_lengths is None:
+        sizes = [s + 1 for s in src_lengths]
+        keys = sizes
+    else:
+        sizes = [max(s, t) + 1 for s, t in zip(src_lengths, tgt_lengths, strict=True)]
+        keys = list(zip(sizes, src_lengths, tgt_lengths, strict=True))
+    order = list(range(n)) if generator is None else torch.randperm(n, generator=generator).tolist()
+    order.sort(key=keys.__getitem__)
+    batches, current, width = [], [], 0
+    for index in order:
+        new_width = max(width, sizes[index])
+        if current and (len(current) + 1) * new_width > batch_tokens:
+            batches.append(current)
+            current, new_width = [], sizes[index]
+        current.append(index)
+        width = new_width
+    if current:
+        batches.append(current)
+    if generator is not None:
+        batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+    return batches
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_batches_equal_the_list_algorithm_they_replace(seed) -> None:
+    rng = random.Random(seed)
+    n = rng.choice([1, 2, 7, 300, 2000])
+    longest = rng.choice([0, 3, 80, 400, 5000])  # 5,000: past the grid of ranked keys
+    src = [rng.randint(0, longest) for _ in range(n)]
+    tgt = None if seed % 4 == 0 else [rng.randint(0, longest) for _ in range(n)]
+    budget = rng.choice([1, 7, 64, 500, 4096, 10**6])
+    assert token_batches(src, tgt, budget) == list_batches(src, tgt, budget)
+    new, old = (torch.Generator().manual_seed(seed) for _ in range(2))
+    assert token_batches(src, tgt, budget, new) == list_batches(src, tgt, budget, old)
+
+
+def test_the_chunked_counting_sort_equals_one_pass(monkeypatch) -> None:
+    src, tgt = varied_lengths(1000, seed=3)
+    monkeypatch.setattr(batching, "SORT_CHUNK", 7)  # many chunks, keys split across them
+    new, old = (torch.Generator().manual_seed(5) for _ in range(2))
+    assert token_batches(src, tgt, 300, new) == list_batches(src, tgt, 300, old)

@@ -33,6 +33,26 @@ def test_train_prints_one_consistent_json_line(toy):
     )
 
 
+def test_data_prints_preparation_memory_and_first_updates(toy, tmp_path):
+    """A small synthetic corpus, one process and two torchrun ranks: every figure there."""
+    command = [sys.executable, str(SCRIPTS / "bench.py"), "data", "--pairs", "500",
+               "--work", str(tmp_path), "--config", str(toy / "run.yaml"),
+               "--source", str(toy / "data/train"), "--set", "train.threads=1"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    prepare, data, one, two = lines
+    assert prepare["measure"] == "prepare" and prepare["pairs"] == 500
+    assert prepare["seconds"] > 0 and prepare["peak_rss_mb"] > 0
+    # 2 bytes a piece, 16 a pair (and the manifest, some 3 bytes a pair of a tiny corpus)
+    assert 2 < prepare["bytes_per_token"] < 3 and 16 <= prepare["index_bytes_per_pair"] < 20
+    assert data["measure"] == "data" and data["data_peak_mb"] >= 0
+    assert (one["processes"], two["processes"]) == (1, 2)
+    assert len(one["peak_rss_mb"]) == 1 and len(two["peak_pss_mb"]) == 2
+    assert all(pss > 0 for pss in two["peak_pss_mb"]) and one["seconds"] > 0
+    assert (tmp_path / "corpus-500/train.src").read_text().count("\n") == 500
+
+
 def test_matmul_weights_split_the_model_by_side(load_script):
     bench = load_script("bench_train")
     cfg = ModelConfig(arch="transformer", embed_dim=16, hidden_dim=16, ff_dim=32)

@@ -157,3 +157,19 @@ def test_the_en_de_recipes_are_the_de_en_ones_reversed(name):
     assert (en_de.data.src, en_de.data.tgt) == (de_en.data.tgt, de_en.data.src)
     differences = {field for field, _, _ in config_differences(de_en, en_de)}
     assert differences == {"name", "data.src", "data.tgt"}
+
+
+def test_a_config_of_the_default_attention_loads_in_a_fresh_process():
+    """Nothing imported the attention package first (the test session does): the table of
+    types fills itself, for the default type too, which no field validator asked about."""
+    import subprocess
+    import sys
+
+    code = (
+        "from seq2seq.config import config_from_dict\n"
+        "cfg = config_from_dict({'data': {'src': 'a', 'tgt': 'b', 'train': 'x', 'valid': 'y'}})\n"
+        "print(cfg.model.attention.type)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert done.stdout.strip() == "bahdanau"

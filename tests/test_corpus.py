@@ -1,15 +1,15 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 from pathlib import Path
 
 import pytest
 
 from seq2seq.data.corpus import (
-    ParallelCorpus,
     corpus_path,
-    drop_empty,
     read_lines,
+    read_pairs,
     read_parallel,
 )
 from seq2seq.errors import UserError
@@ -95,15 +95,37 @@ def test_empty_corpus_names_the_files(tmp_path: Path) -> None:
     assert str(tmp_path / "e.en") in str(info.value)
 
 
-def test_drop_empty_removes_pairs_with_an_empty_side() -> None:
-    corpus = ParallelCorpus(
-        src=["a", "", "c", " \t", "e", "f"],
-        tgt=["A", "B", "  ", "D", "E", ""],
-        src_path=Path("x.de"),
-        tgt_path=Path("x.en"),
-    )
-    kept, dropped = drop_empty(corpus)
-    assert dropped == 4
-    assert (kept.src, kept.tgt) == (["a", "e"], ["A", "E"])
-    assert kept.src_path == Path("x.de")
-    assert len(corpus) == 6  # the input is left untouched
+def pairs(tmp_path: Path, src: bytes, tgt: bytes, chunk: int, suffix: str = "") -> list:
+    write(tmp_path / f"x.de{suffix}", src)
+    write(tmp_path / f"x.en{suffix}", tgt)
+    return list(read_pairs(tmp_path / f"x.de{suffix}", tmp_path / f"x.en{suffix}", chunk))
+
+
+def test_read_pairs_drops_pairs_with_an_empty_side_in_every_chunk(tmp_path: Path) -> None:
+    src = b"a\n\nc\n \t\ne\nf\n"
+    tgt = b"A\nB\n  \nD\nE\n\n"
+    for chunk in (1, 2, 4, 100):
+        found = pairs(tmp_path, src, tgt, chunk)
+        assert [s for c in found for s in c.src] == ["a", "e"]
+        assert [t for c in found for t in c.tgt] == ["A", "E"]
+        assert sum(c.empty for c in found) == 4
+
+
+def test_read_pairs_checks_what_read_parallel_checks(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"x.de has 5 lines, .*x.en has 4; the files must"):
+        pairs(tmp_path, b"1\n2\n3\n4\n5\n", b"1\n2\n3\n4\n", chunk=2)
+    with pytest.raises(UserError, match=r"x.en, line 4: invalid UTF-8; re-encode"):
+        pairs(tmp_path, b"1\n2\n3\n4\n", b"1\n2\n3\n\xff\n", chunk=2)  # a later chunk
+    with pytest.raises(UserError, match="empty corpus"):
+        pairs(tmp_path, b"", b"", chunk=2)
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_read_pairs_hashes_each_file_as_stored(tmp_path: Path, suffix: str) -> None:
+    write(tmp_path / f"x.de{suffix}", RAW)
+    write(tmp_path / f"x.en{suffix}", RAW)
+    digests = (hashlib.sha256(), hashlib.sha256())
+    found = list(read_pairs(tmp_path / f"x.de{suffix}", tmp_path / f"x.en{suffix}", 2, digests))
+    assert [s for c in found for s in c.src] == [line for line in EXPECTED if line.strip()]
+    stored = (tmp_path / f"x.de{suffix}").read_bytes()
+    assert digests[0].hexdigest() == hashlib.sha256(stored).hexdigest()

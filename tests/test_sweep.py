@@ -218,11 +218,16 @@ def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):
 
 def assert_runs_share_the_tokenizer(root: Path, sweep) -> None:
     shared = (root / "tokenizer/joint.model").read_bytes()
+    (prepared,) = (root / "tokenizer/corpora").iterdir()
     for run in sweep.runs[1:]:  # the first trained its own when it was run alone
         log = (root / "runs" / run.name / "train.log").read_text()
         assert (root / "runs" / run.name / "tokenizer/joint.model").read_bytes() == shared
-        # The shared tokenizer came with the corpus ids: no run tokenized the corpus.
-        assert "piece ids of 300 pairs read from" in log
+        # The shared tokenizer came with the prepared corpus: no run prepared it again, and
+        # every run maps the same files (hard links: one copy on disk and in memory).
+        assert "preparing" not in log
+        for name in ("src.ids", "tgt.ids", "src.offsets", "tgt.offsets"):
+            mine = root / "runs" / run.name / "tokenizer/corpora" / prepared.name / name
+            assert mine.stat().st_ino == (prepared / name).stat().st_ino
 
 
 def assert_report_is_complete(report: Path) -> None:

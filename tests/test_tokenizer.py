@@ -5,11 +5,12 @@ import logging
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sentencepiece as spm
 
-from seq2seq.config import TokenizerConfig
-from seq2seq.data.corpus import ParallelCorpus, read_lines
+from seq2seq.config import DataConfig, TokenizerConfig
+from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -21,7 +22,7 @@ from seq2seq.data.tokenizer import (
     trained_settings,
 )
 from seq2seq.data.toy import make_toy_corpus
-from seq2seq.data.training_corpus import tokenize_training_pairs
+from seq2seq.data.training_corpus import prepare_training_data
 from seq2seq.errors import UserError
 
 SPECIALS = {PAD_ID, BOS_ID, EOS_ID}
@@ -32,8 +33,11 @@ def toy(tmp_path_factory) -> dict[str, list[str]]:
     out = tmp_path_factory.mktemp("toy")
     make_toy_corpus(out, seed=3, train=400, valid=50, test=1)
     return {
-        name: read_lines(out / f"{name}")
-        for name in ("train.src", "train.tgt", "valid.src", "valid.tgt")
+        "dir": out,
+        **{
+            name: read_lines(out / f"{name}")
+            for name in ("train.src", "train.tgt", "valid.src", "valid.tgt")
+        },
     }
 
 
@@ -158,31 +162,36 @@ def test_load_of_a_corrupt_model_is_a_user_error(tmp_path: Path) -> None:
         Tokenizer.load(tmp_path)
 
 
-def _corpus(toy) -> ParallelCorpus:
-    return ParallelCorpus(toy["train.src"], toy["train.tgt"], Path("train.src"), Path("train.tgt"))
+def _data(toy) -> DataConfig:
+    train = str(toy["dir"] / "train")
+    return DataConfig(src="src", tgt="tgt", train=train, valid=train)
+
+
+def _ids(side) -> list[list[int]]:
+    """Every pair's ids of one side of a prepared corpus."""
+    return [row.tolist() for row in side.rows(np.arange(side.pairs))]
 
 
 def test_an_existing_model_file_is_used_instead_of_training(joint, toy, tmp_path) -> None:
     trained, directory = joint
     cfg = TokenizerConfig(vocab_size=9999, model=str(directory / "joint.model"))
-    first = tokenize_training_pairs(cfg, _corpus(toy), tmp_path / "tokenizer", seed=1)
+    first = prepare_training_data(_data(toy), cfg, tmp_path / "tokenizer", seed=1)
     assert first.tokenizer.fingerprint == trained.fingerprint  # copied, not trained
-    assert first.src_ids == trained.encode_src(toy["train.src"])
+    assert _ids(first.corpora[0].src) == trained.encode_src(toy["train.src"])
     messages = []
     log = logging.getLogger("copied")
     log.addHandler(logging.Handler())
     log.handlers[-1].emit = lambda record: messages.append(record.getMessage())
     log.setLevel(logging.INFO)
-    again = tokenize_training_pairs(cfg, _corpus(toy), tmp_path / "tokenizer", seed=1, log=log)
-    assert again.tgt_ids == first.tgt_ids and again.key == first.key
-    assert any("read from" in m for m in messages)  # the id cache works as before
-    assert not any("copied" in m or "training" in m for m in messages)
+    again = prepare_training_data(_data(toy), cfg, tmp_path / "tokenizer", seed=1, log=log)
+    assert _ids(again.corpora[0].tgt) == _ids(first.corpora[0].tgt) and again.key == first.key
+    assert not messages  # nothing copied, trained or prepared again
 
 
 def test_an_existing_directory_of_separate_models(separate, toy, tmp_path) -> None:
     trained, directory = separate
     cfg = TokenizerConfig(joint=False, model=str(directory))
-    made = tokenize_training_pairs(cfg, _corpus(toy), tmp_path / "tokenizer", seed=1).tokenizer
+    made = prepare_training_data(_data(toy), cfg, tmp_path / "tokenizer", seed=1).tokenizer
     assert made.fingerprint == trained.fingerprint and not made.joint
     with pytest.raises(UserError, match="target models; set tokenizer.joint: false"):
         copy_tokenizer(TokenizerConfig(model=str(directory)), tmp_path / "other")

@@ -1,4 +1,4 @@
-"""Commands that train: `train`, `config`, `average` and `sweep`."""
+"""Commands that train: `train`, `prepare`, `config`, `average` and `sweep`."""
 
 from __future__ import annotations
 
@@ -35,17 +35,50 @@ def train(
 ) -> None:
     """Train a model (or resume the run in --run-dir), then score the test sets:
     seq2seq train CONFIG [--set FIELD=VALUE ...]."""
-    from seq2seq.config import load_config
     from seq2seq.train.run import train as run_training
+
+    cfg = _run_config("train", config_file, config, overrides)
+    if init_from is not None:  # a string as given: as YAML, a run named 2024 would be a number
+        cfg.train.init_from = init_from
+    run_training(cfg, run_dir or Path("runs") / cfg.name)
+
+
+@app.command()
+def prepare(
+    config_file: Annotated[
+        Path | None, typer.Argument(metavar="CONFIG", help="YAML run config", show_default=False)
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML run config (or give it as CONFIG)")
+    ] = None,
+    overrides: Overrides = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", file_okay=False, help="default: runs/<name>")
+    ] = None,
+) -> None:
+    """Train the tokenizer and prepare the training corpora of a run ahead of training, e.g.
+    once before torchrun starts many processes: seq2seq prepare CONFIG [--set ...]."""
+    from seq2seq.train.run import prepare as prepare_run
+
+    cfg = _run_config("prepare", config_file, config, overrides)
+    directory = run_dir or Path("runs") / cfg.name
+    data = prepare_run(cfg, directory)
+    print(
+        f"prepared {len(data.train)} training pairs in {directory / 'tokenizer'}; "
+        f"train with: seq2seq train CONFIG (same --set and --run-dir)",
+        file=sys.stderr,
+    )
+
+
+def _run_config(command: str, config_file: Path | None, config: Path | None, overrides):
+    """The run config given as CONFIG or --config, with its --set overrides."""
+    from seq2seq.config import load_config
 
     if config_file and config and config_file != config:
         raise UserError(f"two configs given ({config_file} and --config {config}); pass one")
     if not (config_file or config):
-        raise UserError("pass the run config: seq2seq train CONFIG (e.g. configs/demo.yaml)")
-    cfg = load_config(config_file or config, overrides or [])
-    if init_from is not None:  # a string as given: as YAML, a run named 2024 would be a number
-        cfg.train.init_from = init_from
-    run_training(cfg, run_dir or Path("runs") / cfg.name)
+        raise UserError(f"pass the run config: seq2seq {command} CONFIG (e.g. configs/demo.yaml)")
+    return load_config(config_file or config, overrides or [])
 
 
 @app.command("config")

@@ -117,7 +117,7 @@ class AttentionConfig(Section):
 
     @model_validator(mode="after")
     def _only_own_options(self) -> AttentionConfig:
-        fields, own = type(self).model_fields, ATTENTION_TYPES[self.type].options
+        fields, own = type(self).model_fields, ATTENTION_TYPES.registered()[self.type].options
         unused = [
             name
             for name in sorted(set(fields) - _SHARED_OPTIONS - own)

@@ -56,12 +56,27 @@ def validation_metrics() -> list[str]:
 class DataConfig(Section):
     src: str = Field(min_length=1, description="source language suffix, e.g. de")
     tgt: str = Field(min_length=1, description="target language suffix, e.g. en")
-    train: str = Field(description="prefix of the training corpus: {prefix}.{lang}[.gz]")
+    train: str | list[str] = Field(
+        description="prefix of the training corpus: {prefix}.{lang}[.gz]; or a list of "
+        "prefixes, read one after another (each prepared once: docs/training.md)"
+    )
     valid: str = Field(description="prefix of the validation corpus")
     test: list[str] = Field(
         default_factory=list, description="prefixes scored after training; one may be a string"
     )
     max_len: PositiveInt = Field(100, description="training pairs longer (in pieces) are dropped")
+
+    @field_validator("train")
+    @classmethod
+    def _some_training_corpus(cls, value: str | list[str]) -> str | list[str]:
+        if value == []:
+            raise ValueError("an empty list; give at least one prefix")
+        return value
+
+    @property
+    def train_prefixes(self) -> list[str]:
+        """`train` as a list, one prefix or several."""
+        return [self.train] if isinstance(self.train, str) else list(self.train)
 
     @field_validator("test", mode="before")
     @classmethod

@@ -2,12 +2,17 @@
 
 A batch costs `sentences x longer padded side` tokens (source + EOS, target + BOS/EOS),
 which is what the padded tensors hold; sorting by that length keeps padding small.
+
+The sort and the batching work on numpy arrays of lengths, with no Python object per
+example: a training corpus of tens of millions of pairs is batched in seconds, in a few
+bytes per pair (see training_batches.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -86,9 +91,96 @@ def make_batch(src: list[list[int]], tgt: list[list[int]] | None, indices: list[
     )
 
 
+# The (source, target) length grid is ranked as a table while it has at most this many
+# cells; beyond it (sentences of thousands of pieces) the keys are the lengths themselves.
+GRID_CELLS = 1 << 22
+# Examples sorted per pass of the counting sort: bounds its scratch memory.
+SORT_CHUNK = 1 << 16
+
+
+def padded_widths(src: np.ndarray, tgt: np.ndarray | None) -> np.ndarray:
+    """Each example's padded width: source + EOS, or the longer of it and target + BOS/EOS."""
+    longer = src if tgt is None else np.maximum(src, tgt)
+    return longer.astype(np.int64) + 1
+
+
+class ShapeKeys:
+    """Sort keys of examples by (padded width, source length, target length): equal keys
+    for equal lengths, so that a stable sort by key is the sort by that triple. Small
+    dense ranks from a table of the length grid where it fits (a counting sort then
+    needs no scratch memory per example), else an exact composite of the three."""
+
+    def __init__(self, src_max: int, tgt_max: int | None) -> None:
+        self.src_cells = src_max + 1
+        self.tgt_cells = 1 if tgt_max is None else tgt_max + 1
+        cells = self.src_cells * self.tgt_cells
+        self.table: np.ndarray | None = None
+        if cells <= GRID_CELLS:
+            src, tgt = np.divmod(np.arange(cells), self.tgt_cells)
+            ranked = np.lexsort((tgt, src, np.maximum(src, tgt)))
+            dtype = np.uint16 if cells <= 1 << 16 else np.uint32
+            self.table = np.empty(cells, dtype)
+            self.table[ranked] = np.arange(cells, dtype=dtype)
+        self.count = cells  # keys lie in [0, count) when ranked
+
+    def __call__(self, src: np.ndarray, tgt: np.ndarray | None) -> np.ndarray:
+        src = src.astype(np.int64)
+        tgt = np.zeros_like(src) if tgt is None else tgt.astype(np.int64)
+        if self.table is not None:
+            return self.table[src * self.tgt_cells + tgt]
+        width = np.maximum(src, tgt) + 1
+        return (width * self.src_cells + src) * self.tgt_cells + tgt
+
+
+def stable_sort(items: np.ndarray, keys: np.ndarray, count: int | None) -> np.ndarray:
+    """`items` (example indices) stably sorted by `keys[item]`: equal keys keep the order
+    they have in `items`. With `count` (keys are ranks below it) a counting sort in chunks
+    writes the result in place of scratch memory; without, numpy's stable argsort."""
+    if count is None:
+        return items[np.argsort(keys[items], kind="stable")]
+    sorted_items = np.empty_like(items)
+    # Where each key's run starts in the result; advanced past what each chunk placed.
+    free = np.cumsum(np.bincount(keys, minlength=count)) - np.bincount(keys, minlength=count)
+    for start in range(0, len(items), SORT_CHUNK):
+        chunk = items[start : start + SORT_CHUNK]
+        chunk_keys = keys[chunk]
+        by_key = np.argsort(chunk_keys, kind="stable")
+        placed_keys = chunk_keys[by_key]
+        rank_in_key = np.arange(len(chunk)) - np.searchsorted(placed_keys, placed_keys)
+        sorted_items[free[placed_keys] + rank_in_key] = chunk[by_key]
+        free += np.bincount(chunk_keys, minlength=count)
+    return sorted_items
+
+
+def batch_bounds(width_counts: np.ndarray, batch_tokens: int) -> np.ndarray:
+    """Where each batch starts in the length-sorted order, and the end: greedy batches of at
+    most `batch_tokens` padded tokens (a wider example alone in its batch), for
+    `width_counts[w]` examples of padded width w. Walks the widths, not the examples."""
+    if batch_tokens < 1:
+        raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
+    starts, position, filled = [], 0, 0  # filled: examples in the batch still open
+    for width in np.flatnonzero(width_counts).tolist():
+        count, room = int(width_counts[width]), max(batch_tokens // width, 1)
+        if 0 < filled < room:  # the open batch takes what fits at the new width
+            taken = min(count, room - filled)
+            position, count, filled = position + taken, count - taken, filled + taken
+        if count:  # the rest opens new batches of `room` examples each
+            starts.append(np.arange(position, position + count, room))
+            position += count
+            filled = count - (len(starts[-1]) - 1) * room
+    return np.concatenate([*starts, [position]]).astype(np.int64)
+
+
+def random_order(n: int, generator: torch.Generator) -> np.ndarray:
+    """A permutation of range(n) from `generator`: torch's randperm, as batching always drew
+    it (int32 where it fits: the same values in half the memory)."""
+    dtype = torch.int32 if n < 2**31 else torch.int64
+    return torch.randperm(n, generator=generator, dtype=dtype).numpy()
+
+
 def token_batches(
-    src_lengths: list[int],
-    tgt_lengths: list[int] | None,
+    src_lengths: list[int] | np.ndarray,
+    tgt_lengths: list[int] | np.ndarray | None,
     batch_tokens: int,
     generator: torch.Generator | None = None,
 ) -> list[list[int]]:
@@ -97,69 +189,20 @@ def token_batches(
     Without a generator the result is deterministic and in length order (for decoding).
     With one, equal lengths are ordered randomly and the batch order is shuffled.
     """
+    src = np.asarray(src_lengths, dtype=np.int64)
+    tgt = None if tgt_lengths is None else np.asarray(tgt_lengths, dtype=np.int64)
+    if tgt is not None and len(tgt) != len(src):
+        raise ValueError(f"{len(src)} source lengths but {len(tgt)} target lengths")
     if batch_tokens < 1:
         raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
-    n = len(src_lengths)
-    if tgt_lengths is not None and len(tgt_lengths) != n:
-        raise ValueError(f"{n} source lengths but {len(tgt_lengths)} target lengths")
-    # Padded width of each example: source + EOS; target + BOS (tgt_in) or + EOS (tgt_out).
-    if tgt_lengths is None:
-        sizes = [s + 1 for s in src_lengths]
-        keys = sizes
-    else:
-        sizes = [max(s, t) + 1 for s, t in zip(src_lengths, tgt_lengths, strict=True)]
-        # Secondary keys group equal source and target lengths, so both sides pad little.
-        keys = list(zip(sizes, src_lengths, tgt_lengths, strict=True))
-    order = list(range(n)) if generator is None else torch.randperm(n, generator=generator).tolist()
-    order.sort(key=keys.__getitem__)  # stable: ties keep the (random) permutation order
-
-    batches: list[list[int]] = []
-    current: list[int] = []
-    width = 0
-    for index in order:
-        new_width = max(width, sizes[index])
-        if current and (len(current) + 1) * new_width > batch_tokens:
-            batches.append(current)
-            current, new_width = [], sizes[index]
-        current.append(index)
-        width = new_width
-    if current:
-        batches.append(current)
-
+    if not len(src):
+        return []
+    shape = ShapeKeys(int(src.max()), None if tgt is None else int(tgt.max()))
+    keys = shape(src, tgt)
+    first = np.arange(len(src)) if generator is None else random_order(len(src), generator)
+    order = stable_sort(first, keys, shape.count if shape.table is not None else None)
+    bounds = batch_bounds(np.bincount(padded_widths(src, tgt)), batch_tokens)
+    batches = [order[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     if generator is not None:
-        batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+        batches = [batches[i] for i in random_order(len(batches), generator).tolist()]
     return batches
-
-
-class TrainBatches:
-    """Training batches of one epoch, reproducible from (seed, epoch) for exact resumption."""
-
-    def __init__(
-        self, src: list[list[int]], tgt: list[list[int]], batch_tokens: int, seed: int
-    ) -> None:
-        if len(src) != len(tgt):
-            raise ValueError(f"{len(src)} source but {len(tgt)} target examples")
-        self.src = src
-        self.tgt = tgt
-        self.batch_tokens = batch_tokens
-        self.seed = seed
-        self._src_lengths = [len(ids) for ids in src]
-        self._tgt_lengths = [len(ids) for ids in tgt]
-
-    def __len__(self) -> int:
-        return len(self.src)
-
-    def epoch(self, epoch: int) -> list[list[int]]:
-        """Batch index lists of an epoch; the same (seed, epoch) always gives the same list."""
-        generator = torch.Generator()
-        # A fresh generator per epoch, so a resumed run regenerates the epoch and skips ahead.
-        # Kept in [0, 2**63) because manual_seed rejects values outside 64 bits.
-        generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
-        return token_batches(self._src_lengths, self._tgt_lengths, self.batch_tokens, generator)
-
-    def target_tokens(self, indices: list[int]) -> int:
-        """Target tokens (+ EOS) of a batch: the loss normaliser, known without building it."""
-        return sum(self._tgt_lengths[i] + 1 for i in indices)
-
-    def batch(self, indices: list[int]) -> Batch:
-        return make_batch([self.src[i] for i in indices], [self.tgt[i] for i in indices], indices)

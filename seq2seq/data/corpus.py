@@ -1,14 +1,22 @@
 """Parallel corpora given by prefix: `{prefix}.{lang}` or `{prefix}.{lang}.gz`, one
-sentence per line, strict UTF-8, line-aligned across the two languages."""
+sentence per line, strict UTF-8, line-aligned across the two languages.
+
+Small corpora (validation, test) are read whole; a training corpus is read in chunks of
+pairs (`read_pairs`), so that its size never matters to memory.
+"""
 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import gzip
+import io
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from seq2seq.errors import UserError
 
@@ -27,16 +35,44 @@ def corpus_path(prefix: str, lang: str) -> Path:
     )
 
 
-def raw_lines(path: Path) -> Iterator[bytes]:
+class _Hashing(io.RawIOBase):
+    """A raw reader that feeds every byte it reads to a digest."""
+
+    def __init__(self, raw: BinaryIO, digest: Any) -> None:
+        self.raw, self.digest = raw, digest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = self.raw.readinto(buffer)
+        if count:
+            self.digest.update(memoryview(buffer)[:count])
+        return count
+
+
+@contextlib.contextmanager
+def _opened(path: Path, digest: Any = None) -> Iterator[BinaryIO]:
+    """The file's (uncompressed) bytes; `digest` sees the bytes of the file as stored."""
+    with open(path, "rb") as raw:
+        stored = raw if digest is None else io.BufferedReader(_Hashing(raw, digest), 1 << 20)
+        if path.suffix != ".gz":
+            yield stored
+            return
+        with gzip.GzipFile(fileobj=stored, mode="rb") as unpacked:
+            yield unpacked
+
+
+def raw_lines(path: Path, digest: Any = None) -> Iterator[bytes]:
     """The lines of a plain or gzipped (by `.gz` suffix) file as bytes, without line endings
     and without the UTF-8 byte order mark that some editors put first (it is not text: a
-    reference that kept it would not match its hypothesis)."""
+    reference that kept it would not match its hypothesis). A hashlib `digest`, if given,
+    is fed the file's bytes as stored as they are read."""
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
     try:
         # Binary iteration splits on b"\n" only; text mode would also split on \x85, \u2028
         # and friends, which would break line alignment with the other language.
-        with opener(path, "rb") as handle:
+        with _opened(path, digest) as handle:
             for number, raw in enumerate(handle):
                 if number == 0:
                     raw = raw.removeprefix(codecs.BOM_UTF8)
@@ -61,15 +97,25 @@ def raw_lines(path: Path) -> Iterator[bytes]:
 def read_lines(path: Path) -> list[str]:
     """All lines of a plain or gzipped UTF-8 file, without line endings; a line that is not
     UTF-8 is an error naming it (a corpus must not lose or shift a line)."""
-    lines: list[str] = []
-    for number, raw in enumerate(raw_lines(path), start=1):
-        try:
-            lines.append(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise UserError(
-                f"{path}, line {number}: invalid UTF-8; re-encode the file as UTF-8"
-            ) from None
-    return lines
+    return decode_lines(list(raw_lines(path)), path, 1)
+
+
+def decode_lines(raws: list[bytes], path: Path, first: int) -> list[str]:
+    """Lines `first`, `first + 1`, ... of `path`, decoded as strict UTF-8 (all at once: a
+    line holds no newline byte, and no UTF-8 character contains one)."""
+    if not raws:
+        return []
+    try:
+        return b"\n".join(raws).decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        for number, raw in enumerate(raws, start=first):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise UserError(
+                    f"{path}, line {number}: invalid UTF-8; re-encode the file as UTF-8"
+                ) from None
+        raise
 
 
 @dataclass
@@ -90,19 +136,49 @@ def read_parallel(prefix: str, src_lang: str, tgt_lang: str) -> ParallelCorpus:
     src_path = corpus_path(prefix, src_lang)
     tgt_path = corpus_path(prefix, tgt_lang)
     src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise UserError(
-            f"line counts differ: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)}; "
-            "the files must be line-aligned translations"
-        )
-    if not src:
-        raise UserError(f"empty corpus: {src_path} and {tgt_path} have no lines; check the files")
+    _check_counts(src_path, len(src), tgt_path, len(tgt))
     return ParallelCorpus(src, tgt, src_path, tgt_path)
 
 
-def drop_empty(corpus: ParallelCorpus) -> tuple[ParallelCorpus, int]:
-    """Remove pairs where either side is empty or whitespace-only; return the count dropped."""
-    kept = [(s, t) for s, t in zip(corpus.src, corpus.tgt, strict=True) if s.strip() and t.strip()]
-    src = [s for s, _ in kept]
-    tgt = [t for _, t in kept]
-    return ParallelCorpus(src, tgt, corpus.src_path, corpus.tgt_path), len(corpus) - len(kept)
+def _check_counts(src_path: Path, src_lines: int, tgt_path: Path, tgt_lines: int) -> None:
+    if src_lines != tgt_lines:
+        raise UserError(
+            f"line counts differ: {src_path} has {src_lines} lines, {tgt_path} has {tgt_lines}; "
+            "the files must be line-aligned translations"
+        )
+    if not src_lines:
+        raise UserError(f"empty corpus: {src_path} and {tgt_path} have no lines; check the files")
+
+
+@dataclass
+class PairChunk:
+    """Consecutive pairs of a corpus with both sides non-empty, and how many were dropped."""
+
+    src: list[str]
+    tgt: list[str]
+    empty: int
+
+
+def read_pairs(
+    src_path: Path, tgt_path: Path, chunk: int, digests: tuple[Any, Any] | None = None
+) -> Iterator[PairChunk]:
+    """The pairs of a corpus, `chunk` lines at a time, checked as `read_parallel` checks a
+    whole one (aligned, not empty, UTF-8), pairs with an empty side (or one of
+    whitespace only) dropped. `digests` (hashlib objects) are fed each file's bytes as stored."""
+    src_digest, tgt_digest = digests or (None, None)
+    src_lines, tgt_lines = raw_lines(src_path, src_digest), raw_lines(tgt_path, tgt_digest)
+    first = 1  # the number of the chunk's first line
+    while True:
+        src_raw, tgt_raw = list(islice(src_lines, chunk)), list(islice(tgt_lines, chunk))
+        if len(src_raw) != len(tgt_raw) or not src_raw:
+            src_count = first - 1 + len(src_raw) + sum(1 for _ in src_lines)
+            tgt_count = first - 1 + len(tgt_raw) + sum(1 for _ in tgt_lines)
+            _check_counts(src_path, src_count, tgt_path, tgt_count)
+            return
+        src = decode_lines(src_raw, src_path, first)
+        tgt = decode_lines(tgt_raw, tgt_path, first)
+        first += len(src_raw)
+        kept = [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
+        if len(kept) < len(src):
+            src, tgt = [src[i] for i in kept], [tgt[i] for i in kept]
+        yield PairChunk(src, tgt, len(src_raw) - len(kept))

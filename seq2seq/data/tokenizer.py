@@ -10,6 +10,8 @@ import functools
 import hashlib
 import io
 import json
+from collections.abc import Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 
 import sentencepiece as spm
@@ -65,13 +67,14 @@ class Tokenizer:
     def tgt_vocab_size(self) -> int:
         return self._tgt.get_piece_size()
 
-    def encode_src(self, lines: list[str]) -> list[list[int]]:
-        """Piece ids of each source line, without BOS/EOS."""
-        return self._src.encode(list(lines), out_type=int)
+    def encode_src(self, lines: list[str], threads: int = -1) -> list[list[int]]:
+        """Piece ids of each source line, without BOS/EOS; encoded by `threads` threads
+        (-1: SentencePiece's default, every core)."""
+        return self._src.encode(list(lines), out_type=int, num_threads=threads)
 
-    def encode_tgt(self, lines: list[str]) -> list[list[int]]:
+    def encode_tgt(self, lines: list[str], threads: int = -1) -> list[list[int]]:
         """Piece ids of each target line, without BOS/EOS."""
-        return self._tgt.encode(list(lines), out_type=int)
+        return self._tgt.encode(list(lines), out_type=int, num_threads=threads)
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Detokenized text of each id sequence; PAD, BOS and EOS are skipped."""
@@ -130,10 +133,27 @@ def _load_model(path: Path) -> spm.SentencePieceProcessor:
     return processor
 
 
-def _train_model(cfg: TokenizerConfig, lines: list[str], seed: int) -> bytes:
-    """Serialized model proto trained on in-memory sentences."""
-    if not any(line.strip() for line in lines):
-        raise UserError("tokenizer training data has no non-empty sentences; check the corpus")
+class _Sentences:
+    """The sentences SentencePiece trains on, streamed: counts those with content, and keeps
+    the error that reading them raised (SentencePiece reports it as its own RuntimeError)."""
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self.lines, self.with_content, self.error = lines, 0, None
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            for line in self.lines:
+                self.with_content += bool(line) and not line.isspace()
+                yield line
+        except Exception as error:  # a UserError of the corpus (invalid UTF-8, ...)
+            self.error = error
+            raise
+
+
+def _train_model(cfg: TokenizerConfig, lines: Iterable[str], seed: int) -> bytes:
+    """Serialized model proto trained on sentences, streamed (SentencePiece keeps a sample
+    of INPUT_SENTENCE_SIZE of them)."""
+    sentences = _Sentences(lines)
     # The seed is global to SentencePiece; set it right before each training so the
     # sentence sample and any tie-breaking are the same for the same input.
     spm.set_random_generator_seed(seed)
@@ -142,7 +162,7 @@ def _train_model(cfg: TokenizerConfig, lines: list[str], seed: int) -> bytes:
     writer = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines),
+            sentence_iterator=iter(sentences),
             model_writer=writer,
             model_type=cfg.model_type,
             vocab_size=cfg.vocab_size,
@@ -159,6 +179,12 @@ def _train_model(cfg: TokenizerConfig, lines: list[str], seed: int) -> bytes:
             minloglevel=2,
         )
     except RuntimeError as error:
+        if sentences.error is not None:
+            raise sentences.error from None
+        if not sentences.with_content:
+            raise UserError(
+                "tokenizer training data has no non-empty sentences; check the corpus"
+            ) from None
         # Messages look like "INTERNAL: file.cc(638) [condition] explanation"; keep the
         # explanation, or the failed condition when there is none.
         text = " ".join(str(error).split())
@@ -172,15 +198,17 @@ def _train_model(cfg: TokenizerConfig, lines: list[str], seed: int) -> bytes:
 
 def train_tokenizer(
     cfg: TokenizerConfig,
-    src_lines: list[str],
-    tgt_lines: list[str],
+    src_lines: Iterable[str],
+    tgt_lines: Iterable[str],
     directory: Path,
     seed: int = 1,
 ) -> Tokenizer:
-    """Train and save SentencePiece model(s) in `directory` (replaced if it exists)."""
+    """Train and save SentencePiece model(s) in `directory` (replaced if it exists). Each
+    side's lines are iterated once (a joint model reads the source lines, then the target
+    lines), so they may be streamed from a corpus of any size."""
     directory = Path(directory)
     if cfg.joint:
-        models = {JOINT_MODEL: _train_model(cfg, [*src_lines, *tgt_lines], seed)}
+        models = {JOINT_MODEL: _train_model(cfg, chain(src_lines, tgt_lines), seed)}
     else:
         models = {
             SRC_MODEL: _train_model(cfg, src_lines, seed),

@@ -1,18 +1,28 @@
-"""A training corpus made ready for a run: read, pairs with an empty side dropped, the
-tokenizer trained on it (or loaded) and its piece ids computed (or read from the cache).
+"""The training data of a tokenizer directory made ready: the tokenizer trained on the
+training corpora (or copied, or loaded), and each corpus prepared (preparation.py).
 
-Runs, and the shared tokenizers of a sweep, prepare their corpus through these two steps.
+`seq2seq prepare`, a run's start and a sweep's shared tokenizers all come through
+`prepare_training_data`; whatever is already there and still right is used as it is.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 from seq2seq.config import DataConfig, TokenizerConfig
-from seq2seq.data.corpus import ParallelCorpus, drop_empty, read_parallel
-from seq2seq.data.id_cache import encode_corpus
+from seq2seq.data.corpus import PairChunk, read_pairs
+from seq2seq.data.preparation import (
+    CHUNK_PAIRS,
+    preparation_lock,
+    prepare_corpus,
+    source_files,
+)
+from seq2seq.data.prepared import PreparedCorpus
 from seq2seq.data.tokenizer import (
     Tokenizer,
     copy_tokenizer,
@@ -21,50 +31,80 @@ from seq2seq.data.tokenizer import (
 )
 from seq2seq.errors import UserError
 
-
-def read_training_pairs(data: DataConfig) -> tuple[ParallelCorpus, int]:
-    """The training pairs with both sides non-empty, and how many were dropped."""
-    corpus, empty = drop_empty(read_parallel(data.train, data.src, data.tgt))
-    if len(corpus) == 0:
-        raise UserError(f"{data.train}: every training pair has an empty side; check the corpus")
-    return corpus, empty
+_KEY_FORMAT = 2  # 1: the id cache's hash of the text itself
 
 
 @dataclass
-class TokenizedCorpus:
+class TrainingData:
     tokenizer: Tokenizer
-    src_ids: list[list[int]]
-    tgt_ids: list[list[int]]
-    key: str  # the id cache's hash of the tokenizer and both sides' text
+    corpora: list[PreparedCorpus]  # one per prefix of data.train, in its order
+
+    @property
+    def key(self) -> str:
+        """The training data's identity, which a resumed run compares with its checkpoint's:
+        the tokenizer and the content hash of every text file."""
+        digest = hashlib.sha256(f"format {_KEY_FORMAT}\n{self.tokenizer.fingerprint}".encode())
+        for corpus in self.corpora:
+            digest.update("".join(f"\n{sha}" for sha in corpus.sources_sha256).encode())
+        return digest.hexdigest()[:32]
 
 
-def tokenize_training_pairs(
+def prepare_training_data(
+    data: DataConfig,
     cfg: TokenizerConfig,
-    corpus: ParallelCorpus,
     directory: Path,
     seed: int,
     log: logging.Logger | None = None,
-) -> TokenizedCorpus:
-    """The tokenizer in `directory` and the piece ids of the corpus's two sides. The
-    tokenizer is made there first (trained on `corpus`, or copied from `cfg.model`) if there
-    is none, or if the one there was made with another tokenizer config (left by a start
-    that failed)."""
+) -> TrainingData:
+    """The tokenizer in `directory` and the prepared corpus of each training prefix. The
+    tokenizer is made there first (trained on the training corpora, or copied from
+    `cfg.model`) if there is none, or if the one there was made with another tokenizer
+    config (left by a start that failed)."""
+    directory = Path(directory)
+    for prefix in data.train_prefixes:  # every file is found before anything is trained
+        source_files(prefix, data.src, data.tgt)
+    with preparation_lock(directory, log):
+        tokenizer = _tokenizer(data, cfg, directory, seed, log)
+        corpora = [
+            prepare_corpus(tokenizer, directory, prefix, (data.src, data.tgt), log)
+            for prefix in data.train_prefixes
+        ]
+    return TrainingData(tokenizer, corpora)
+
+
+def _tokenizer(
+    data: DataConfig, cfg: TokenizerConfig, directory: Path, seed: int, log: logging.Logger | None
+) -> Tokenizer:
     recorded = trained_settings(directory) if directory.is_dir() else None
-    reusable = directory.is_dir() and recorded in (None, cfg.model_dump())
-    if reusable:
-        tokenizer = Tokenizer.load(directory)
-    else:
-        if log and directory.is_dir():
-            log.warning("%s was made with other settings (%s); replacing it", directory, recorded)
-        if cfg.model is not None:
-            tokenizer = copy_tokenizer(cfg, directory)
-            if log:
-                log.info("tokenizer: %s, copied to %s", cfg.model, directory)
-        else:
-            if log:
-                log.info(
-                    "training a %s SentencePiece model (%d pieces)", cfg.model_type, cfg.vocab_size
-                )
-            tokenizer = train_tokenizer(cfg, corpus.src, corpus.tgt, directory, seed)
-    src_ids, tgt_ids, key = encode_corpus(tokenizer, directory, corpus.src, corpus.tgt, log)
-    return TokenizedCorpus(tokenizer, src_ids, tgt_ids, key)
+    if directory.is_dir() and recorded in (None, cfg.model_dump()):
+        return Tokenizer.load(directory)
+    if log and directory.is_dir():
+        log.warning("%s was made with other settings (%s); replacing it", directory, recorded)
+    if cfg.model is not None:
+        tokenizer = copy_tokenizer(cfg, directory)
+        if log:
+            log.info("tokenizer: %s, copied to %s", cfg.model, directory)
+        return tokenizer
+    chunks = _chunks(data)
+    # Read before saying anything: a corpus of one chunk is checked whole, and its error
+    # (lines that differ in count, invalid UTF-8) is the only line printed.
+    first = next(chunks)
+    if log:
+        log.info("training a %s SentencePiece model (%d pieces)", cfg.model_type, cfg.vocab_size)
+    src = (line for chunk in chain([first], chunks) for line in chunk.src)
+    tgt = (line for chunk in _chunks(data) for line in chunk.tgt)
+    return train_tokenizer(cfg, src, tgt, directory, seed)
+
+
+def _chunks(data: DataConfig) -> Iterator[PairChunk]:
+    """The pairs of every training corpus, in order, read as preparation reads them (pairs
+    with an empty side left out); a corpus with none is an error."""
+    for prefix in data.train_prefixes:
+        paths = list(source_files(prefix, data.src, data.tgt).values())
+        pairs = 0
+        for chunk in read_pairs(*paths, CHUNK_PAIRS):
+            pairs += len(chunk.src)
+            if chunk.src:
+                yield chunk
+        if not pairs:
+            raise UserError(f"{prefix}: every training pair has an empty side; check the corpus")

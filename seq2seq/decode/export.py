@@ -24,7 +24,7 @@ import torch
 from seq2seq.attention import Attention, attention_names, build_attention
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import AttentionConfig, Config
-from seq2seq.data.id_cache import CACHE_DIR
+from seq2seq.data.preparation import DERIVED
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.loading import load_trained_model, max_source_pieces
 from seq2seq.errors import UserError
@@ -114,7 +114,7 @@ def export_ctranslate2(
         spec.validate()
         spec.optimize(quantization=quantization)
         spec.save(str(tmp))
-        shutil.copytree(run.tokenizer, tmp / TOKENIZER, ignore=shutil.ignore_patterns(CACHE_DIR))
+        shutil.copytree(run.tokenizer, tmp / TOKENIZER, ignore=shutil.ignore_patterns(*DERIVED))
         (tmp / SETTINGS).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(_readme(run, quantization), encoding="utf-8")
 

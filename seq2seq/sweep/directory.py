@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config, describe_validation_error, flatten
 from seq2seq.data.corpus import corpus_path, read_lines
-from seq2seq.data.training_corpus import read_training_pairs, tokenize_training_pairs
+from seq2seq.data.training_corpus import prepare_training_data
 from seq2seq.errors import UserError
 from seq2seq.evaluate import HEADLINE, METRICS
 from seq2seq.files import atomic_write_text, publish_directory
@@ -230,22 +231,29 @@ def _read_json(path: Path) -> object:
 
 
 def shared_tokenizer(cfg: Config, seed: int, directory: Path) -> Path:
-    """Train the tokenizer of `cfg` into `directory` unless it is there: once for many runs
-    that differ in nothing it depends on (concurrent trainers keep the first one made)."""
-    if not directory.is_dir():
-        corpus, _ = read_training_pairs(cfg.data)
-        # The ids go with the tokenizer, so no run of the sweep tokenizes the corpus again.
-        publish_directory(
-            directory, lambda tmp: tokenize_training_pairs(cfg.tokenizer, corpus, tmp, seed)
-        )
+    """Make the tokenizer of `cfg` and its prepared corpora in `directory` unless they are
+    there: once for many runs that differ in nothing they depend on (concurrent shards
+    wait for the one that makes them)."""
+    prepare_training_data(cfg.data, cfg.tokenizer, directory, seed)
     return directory
 
 
 def install_tokenizer(shared: Path, run: RunDir) -> None:
-    """Copy a shared tokenizer into a run directory, where training loads it instead of
-    training its own (see train.datasets)."""
+    """Give a run directory the shared tokenizer, where training loads it instead of
+    training its own (see train.datasets). Its files are hard links where the file system
+    allows: the prepared corpora take no more disk per run, and every run maps the same
+    pages (no file there is ever written in place)."""
     if not run.tokenizer.is_dir():
-        publish_directory(run.tokenizer, lambda tmp: shutil.copytree(shared, tmp))
+        publish_directory(
+            run.tokenizer, lambda tmp: shutil.copytree(shared, tmp, copy_function=_link)
+        )
+
+
+def _link(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or one without hard links
+        shutil.copy2(source, target)
 
 
 def _changes(old: SweepDefinition, new: SweepDefinition) -> list[str]:

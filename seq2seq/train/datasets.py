@@ -1,5 +1,5 @@
-"""Training and validation data of a run: read, tokenize (training the tokenizer and
-tokenizing the corpus once), filter."""
+"""Training and validation data of a run: the tokenizer and the prepared training corpora
+(made once, then read by every process), filtered by length; the validation text."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config
-from seq2seq.data.batching import TrainBatches
 from seq2seq.data.corpus import corpus_path, read_parallel
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.data.training_corpus import read_training_pairs, tokenize_training_pairs
+from seq2seq.data.training_batches import TrainBatches, TrainingPairs
+from seq2seq.data.training_corpus import prepare_training_data
 from seq2seq.errors import UserError
 
 
@@ -22,7 +22,7 @@ class Datasets:
     valid_src: list[str]
     valid_ref: list[str]
     length_ratio: float  # source pieces per target piece over the kept training pairs
-    corpus_key: str  # the training corpus's identity (see data.id_cache.corpus_key)
+    corpus_key: str  # the training data's identity (see data.training_corpus.TrainingData)
 
 
 def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
@@ -31,31 +31,23 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
     for prefix in data.test:
         corpus_path(prefix, data.src), corpus_path(prefix, data.tgt)
     valid = read_parallel(data.valid, data.src, data.tgt)
-    train, empty = read_training_pairs(data)
-    tokenized = tokenize_training_pairs(cfg.tokenizer, train, run.tokenizer, cfg.seed, log)
-    tokenizer, src_ids, tgt_ids = tokenized.tokenizer, tokenized.src_ids, tokenized.tgt_ids
-    keep = [
-        i
-        for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
-        if len(s) <= data.max_len and len(t) <= data.max_len
-    ]
-    too_long = len(src_ids) - len(keep)
-    if not keep:
+    prepared = prepare_training_data(data, cfg.tokenizer, run.tokenizer, cfg.seed, log)
+    pairs = TrainingPairs(prepared.corpora)
+    batches = TrainBatches(pairs, data.max_len, cfg.train.batch_tokens, cfg.seed)
+    if not len(batches):
         raise UserError(
             f"no training pair is at most {data.max_len} pieces long; raise data.max_len"
         )
+    tokenizer = prepared.tokenizer
     log.info(
         "train: %d pairs kept (%d with an empty side dropped, %d longer than %d pieces dropped); "
         "valid: %d pairs; vocabulary: %d source, %d target",
-        len(keep),
-        empty,
-        too_long,
+        len(batches),
+        sum(corpus.manifest["empty"] for corpus in prepared.corpora),
+        batches.too_long,
         data.max_len,
         len(valid),
         tokenizer.src_vocab_size,
         tokenizer.tgt_vocab_size,
     )
-    src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
-    ratio = sum(map(len, src_ids)) / max(sum(map(len, tgt_ids)), 1)
-    batches = TrainBatches(src_ids, tgt_ids, cfg.train.batch_tokens, cfg.seed)
-    return Datasets(tokenizer, batches, valid.src, valid.tgt, ratio, tokenized.key)
+    return Datasets(tokenizer, batches, valid.src, valid.tgt, batches.length_ratio, prepared.key)

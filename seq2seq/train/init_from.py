@@ -16,7 +16,7 @@ import torch
 
 from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
 from seq2seq.config import Config, ModelConfig, config_differences
-from seq2seq.data.id_cache import CACHE_DIR
+from seq2seq.data.preparation import DERIVED
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.loading import check_tokenizer
 from seq2seq.errors import UserError
@@ -78,7 +78,7 @@ class Parent:
             publish_directory(
                 run.tokenizer,
                 lambda tmp: shutil.copytree(
-                    self.run.tokenizer, tmp, ignore=shutil.ignore_patterns(CACHE_DIR)
+                    self.run.tokenizer, tmp, ignore=shutil.ignore_patterns(*DERIVED)
                 ),
             )
 

@@ -199,6 +199,23 @@ def train(cfg: Config, run_dir: Path) -> dict:
         stop_world(world)
 
 
+def prepare(cfg: Config, run_dir: Path) -> Datasets:
+    """Make the run's tokenizer and prepare its training corpora, ahead of training (once,
+    then train on many processes); what is there and still right is kept."""
+    run = RunDir(Path(run_dir))
+    created = _outermost_missing(run.root)
+    try:
+        if run.checkpoint("last").is_file() or run.checkpoint("previous").is_file():
+            _check_same_run(run, cfg)
+        if run.has_checkpoints():
+            _check_tokenizer_kept(run, cfg)
+        return load_datasets(cfg, run, setup_logging(run.log))
+    except (UserError, OSError):
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+
+
 def _set_up(cfg: Config, run: RunDir, world: World, created: Path | None) -> Trainer:
     """The run directory, data, model and trainer, resumed if the run has a checkpoint.
 

@@ -1,0 +1,209 @@
+"""The training set as batches: prepared corpora read one after another, pairs longer than
+`data.max_len` left out, and each epoch's length-bucketed batches, reproducible from
+(seed, epoch) for exact resumption.
+
+Nothing here holds a Python object per pair. A process holds, per kept pair, its 4-byte
+place in the epoch's order (while the next epoch's is made: 4 more, 4 for the shuffle
+and 2 for the sort key, read again each epoch); the piece ids stay in the prepared files,
+and a batch's rows are read from them when it is built (from any thread: nothing here is
+written after construction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+import numpy as np
+import torch
+
+from seq2seq.data.batching import (
+    Batch,
+    ShapeKeys,
+    batch_bounds,
+    random_order,
+    stable_sort,
+)
+from seq2seq.data.prepared import PreparedCorpus
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+SCAN_CHUNK = 1 << 16  # pairs whose lengths are read at a time
+
+
+class TrainingPairs:
+    """The pairs of several prepared corpora, numbered one corpus after another."""
+
+    def __init__(self, corpora: list[PreparedCorpus]) -> None:
+        self.corpora = corpora
+        self.starts = np.cumsum([0, *(corpus.pairs for corpus in corpora)])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def longest(self, side: str) -> int:
+        return max(corpus.manifest["longest"][side] for corpus in self.corpora)
+
+    def length_chunks(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(first pair, source lengths, target lengths) of every pair, a chunk at a time."""
+        for corpus, base in zip(self.corpora, self.starts.tolist(), strict=False):
+            for start in range(0, corpus.pairs, SCAN_CHUNK):
+                stop = min(start + SCAN_CHUNK, corpus.pairs)
+                yield base + start, corpus.src.lengths(start, stop), corpus.tgt.lengths(start, stop)
+
+    def _parts(
+        self, indices: np.ndarray
+    ) -> Iterator[tuple[np.ndarray, PreparedCorpus, np.ndarray]]:
+        """(which of `indices`, their corpus, their positions in it), per corpus they hit."""
+        if len(self.corpora) == 1:
+            yield np.ones(len(indices), bool), self.corpora[0], indices
+            return
+        part = np.searchsorted(self.starts, indices, side="right") - 1
+        for number in np.unique(part).tolist():
+            chosen = part == number
+            yield chosen, self.corpora[number], indices[chosen] - self.starts[number]
+
+    def lengths_at(self, side: str, indices: np.ndarray) -> np.ndarray:
+        lengths = np.empty(len(indices), np.int64)
+        for chosen, corpus, local in self._parts(indices):
+            lengths[chosen] = corpus.sides[side].lengths_at(local)
+        return lengths
+
+    def padded(self, side: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of the pairs at `indices` as the rows of a (pairs, longest + 1) int64
+        array, PAD after each row's ids (room for one more token); and their lengths."""
+        rows: list[np.ndarray] = [np.zeros(0)] * len(indices)
+        for chosen, corpus, local in self._parts(indices):
+            read = corpus.sides[side].rows(local)
+            for slot, row in zip(np.flatnonzero(chosen).tolist(), read, strict=True):
+                rows[slot] = row
+        lengths = np.fromiter(map(len, rows), np.int64, count=len(rows))
+        padded = np.full((len(rows), int(lengths.max()) + 1), PAD_ID, np.int64)
+        for slot, row in enumerate(rows):
+            padded[slot, : len(row)] = row
+        return padded, lengths
+
+
+class KeptPairs:
+    """Which pairs the length filter kept, held as the (usually few) it dropped: maps the
+    n-th kept pair to its number among all pairs."""
+
+    def __init__(self, dropped: np.ndarray) -> None:
+        # The kept pairs before each dropped one: a kept pair is shifted by the dropped
+        # pairs whose count of kept pairs before them is at most its own number.
+        self.kept_before = dropped - np.arange(len(dropped))
+
+    def pair(self, kept: np.ndarray) -> np.ndarray:
+        return kept + np.searchsorted(self.kept_before, kept, side="right")
+
+
+class EpochBatches(Sequence):
+    """An epoch's batches, in training order: each a list of kept-pair numbers."""
+
+    def __init__(self, order: np.ndarray, bounds: np.ndarray, batch_order: np.ndarray) -> None:
+        self.order, self.bounds, self.batch_order = order, bounds, batch_order
+
+    def __len__(self) -> int:
+        return len(self.batch_order)
+
+    @overload
+    def __getitem__(self, i: int) -> list[int]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[list[int]]: ...
+
+    def __getitem__(self, i: int | slice) -> list[int] | list[list[int]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        batch = int(self.batch_order[i])
+        return self.order[self.bounds[batch] : self.bounds[batch + 1]].tolist()
+
+
+class TrainBatches:
+    """Training batches of one epoch, reproducible from (seed, epoch) for exact resumption.
+
+    Batches are lists of numbers of the kept pairs (0 .. len - 1), as the trainer passes
+    them back to `target_tokens` and `batch`."""
+
+    def __init__(self, pairs: TrainingPairs, max_len: int, batch_tokens: int, seed: int) -> None:
+        if batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
+        self.pairs, self.max_len, self.batch_tokens, self.seed = pairs, max_len, batch_tokens, seed
+        longest = [min(max_len, pairs.longest(side)) for side in ("src", "tgt")]
+        self.shape = ShapeKeys(*longest)
+        widths = np.zeros(max(longest) + 2, np.int64)
+        dropped, self.tokens, self.kept_count = [], np.zeros(2, np.int64), 0
+        for start, fits, src, tgt in self._kept_lengths():
+            dropped.append(np.flatnonzero(~fits) + start)
+            widths += np.bincount(np.maximum(src, tgt) + 1, minlength=len(widths))
+            self.tokens += (src.sum(), tgt.sum())
+            self.kept_count += len(src)
+        self.kept = KeptPairs(np.concatenate([np.zeros(0, np.int64), *dropped]))
+        self.too_long = len(pairs) - self.kept_count
+        self.bounds = batch_bounds(widths, batch_tokens)
+
+    def _kept_lengths(self) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """(first pair, which pairs fit data.max_len, their source and target lengths) of
+        every pair, a chunk at a time."""
+        for start, src, tgt in self.pairs.length_chunks():
+            fits = (src <= self.max_len) & (tgt <= self.max_len)
+            yield start, fits, src[fits], tgt[fits]
+
+    def sort_keys(self) -> np.ndarray:
+        """Each kept pair's sort key (see batching.ShapeKeys), read again for each epoch
+        rather than held between them: 2 bytes a pair for the time of the sort only."""
+        ranked = self.shape.table is not None
+        keys = np.empty(len(self), self.shape.table.dtype if ranked else np.int64)
+        filled = 0
+        for _, _, src, tgt in self._kept_lengths():
+            keys[filled : filled + len(src)] = self.shape(src, tgt)
+            filled += len(src)
+        return keys
+
+    def __len__(self) -> int:
+        return self.kept_count
+
+    @property
+    def length_ratio(self) -> float:
+        """Source pieces per target piece over the kept pairs."""
+        return int(self.tokens[0]) / max(int(self.tokens[1]), 1)
+
+    def epoch(self, epoch: int) -> EpochBatches:
+        """Batch index lists of an epoch; the same (seed, epoch) always gives the same list."""
+        generator = torch.Generator()
+        # A fresh generator per epoch, so a resumed run regenerates the epoch and skips ahead.
+        # Kept in [0, 2**63) because manual_seed rejects values outside 64 bits.
+        generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
+        ranked = self.shape.table is not None
+        order = stable_sort(
+            random_order(len(self), generator),
+            self.sort_keys(),
+            self.shape.count if ranked else None,
+        )
+        return EpochBatches(order, self.bounds, random_order(len(self.bounds) - 1, generator))
+
+    def target_tokens(self, indices: list[int]) -> int:
+        """Target tokens (+ EOS) of a batch: the loss normaliser, known without building it."""
+        pairs = self.kept.pair(np.asarray(indices, np.int64))
+        return int(self.pairs.lengths_at("tgt", pairs).sum()) + len(pairs)
+
+    def batch(self, indices: list[int]) -> Batch:
+        """The padded batch of these kept pairs, its rows read from the prepared files."""
+        if not len(indices):
+            raise ValueError("a batch needs at least one pair")
+        pairs = self.kept.pair(np.asarray(indices, np.int64))
+        every = np.arange(len(pairs))
+        src, src_lengths = self.pairs.padded("src", pairs)
+        src[every, src_lengths] = EOS_ID
+        tgt_out, tgt_lengths = self.pairs.padded("tgt", pairs)
+        tgt_in = np.empty_like(tgt_out)
+        tgt_in[:, 0], tgt_in[:, 1:] = BOS_ID, tgt_out[:, :-1]
+        tgt_out[every, tgt_lengths] = EOS_ID
+        return Batch(
+            src=torch.from_numpy(src),
+            src_lengths=torch.from_numpy(src_lengths + 1),
+            tgt_in=torch.from_numpy(tgt_in),
+            tgt_out=torch.from_numpy(tgt_out),
+            indices=list(indices),
+            n_src_tokens=int(src_lengths.sum()) + len(pairs),
+            n_tgt_tokens=int(tgt_lengths.sum()) + len(pairs),
+        )
