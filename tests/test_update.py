@@ -7,10 +7,12 @@ import re
 import pytest
 import torch
 from cli_helpers import train
+from prepared_helpers import pairs_of
 from test_models import tiny
 from test_resilience import checkpoint, nan_on_calls
 
-from seq2seq.data.batching import TrainBatches, make_batch, padding_mask
+from seq2seq.data.batching import make_batch, padding_mask
+from seq2seq.data.training_batches import TrainBatches
 from seq2seq.train import trainer
 from seq2seq.train.distributed import World
 from seq2seq.train.feed import BatchFeed, pad_to_shape
@@ -44,13 +46,14 @@ def test_padding_to_a_shape_changes_neither_loss_nor_gradients(arch):
         torch.testing.assert_close(h, g, rtol=1e-4, atol=1e-6)
 
 
-def toy_batches(n: int = 41) -> TrainBatches:
+def toy_batches(directory, n: int = 41) -> TrainBatches:
     src = [[5 + i % 7] * (1 + i % 5) for i in range(n)]
-    return TrainBatches(src, [ids + [9] for ids in src], batch_tokens=24, seed=3)
+    pairs = pairs_of(directory, src, [ids + [9] for ids in src])
+    return TrainBatches(pairs, max_len=100, batch_tokens=24, seed=3)
 
 
-def test_a_feed_prepares_the_epoch_from_where_it_resumes_each_rank_its_share():
-    data = toy_batches()
+def test_a_feed_prepares_the_epoch_from_where_it_resumes_each_rank_its_share(tmp_path):
+    data = toy_batches(tmp_path / "corpus")
     order = data.epoch(0)
     for rank in (0, 1):
         feed = BatchFeed(data, World(rank=rank, size=2), torch.device("cpu"), shapes=True)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from seq2seq.data.batching import Batch, TrainBatches
+from seq2seq.data.batching import Batch
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.training_batches import TrainBatches
 from seq2seq.train.distributed import World
 
 # Padded shapes under CUDA graphs: lengths to multiples of 8 and rows to multiples of 16
