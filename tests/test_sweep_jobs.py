@@ -37,7 +37,7 @@ def test_runs_trained_two_at_once_equal_runs_trained_one_after_another(
     assert err.count(": started (1 CPU thread(s))") == 2 and err.count("finished in") == 2
     assert "step 1 " not in err  # the runs' logs stay in their directories
     for log in root.glob("runs/*/train.log"):
-        assert "step 4 " in log.read_text() and "piece ids of 300 pairs read" in log.read_text()
+        assert "step 4 " in log.read_text() and "train: 300 pairs kept" in log.read_text()
     assert (root / "report/results.md").is_file()
     # The same command again: every run is finished, none is started.
     assert run_cli("sweep", "--config", path, "--sweep-dir", root, "--jobs", "2") == 0
