@@ -194,19 +194,24 @@ def test_running_out_of_memory_while_training_is_one_line_and_keeps_the_checkpoi
     assert checkpoint(tmp_path / "r")["progress"]["step"] == 6
 
 
-def test_an_update_that_makes_parameters_non_finite_stops_with_one_line(
-    toy, tmp_path, monkeypatch, capsys
-):
+def blow_up_on_update(monkeypatch, update: int) -> None:
+    """Make the optimizer's step number `update` leave a parameter infinite."""
     original = torch.optim.Adam.step
 
     def step(self, *args, **kwargs):
         result = original(self, *args, **kwargs)
-        if self.state_dict()["state"][0]["step"] == 3:  # the third update blows up
+        if self.state_dict()["state"][0]["step"] == update:
             with torch.no_grad():
                 self.param_groups[0]["params"][0].fill_(float("inf"))
         return result
 
     monkeypatch.setattr(torch.optim.Adam, "step", step)
+
+
+def test_an_update_that_makes_parameters_non_finite_stops_with_one_line(
+    toy, tmp_path, monkeypatch, capsys
+):
+    blow_up_on_update(monkeypatch, 3)
     assert (
         train(toy, tmp_path / "r", "train.max_steps=20", "train.valid_every=2", "train.device=cpu")
         == 2

@@ -9,7 +9,7 @@ import torch
 from cli_helpers import train
 from prepared_helpers import pairs_of
 from test_models import tiny
-from test_resilience import checkpoint, nan_on_calls
+from test_resilience import blow_up_on_update, checkpoint, nan_on_calls
 
 from seq2seq.data.batching import make_batch, padding_mask
 from seq2seq.data.training_batches import TrainBatches
@@ -135,16 +135,7 @@ def test_deferred_and_immediate_updates_train_alike(toy, tmp_path, monkeypatch):
 def test_a_deferred_update_that_makes_parameters_non_finite_is_named_by_its_window(
     toy, tmp_path, monkeypatch, deferred, capsys
 ):
-    original = torch.optim.Adam.step
-
-    def step(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
-        if self.state_dict()["state"][0]["step"] == 3:  # the third update blows up
-            with torch.no_grad():
-                self.param_groups[0]["params"][0].fill_(float("inf"))
-        return result
-
-    monkeypatch.setattr(torch.optim.Adam, "step", step)
+    blow_up_on_update(monkeypatch, 3)
     overrides = ("train.max_steps=20", "train.valid_every=50", "train.log_every=4")
     assert train(toy, tmp_path / "r", "train.device=cpu", *overrides) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]

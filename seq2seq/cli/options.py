@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -30,6 +31,16 @@ def device_name(choice: Device | None) -> str | None:
     return choice.value if choice else None
 
 
+# A run's config, as `seq2seq train CONFIG` or `--config CONFIG`, and its run directory.
+ConfigArgument = Annotated[
+    Path | None, typer.Argument(metavar="CONFIG", help="YAML run config", show_default=False)
+]
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="YAML run config (or give it as CONFIG)")
+]
+RunDirOption = Annotated[
+    Path | None, typer.Option("--run-dir", file_okay=False, help="default: runs/<name>")
+]
 Checkpoint = Annotated[
     str,
     typer.Option(

@@ -10,22 +10,16 @@ from typing import Annotated
 import typer
 
 from seq2seq.cli.app import HELP, app
-from seq2seq.cli.options import Overrides
+from seq2seq.cli.options import ConfigArgument, ConfigOption, Overrides, RunDirOption
 from seq2seq.errors import UserError
 
 
 @app.command()
 def train(
-    config_file: Annotated[
-        Path | None, typer.Argument(metavar="CONFIG", help="YAML run config", show_default=False)
-    ] = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML run config (or give it as CONFIG)")
-    ] = None,
+    config_file: ConfigArgument = None,
+    config: ConfigOption = None,
     overrides: Overrides = None,
-    run_dir: Annotated[
-        Path | None, typer.Option("--run-dir", file_okay=False, help="default: runs/<name>")
-    ] = None,
+    run_dir: RunDirOption = None,
     init_from: Annotated[
         str | None,
         typer.Option(
@@ -45,16 +39,10 @@ def train(
 
 @app.command()
 def prepare(
-    config_file: Annotated[
-        Path | None, typer.Argument(metavar="CONFIG", help="YAML run config", show_default=False)
-    ] = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML run config (or give it as CONFIG)")
-    ] = None,
+    config_file: ConfigArgument = None,
+    config: ConfigOption = None,
     overrides: Overrides = None,
-    run_dir: Annotated[
-        Path | None, typer.Option("--run-dir", file_okay=False, help="default: runs/<name>")
-    ] = None,
+    run_dir: RunDirOption = None,
 ) -> None:
     """Train the tokenizer and prepare the training corpora of a run ahead of training, e.g.
     once before torchrun starts many processes: seq2seq prepare CONFIG [--set ...]."""
