@@ -1,13 +1,12 @@
 """Repetition blocking: no output repeats an n-gram, and nothing changes where nothing
 would repeat."""
 
-import itertools
 import shutil
 
 import pytest
 import torch
 from cli_helpers import run_cli
-from test_search import ARCHS, BOS, EOS, sequence_log_prob, source, tiny
+from test_search import ARCHS, BOS, EOS, every_output, sequence_log_prob, source, tiny
 
 from seq2seq.decode import search
 from seq2seq.decode.repeats import block_repeats_
@@ -100,12 +99,7 @@ def test_an_exhaustive_beam_finds_the_best_sequences_without_repeats(arch):
     vocab, limit, n = 5, 5, 1  # outputs of at most 4 tokens + EOS, no token twice
     model = tiny(arch, vocab)
     src, mask = source((5,))
-    allowed = [
-        list(seq)
-        for size in range(limit)
-        for seq in itertools.product([t for t in range(vocab) if t != EOS], repeat=size)
-        if not repeats(list(seq), n)
-    ]
+    allowed = [seq for seq in every_output(vocab, limit) if not repeats(seq, n)]
     scored = sorted(
         ((sequence_log_prob(model, src, mask, seq) / float(length_penalty(
             torch.tensor(len(seq) + 1.0), 1.0)), seq) for seq in allowed),

@@ -69,6 +69,12 @@ def test_beam_1_is_greedy(arch, alpha, min_length):
         assert found[row][0].tokens == expected
 
 
+def every_output(vocab: int, limit: int) -> list[list[int]]:
+    """Every sequence of fewer than `limit` tokens over the vocabulary but EOS."""
+    tokens = [t for t in range(vocab) if t != EOS]
+    return [list(seq) for n in range(limit) for seq in itertools.product(tokens, repeat=n)]
+
+
 def sequence_log_prob(model, src, mask, tokens):
     tgt_in = torch.tensor([[BOS, *tokens]])
     with torch.no_grad():
@@ -82,11 +88,7 @@ def test_an_exhaustive_beam_finds_the_best_sequences(arch, alpha):
     vocab, limit = 6, 4  # outputs of at most 3 tokens + EOS over 6 ids: 259 sequences
     model = tiny(arch, vocab)
     src, mask = source((5,))
-    everything = [
-        list(seq)
-        for n in range(limit)
-        for seq in itertools.product([t for t in range(vocab) if t != EOS], repeat=n)
-    ]
+    everything = every_output(vocab, limit)
     scored = sorted(
         (
             sequence_log_prob(model, src, mask, seq) / float(length_penalty(
