@@ -13,6 +13,7 @@ from cli_helpers import run_cli, train
 from seq2seq.data.corpus import read_lines
 from seq2seq.decode import export as export_module
 from seq2seq.decode.translate import Translator
+from seq2seq.errors import UserError
 
 ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="the export extra is not installed: pip install -e '.[export]'"
@@ -60,6 +61,23 @@ def test_beam_search_without_length_penalty_agrees(transformer, toy, tmp_path):
     options = {"beam": 4, "length_penalty": 0.0}
     ours = Translator.load(transformer, **options).translate(sources)
     assert CTranslate2Translator.load(tmp_path / "ct2", **options).translate(sources) == ours
+
+
+@pytest.mark.parametrize("transformer", ["pre"], indirect=True)
+def test_a_target_prefix_is_forced_as_ours_is(transformer, toy, tmp_path):
+    """CTranslate2's target_prefix: the same outputs, and a prefix it cannot keep refused."""
+    assert run_cli("export", "--run", transformer, "--output", tmp_path / "ct2") == 0
+    sources = read_lines(toy / "data/test.src")
+    ours = Translator.load(transformer, beam=1, min_len=6)
+    theirs = CTranslate2Translator.load(tmp_path / "ct2", beam=1, min_len=6)
+    prefixes = [text[:3] if i % 3 else "" for i, text in enumerate(ours.translate(sources))]
+    found = ours.hypotheses(sources, prefixes=prefixes, attention=False)
+    assert [h[0].tokens for h in theirs.hypotheses(sources, prefixes=prefixes)] == [
+        h[0].tokens for h in found
+    ]
+    assert all(h[0].text.startswith(p) for p, h in zip(prefixes, found, strict=True))
+    with pytest.raises(UserError, match="ends in whitespace .* drop the whitespace at its end"):
+        theirs.translate(sources[:1], prefixes=["Two "])
 
 
 def test_translate_with_the_engine_through_the_command_line(transformer, toy, tmp_path):

@@ -90,6 +90,14 @@ Seed = Annotated[
     int | None,
     typer.Option(min=0, help="with --sample: with each line's index, seeds its draws; default 1"),
 ]
+PrefixFile = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="FILE",
+        help="target prefixes, a line per input line (empty: none), that each output starts "
+        "with verbatim and decodes on from",
+    ),
+]
 DeviceChoice = Annotated[
     Device | None, typer.Option(help="where to compute; default: the run's train.device")
 ]

@@ -21,6 +21,7 @@ from seq2seq.cli.options import (
     Int8,
     LengthPenalty,
     NoRepeatNgram,
+    PrefixFile,
     Quantization,
     Sample,
     Seed,
@@ -95,6 +96,7 @@ def translate(
     top_k: TopK = None,
     top_p: TopP = None,
     seed: Seed = None,
+    prefix_file: PrefixFile = None,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
 
@@ -110,7 +112,7 @@ def translate(
         translator = _translator(
             engine, run, checkpoint, device, threads, alignments, options, int8
         )
-        _translate_input(translator, input, output, nbest, alignments)
+        _translate_input(translator, input, output, nbest, alignments, prefix_file)
 
 
 def _translate_input(
@@ -119,6 +121,7 @@ def _translate_input(
     output: Path | None,
     nbest: int,
     alignments: Path | None,
+    prefix_file: Path | None,
 ) -> None:
     """Translate a file, piped stdin or a terminal session."""
     from seq2seq.decode.line_io import translate_file, translate_interactively
@@ -130,9 +133,12 @@ def _translate_input(
     if input is None and sys.stdin.isatty():
         if alignments or output:
             raise UserError("interactive translation writes to the terminal; pass --input FILE")
+        if prefix_file is not None:
+            raise UserError("--prefix-file pairs its lines with an input file's; pass --input FILE")
         translate_interactively(translator, nbest)
     else:
-        translate_file(translator, input or Path("/dev/stdin"), output, nbest, alignments)
+        source = input or Path("/dev/stdin")
+        translate_file(translator, source, output, nbest, alignments, prefix_file)
 
 
 def _decoding(

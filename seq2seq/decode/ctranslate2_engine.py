@@ -6,7 +6,7 @@ Two differences in the search itself: CTranslate2 normalises a hypothesis's scor
 length ** length_penalty, where this project's beam search divides by the GNMT penalty
 ((5 + length) / 6) ** length_penalty (they rank alike with length_penalty 0), and it
 returns no attention (`Translation.attention` is empty; word alignments need the PyTorch
-engine).
+engine). A target prefix is its `target_prefix`, whose pieces its scores leave out.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pydantic import BaseModel, PositiveInt, ValidationError
 from seq2seq.config import DecodeConfig, describe_validation_error
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.export import SETTINGS, TOKENIZER, require_ctranslate2
+from seq2seq.decode.prefix import Prefix, fitted_limits
 from seq2seq.decode.search import Hypothesis, output_limits
 from seq2seq.decode.translate import LineTranslator, decode_options
 from seq2seq.errors import UserError
@@ -92,6 +93,7 @@ class CTranslate2Translator(LineTranslator):
         decode: DecodeConfig,
         attention: bool = False,
         lines: list[int] | None = None,
+        prefixes: list[Prefix | None] | None = None,
     ) -> list[list[Hypothesis]]:
         """CTranslate2's search (never with attention), one call per output limit in the
         batch: its limit is per call, and this project's search gives each sentence its own."""
@@ -100,16 +102,21 @@ class CTranslate2Translator(LineTranslator):
                 "sampling draws with the PyTorch engine only (its draws do not depend on the "
                 "batch); translate the run directory with --engine torch"
             )
+        prefixes = prefixes or [None] * len(src_ids)
+        targets = _target_prefixes(self.tokenizer, prefixes)
         limits = output_limits(
             torch.tensor([len(ids) + 1 for ids in src_ids]),  # + EOS, as the model reads it
             decode.max_len_ratio,
             decode.max_len_offset,
-        ).tolist()
+        )
+        pieces = torch.tensor([0 if p is None else len(p.ids) for p in prefixes], dtype=torch.long)
+        limits = fitted_limits(limits, pieces).tolist()
         found: list[list[Hypothesis]] = [[] for _ in src_ids]
         for limit in sorted(set(limits)):
             group = [i for i, own in enumerate(limits) if own == limit]
             results = self.engine.translate_batch(
                 [self.tokenizer.src_pieces_from_ids(src_ids[i]) for i in group],
+                [targets[i] for i in group],
                 beam_size=decode.beam,
                 num_hypotheses=nbest,
                 length_penalty=decode.length_penalty,
@@ -125,6 +132,18 @@ class CTranslate2Translator(LineTranslator):
                     for tokens, score in zip(result.hypotheses, result.scores, strict=True)
                 ]
         return found
+
+
+def _target_prefixes(tokenizer: Tokenizer, prefixes: list[Prefix | None]) -> list[list[str] | None]:
+    """Each source's prefix as CTranslate2's `target_prefix` takes it, its pieces; one line
+    for a prefix it cannot keep to."""
+    if any(prefix is not None and prefix.new_word for prefix in prefixes):
+        raise UserError(
+            "a prefix that ends in whitespace needs the piece after it to start a word, which "
+            "CTranslate2 cannot be told; drop the whitespace at its end, or translate the run "
+            "directory with --engine torch"
+        )
+    return [None if p is None else tokenizer.tgt_pieces_from_ids(p.ids) for p in prefixes]
 
 
 def _load_tokenizer(directory: Path, settings: ExportSettings) -> Tokenizer:

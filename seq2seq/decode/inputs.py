@@ -50,6 +50,20 @@ def check_line(line: Any, name: str = "line") -> None:
         raise UserError(f"{name}: {problem}")
 
 
+def check_prefixes(prefixes: Any, count: int, name: str = "prefixes") -> None:
+    """`prefixes` is None, or one string the tokenizer can read for each of `count` lines;
+    errors call it `name`."""
+    if prefixes is None:
+        return
+    check_lines(prefixes, name)
+    if len(prefixes) != count:
+        lines = "line" if len(prefixes) == 1 else "lines"
+        raise UserError(
+            f"{name} has {len(prefixes)} {lines} but the input has {count}; give one prefix "
+            "per input line, empty for none"
+        )
+
+
 def check_nbest(nbest: Any) -> None:
     """`nbest` is a whole number of hypotheses, at least one."""
     if isinstance(nbest, bool) or not isinstance(nbest, int):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from seq2seq.data.corpus import raw_lines
+from seq2seq.data.corpus import raw_lines, read_lines
+from seq2seq.decode.inputs import check_prefixes
 from seq2seq.decode.translate import LineTranslator, Translation
 from seq2seq.files import atomic_write_text
 
@@ -83,12 +84,16 @@ def translate_file(
     output: Path | None,
     nbest: int = 1,
     alignments: Path | None = None,
+    prefix_file: Path | None = None,
 ) -> None:
-    """Translate every line of `source` into `output` (None: stdout), and write the best
-    translations' word alignments to `alignments` when given."""
+    """Translate every line of `source` into `output` (None: stdout), each from its line of
+    `prefix_file` if given, and write the best translations' word alignments to
+    `alignments` when given."""
     lines, invalid = read_source_lines(source)
+    prefixes = None if prefix_file is None else read_lines(prefix_file)
+    check_prefixes(prefixes, len(lines), str(prefix_file))  # named: before any work
     found = translator.hypotheses(
-        lines, nbest=nbest, progress=True, attention=alignments is not None
+        lines, nbest=nbest, progress=True, attention=alignments is not None, prefixes=prefixes
     )
     text = "".join(format_output(i, hyps, nbest) for i, hyps in enumerate(found))
     if alignments is not None:

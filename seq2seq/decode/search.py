@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.config import Stopping
+from seq2seq.decode.prefix import Prefixes, fitted_limits
 from seq2seq.decode.repeats import block_repeats_
 from seq2seq.decode.sampling import Sampler
 from seq2seq.models.base import DecoderState, Memory, Seq2Seq, Step
@@ -73,6 +74,7 @@ def beam_search(
     stopping: Stopping = "early",
     no_repeat_ngram: int = 0,
     sampler: Sampler | None = None,
+    prefixes: Prefixes | None = None,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each sentence, best first.
 
@@ -81,12 +83,13 @@ def beam_search(
     `attention`, no step forms or keeps attention weights it need not. `stopping`: when
     a sentence is done (see the module's docstring). `no_repeat_ngram` n > 0: no output
     repeats an n-gram (`repeats`). With a `sampler`, a sentence's `beam` slots are samples.
+    With `prefixes`, each output starts with its sentence's (`prefix`).
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
     if stopping == "exact":
         max_lengths = max_lengths.clamp(max=EXACT_LONGEST)
-    beams = _first_beams(model, src, src_mask, max_lengths, bos_id, beam, nbest, alpha)
+    beams = _first_beams(model, src, src_mask, max_lengths, bos_id, beam, nbest, alpha, prefixes)
     beams.history = src.new_empty(src.size(0), 0) if no_repeat_ngram else None
     trail = _Trail([], [], [], [])
     previous_slots: Tensor | None = None  # what `_Trail.previous_slots` records
@@ -128,6 +131,7 @@ class _Beams:
     origins: Tensor | None  # (A*K,) the row of `state` each row extends; None: its own
     prev: Tensor  # (A*K,) the token each row feeds the decoder next
     history: Tensor | None = None  # (A*K, t) each row's output so far, when blocking repeats
+    prefixes: Prefixes | None = None  # by sentence (`sentences`), when outputs have prefixes
 
     @property
     def width(self) -> int:
@@ -142,10 +146,15 @@ class _Beams:
         self, step: Step, t: int, too_short: bool, eos_id: int, no_repeat_ngram: int
     ) -> Tensor:
         """(A*K, V) the step's log-probabilities, -inf where a row may not go: EOS before the
-        minimum length, anything but EOS at the cap, a repeated n-gram (in place)."""
+        minimum length, anything but EOS at the cap, a repeated n-gram, off its prefix (in
+        place). A prefix's piece is read before repeats are blocked: it stays, repeat or not."""
         log_probs = _mask_eos_and_limits(step.log_probs.float(), self.at_cap(t), too_short, eos_id)
+        prefixes = self.prefixes
+        prefix = None if prefixes is None else prefixes.at(t, self.sentences, self.width, log_probs)
         if self.history is not None:
             block_repeats_(log_probs, self.history, no_repeat_ngram)
+        if prefix is not None:
+            prefix.keep_to_(log_probs)
         return log_probs
 
     def at_cap(self, t: int) -> Tensor:
@@ -176,6 +185,7 @@ class _Beams:
             rows if self.origins is None else self.origins[rows],
             self.prev[rows],
             None if self.history is None else self.history[rows],
+            self.prefixes,
         )
 
 
@@ -188,11 +198,15 @@ def _first_beams(
     beam: int,
     nbest: int,
     alpha: float,
+    prefixes: Prefixes | None,
 ) -> _Beams:
-    """The beams before the first step: every sentence with one slot, at score 0."""
+    """The beams before the first step: every sentence with one slot, at score 0, and its
+    output limit raised where its prefix would not fit."""
     batch, device = src.size(0), src.device
     memory = model.encode(src, src_mask)
     max_lengths = max_lengths.to(device)
+    if prefixes is not None:
+        max_lengths = fitted_limits(max_lengths, prefixes.lengths)
     return _Beams(
         sentences=torch.arange(batch, device=device),
         max_lengths=max_lengths,
@@ -203,6 +217,7 @@ def _first_beams(
         state=model.init_state(memory),
         origins=None,
         prev=torch.full((batch,), bos_id, dtype=torch.long, device=device),
+        prefixes=prefixes,
     )
 
 

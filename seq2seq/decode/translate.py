@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -25,9 +26,18 @@ from seq2seq.decode.inputs import (
     check_load_arguments,
     check_nbest,
     check_option_kinds,
+    check_prefixes,
 )
 from seq2seq.decode.inspection import inspect_attention
 from seq2seq.decode.loading import Origin, load_trained_model, max_source_pieces
+from seq2seq.decode.prefix import (
+    Prefix,
+    Prefixes,
+    fitted_limits,
+    output_texts,
+    read_prefixes,
+    word_starts,
+)
 from seq2seq.decode.sampling import Sampler
 from seq2seq.decode.search import Hypothesis, beam_search, output_limits
 from seq2seq.device import pick_device, use_threads
@@ -92,11 +102,13 @@ class LineTranslator:
         decode: DecodeConfig,
         attention: bool = False,
         lines: list[int] | None = None,
+        prefixes: list[Prefix | None] | None = None,
     ) -> list[list[Hypothesis]]:
         """The `nbest` best hypotheses of each source (piece ids, no EOS), best first, with
         their attention weights if `attention` and the engine has them; with
         `decode.sample`, `nbest` samples, drawn with the numbers of the `lines` (the
-        sources' indices in the input; None: 0, 1, ...)."""
+        sources' indices in the input; None: 0, 1, ...); each starting with its source's
+        prefix, if `prefixes` gives one (its pieces are the hypothesis' first tokens)."""
         raise NotImplementedError
 
     def attention_labels(self, line: str, translation: Translation) -> tuple[list[str], list[str]]:
@@ -111,22 +123,43 @@ class LineTranslator:
 
     @overload
     def translate(
-        self, lines: list[str], *, nbest: Literal[1] = 1, progress: bool = False, **decode: Any
+        self,
+        lines: list[str],
+        *,
+        nbest: Literal[1] = 1,
+        progress: bool = False,
+        prefixes: list[str] | None = None,
+        **decode: Any,
     ) -> list[str]: ...
 
     @overload
     def translate(
-        self, lines: list[str], *, nbest: int, progress: bool = False, **decode: Any
+        self,
+        lines: list[str],
+        *,
+        nbest: int,
+        progress: bool = False,
+        prefixes: list[str] | None = None,
+        **decode: Any,
     ) -> list[list[str]]: ...
 
     def translate(
-        self, lines: list[str], *, nbest: int = 1, progress: bool = False, **decode: Any
+        self,
+        lines: list[str],
+        *,
+        nbest: int = 1,
+        progress: bool = False,
+        prefixes: list[str] | None = None,
+        **decode: Any,
     ) -> list[str] | list[list[str]]:
         """The best translation of each line; with `nbest` N > 1, the N best of each, best
         first (fewer where the search finished fewer). `decode` sets fields of the decode
         section (beam, length_penalty, ...) for this call; `progress` shows a progress bar
-        on stderr when it is a terminal."""
-        found = self.hypotheses(lines, nbest=nbest, progress=progress, attention=False, **decode)
+        on stderr when it is a terminal; `prefixes`, one per line ("": none), are what each
+        translation of their line starts with, verbatim (decode/prefix.py)."""
+        found = self.hypotheses(
+            lines, nbest=nbest, progress=progress, attention=False, prefixes=prefixes, **decode
+        )
         if nbest == 1:
             return [hyps[0].text if hyps else "" for hyps in found]
         return [[h.text for h in hyps] for hyps in found]
@@ -139,18 +172,25 @@ class LineTranslator:
         progress: bool = False,
         skip: Callable[[int], bool] | None = None,
         attention: bool = True,
+        prefixes: list[str] | None = None,
+        line_numbers: list[int] | None = None,
         **decode: Any,
     ) -> list[list[Translation]]:
         """The `nbest` best hypotheses of each line with their scores, tokens and, if
         `attention`, attention weights (else None: the search is faster without), best first;
-        [] for a blank line. `decode` and `progress` as in `translate`. `skip`: lines `i` for
-        which `skip(i)` holds when their batch comes are not searched (they get []): how the
-        server stops decoding a request that gave up."""
+        [] for a blank line (whatever its prefix). `decode`, `progress` and `prefixes` as in
+        `translate`. `skip`: lines `i` for which `skip(i)` holds when their batch comes are
+        not searched (they get []): how the server stops decoding a request that gave up.
+        `line_numbers`: what seeds each line's samples (default: its index; the server
+        numbers a line within its own request)."""
         check_lines(lines)
+        check_prefixes(prefixes, len(lines))
         check_nbest(nbest)
         options = decode_options(self.decode, decode)
         if nbest > options.beam and not options.sample:
             raise UserError(f"nbest {nbest} needs a beam at least as wide; set beam={nbest}")
+        given = read_prefixes(self.tokenizer, prefixes, len(lines))
+        numbers = range(len(lines)) if line_numbers is None else line_numbers
         outputs: list[list[Translation]] = [[] for _ in lines]
         keep = [i for i, line in enumerate(lines) if line.strip()]
         src_ids = self.tokenizer.encode_src([lines[i] for i in keep])
@@ -164,17 +204,25 @@ class LineTranslator:
             bar.update(len(lines) - len(keep))  # blank lines: nothing to do
             for group in token_batches([len(s) for s in src_ids], None, budget):
                 wanted = [i for i in group if skip is None or not skip(keep[i])]
-                sources = [src_ids[i] for i in wanted]
-                lines_of = [keep[i] for i in wanted]  # what seeds a line's samples
-                found = self.search(sources, nbest, options, attention, lines_of) if wanted else []
-                for position, hyps in zip(wanted, found, strict=True):
-                    texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
-                    outputs[keep[position]] = [
-                        Translation(text, h.score, h.tokens, h.attention, cut[position])
-                        for text, h in zip(texts, hyps, strict=True)
-                    ]
+                at = [keep[i] for i in wanted]  # their lines
+                found = self.search(
+                    [src_ids[i] for i in wanted], nbest, options, attention,
+                    [numbers[j] for j in at], [given[j] for j in at],
+                ) if wanted else []  # fmt: skip
+                for i, line, hyps in zip(wanted, at, found, strict=True):
+                    outputs[line] = self._translations(hyps, given[line], cut[i])
                 bar.update(len(group))
         return outputs
+
+    def _translations(
+        self, found: list[Hypothesis], prefix: Prefix | None, cut: bool
+    ) -> list[Translation]:
+        """A line's hypotheses as `Translation`s, their text starting with its prefix, if any."""
+        texts = output_texts(self.tokenizer, prefix, [h.tokens for h in found])
+        return [
+            Translation(text, h.score, h.tokens, h.attention, cut)
+            for text, h in zip(texts, found, strict=True)
+        ]
 
 
 class Translator(LineTranslator):
@@ -302,12 +350,16 @@ class Translator(LineTranslator):
         decode: DecodeConfig | None = None,
         attention: bool = False,
         lines: list[int] | None = None,
+        prefixes: list[Prefix | None] | None = None,
     ) -> list[list[Hypothesis]]:
         """Beam search, or sampling, over a batch of piece ids (`decode`: default, the
-        translator's)."""
+        translator's), from their prefixes if any."""
         batch = make_batch(src_ids, None, list(range(len(src_ids)))).to(self.device)
         decode = decode or self.decode
         limits = output_limits(batch.src_lengths, decode.max_len_ratio, decode.max_len_offset)
+        prefixed = Prefixes.of(prefixes, self.word_starts) if prefixes and any(prefixes) else None
+        if prefixed is not None:  # before the sampler, which draws for every step searched
+            limits = fitted_limits(limits, prefixed.lengths)
         sampler = None
         if decode.sample:
             sampler = Sampler.for_lines(
@@ -330,7 +382,13 @@ class Translator(LineTranslator):
             stopping=decode.stopping,
             no_repeat_ngram=decode.no_repeat_ngram,
             sampler=sampler,
+            prefixes=prefixed,
         )
+
+    @cached_property
+    def word_starts(self) -> torch.Tensor:
+        """`prefix.word_starts` on the device: read once, when a prefix first needs it."""
+        return word_starts(self.tokenizer).to(self.device)
 
 
 @contextmanager
