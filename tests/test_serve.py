@@ -72,6 +72,33 @@ def test_nbest_gives_sorted_scored_hypotheses_and_the_run_beam_by_default(client
         assert scores == pytest.approx([t.score for t in found], abs=1e-4)
 
 
+def test_prefixes_and_samples_are_the_translators(client, translator):
+    prefixes = ["Za", "", "ri ", "  two  spaces"]
+    body = client.post("/translate", json={"text": LINES, "prefix": prefixes, "beam": 3,
+                                           "nbest": 2}).json()  # fmt: skip
+    found = [[h["text"] for h in line["hypotheses"]] for line in body["translations"]]
+    assert found == translator.translate(LINES, beam=3, nbest=2, prefixes=prefixes)
+    assert all(text.startswith(prefixes[3]) for text in found[3])
+    sample = {"sample": True, "seed": 7, "nbest": 3, "top_k": 20, "temperature": 1.5}
+    body = client.post("/translate", json={"text": LINES, **sample}).json()
+    found = [[h["text"] for h in line["hypotheses"]] for line in body["translations"]]
+    assert body["beam"] == 1 and found == translator.translate(LINES, **sample)
+
+
+def test_a_seeded_sample_is_the_same_alone_and_in_a_batch_it_shares(translator):
+    ask = {"text": ["toto", "mimi tape"], "prefix": ["", "Za"], "sample": True, "seed": 3}
+    other = {"text": ["boka mimi", "tape", "podo"], "sample": True, "seed": 3}
+    with client_of(translator, batch_wait=0.5) as client:
+        alone = client.post("/translate", json=ask).json()
+        batches = client.get("/health").json()["batches"]
+        with ThreadPoolExecutor(2) as pool:
+            answers = pool.map(lambda body: client.post("/translate", json=body).json(),
+                               [other, ask])  # fmt: skip
+            shared = list(answers)[1]
+        assert client.get("/health").json()["batches"] == batches + 1  # one search for both
+    assert shared == alone
+
+
 def test_attention_comes_with_the_pieces_that_label_it(client, translator):
     body = client.post("/translate", json={"text": LINES[:1], "attention": True}).json()
     attention = body["translations"][0]["hypotheses"][0]["attention"]
@@ -134,6 +161,15 @@ def test_health_info_and_the_page(client, translator):
         (["toto"], 422, "the body is an array, not a JSON object; send one such as {"),
         ("toto", 422, "the body is a string, not a JSON object"),
         (5, 422, "the body is a number, not a JSON object"),
+        ({"text": ["toto", "tape"], "prefix": ["a"]}, 422, "prefix and text differ in length (1"),
+        ({"text": ["toto"], "prefix": [5]}, 422, "prefix.0: Input should be a valid string"),
+        ({"text": ["toto"], "prefix": ["a" * 101]}, 413, "prefix.0 has 101 characters"),
+        ({"text": ["toto"], "prefix": ["a"] * 9}, 413, "9 prefixes in one request; send at most"),
+        ({"text": ["toto"], "sample": True, "beam": 2}, 422, "not in a beam of 2; set beam 1"),
+        ({"text": ["toto"], "sample": True, "top_p": 0}, 422, "top_p = 0.0: Input should be gr"),
+        ({"text": ["toto"], "temperature": 0.5}, 422, "temperature shapes sampling; set sample"),
+        ({"text": ["toto"], "sample": True, "nbest": 7}, 422, "nbest: 7 samples per line are mo"),
+        ({"text": ["toto"], "seed": "1"}, 422, "seed: Input should be a valid integer"),
     ],
 )
 def test_bad_requests_get_one_line_naming_the_field(client, body, status, fragment):
@@ -194,7 +230,8 @@ def test_a_body_not_sent_as_json_is_415_saying_so(client, content_type):
         (
             {"text": ["a"], "x" * 5000: 1, "y": 2},
             422,
-            f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, beam, nbest, attention",
+            f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, beam, nbest, attention, "
+            "prefix, sample, temperature, top_k, top_p, seed",
         ),
     ],
     ids=["8 wrong lines", "1,000 lines", "a 5,000-character field"],

@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
 
+from seq2seq.config import DecodeConfig  # noqa: E402
 from seq2seq.decode.translate import Translation  # noqa: E402
 from seq2seq.serve.app import create_app  # noqa: E402
 from seq2seq.serve.schema import ServeLimits  # noqa: E402
@@ -27,7 +27,7 @@ class HeldSearch:
     answer, once it is being built, waits until `answered` is set."""
 
     def __init__(self, held: str = "") -> None:
-        self.decode = SimpleNamespace(beam=1)
+        self.decode = DecodeConfig(beam=1)
         self.held = held
         self.started = threading.Event()
         self.release = threading.Event()
@@ -37,7 +37,7 @@ class HeldSearch:
         self.answered = threading.Event()
         self.answered_in_time = False
 
-    def hypotheses(self, lines, nbest, beam, attention, skip) -> list[list[Translation]]:
+    def hypotheses(self, lines, nbest, attention, skip, **options) -> list[list[Translation]]:
         self.searched.append(lines)
         if self.held in lines:
             self.started.set()

@@ -33,6 +33,7 @@ from seq2seq.serve.schema import (
     AttentionWeights,
     Hypothesis,
     LineTranslation,
+    SearchOptions,
     ServeLimits,
     TranslateRequest,
     TranslateResponse,
@@ -53,9 +54,16 @@ def create_app(
     `allowed_hosts`: the names a request's Host header may give (None: any)."""
 
     def search(
-        lines: list[str], beam: int, nbest: int, attention: bool, skip: Callable[[int], bool]
+        lines: list[str],
+        prefixes: list[str],
+        numbers: list[int],
+        options: SearchOptions,
+        skip: Callable[[int], bool],
     ) -> list[list[Translation]]:
-        return translator.hypotheses(lines, nbest=nbest, beam=beam, attention=attention, skip=skip)
+        return translator.hypotheses(
+            lines, nbest=options.nbest, attention=options.attention, skip=skip,
+            prefixes=prefixes, line_numbers=numbers, **options.decode(),
+        )  # fmt: skip
 
     batcher = MicroBatcher(search, limits.batch_lines, limits.batch_wait, limits.max_queue, decoder)
     app = _bare_app(info["versions"]["seq2seq"], limits, allowed_hosts, batcher)
@@ -76,11 +84,11 @@ def create_app(
     @app.post("/translate")
     async def translate(http: Request) -> Response:
         request = read_request(await http.body(), http.headers.get("content-type"), limits)
-        beam = check_search(request, limits, translator.decode.beam)
-        found = await _decode(batcher, request, beam, limits.timeout, http.receive)
+        options = check_search(request, limits, translator.decode)
+        found = await _decode(batcher, request, options, limits.timeout, http.receive)
         # Off the event loop: an answer with attention can be hundreds of MB, seconds of
         # work during which no other request would be answered.
-        answer = await asyncio.to_thread(_answer, translator, request, beam, found)
+        answer = await asyncio.to_thread(_answer, translator, request, options.beam, found)
         return Response(answer, media_type="application/json")
 
     return app
@@ -115,10 +123,14 @@ def _bare_app(
 
 
 async def _decode(
-    batcher: MicroBatcher, request: TranslateRequest, beam: int, timeout: float, receive: Receive
+    batcher: MicroBatcher,
+    request: TranslateRequest,
+    options: SearchOptions,
+    timeout: float,
+    receive: Receive,
 ) -> list[list[Translation]]:
     try:
-        translated = batcher.translate(request.text, beam, request.nbest, request.attention)
+        translated = batcher.translate(request.text, options, request.prefix)
         return await asyncio.wait_for(_unless_hung_up(translated, receive), timeout)
     except QueueFull:
         raise HTTPException(503, "the server is busy (its queue is full); retry later") from None

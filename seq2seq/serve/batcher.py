@@ -5,9 +5,11 @@ products get wider, the per-step overhead is paid once), so the server does not 
 request as soon as it arrives. A request waits in a bounded queue; one worker takes the
 oldest, keeps taking whatever else arrives within `max_wait` seconds up to `max_lines`
 lines, and decodes the lines of requests with equal search options in one call, in a
-thread of its own so that the event loop keeps answering. A request that gives up (its
-timeout, or its client hung up: its `translate` is cancelled) is skipped from the next
-batch of its lines on, so that it stops costing time.
+thread of its own so that the event loop keeps answering. Each line goes with its prefix
+and its number within its own request, which seeds its samples: a line draws the same
+whatever else shares its batch. A request that gives up (its timeout, or its client hung
+up: its `translate` is cancelled) is skipped from the next batch of its lines on, so that
+it stops costing time.
 
 That thread should be the one that loaded the model (`executor`): PyTorch run from a thread
 other than the one whose operations set its CPU threads up decoded at half the speed here
@@ -18,15 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-# lines, beam, nbest, attention, skip -> for each line, its hypotheses; called in the
-# worker thread. skip(i): line i's request gave up, so its line need not be searched (it
-# may get []).
-Search = Callable[[list[str], int, int, bool, Callable[[int], bool]], list[list[Any]]]
+# lines, their prefixes ("": none), their numbers within their requests, the requests'
+# search options, skip -> for each line, its hypotheses; called in the worker thread.
+# skip(i): line i's request gave up, so its line need not be searched (it may get []).
+Search = Callable[
+    [list[str], list[str], list[int], Hashable, Callable[[int], bool]], list[list[Any]]
+]
 
 
 class QueueFull(Exception):
@@ -40,14 +44,9 @@ class ShuttingDown(Exception):
 @dataclass
 class _Job:
     lines: list[str]
-    beam: int
-    nbest: int
-    attention: bool  # whether the hypotheses must carry attention weights
+    prefixes: list[str]
+    options: Hashable  # how the lines are searched: only equal ones share a search
     done: asyncio.Future = field(repr=False)
-
-    @property
-    def options(self) -> tuple[int, int, bool]:
-        return self.beam, self.nbest, self.attention
 
 
 class MicroBatcher:
@@ -91,12 +90,14 @@ class MicroBatcher:
             self.executor.shutdown(wait=False)
 
     async def translate(
-        self, lines: list[str], beam: int, nbest: int, attention: bool = False
+        self, lines: list[str], options: Hashable, prefixes: list[str] | None = None
     ) -> list[list[Any]]:
-        """The hypotheses of each line, once a batch that holds them is decoded."""
+        """The hypotheses of each line (with its prefix, if `prefixes` gives one), searched
+        as `options` say, once a batch that holds them is decoded."""
         if self.closing:
             raise ShuttingDown
-        job = _Job(lines, beam, nbest, attention, asyncio.get_running_loop().create_future())
+        given = prefixes or [""] * len(lines)
+        job = _Job(lines, given, options, asyncio.get_running_loop().create_future())
         try:
             self.queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -143,6 +144,8 @@ class MicroBatcher:
         if not jobs:
             return
         lines = [line for job in jobs for line in job.lines]
+        prefixes = [prefix for job in jobs for prefix in job.prefixes]
+        numbers = [number for job in jobs for number in range(len(job.lines))]
         owners = [job for job in jobs for _ in job.lines]
 
         def gave_up(line: int) -> bool:  # read in the worker thread: a flag, no callback
@@ -151,7 +154,7 @@ class MicroBatcher:
         try:
             loop = asyncio.get_running_loop()
             found = await loop.run_in_executor(
-                self.executor, self.search, lines, *jobs[0].options, gave_up
+                self.executor, self.search, lines, prefixes, numbers, jobs[0].options, gave_up
             )
         except Exception as error:
             if len(jobs) > 1:

@@ -17,8 +17,11 @@ from typing import Any
 from fastapi import HTTPException
 from pydantic import ValidationError
 
+from seq2seq.config import DecodeConfig
 from seq2seq.decode.inputs import text_problem
-from seq2seq.serve.schema import ServeLimits, TranslateRequest
+from seq2seq.decode.translate import decode_options
+from seq2seq.errors import UserError
+from seq2seq.serve.schema import SearchOptions, ServeLimits, TranslateRequest
 
 MAX_PROBLEMS = 3
 MAX_NAME = 40  # characters of a field name an error quotes
@@ -47,7 +50,7 @@ def read_request(body: bytes, content_type: str | None, limits: ServeLimits) -> 
         request = TranslateRequest.model_validate(data)
     except ValidationError as error:
         raise HTTPException(422, describe_request_error(error)) from None
-    check_text(request.text, limits)
+    check_text(request, limits)
     return request
 
 
@@ -67,44 +70,69 @@ def parse_json(body: bytes) -> Any:
 
 
 def check_fields(data: dict[str, Any], limits: ServeLimits) -> None:
-    """No unknown field, and no more lines than allowed: checked before validation, whose
-    work (and errors) would grow with their number."""
+    """No unknown field, and no more lines or prefixes than allowed: checked before
+    validation, whose work (and errors) would grow with their number."""
     unknown = [key for key in data if key not in TranslateRequest.model_fields]
     if unknown:
         allowed = ", ".join(TranslateRequest.model_fields)
         more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
         raise HTTPException(422, f"unknown field {short(unknown[0])!r}{more}; allowed: {allowed}")
-    text = data.get("text")
-    if isinstance(text, list) and len(text) > limits.max_lines:
-        raise HTTPException(
-            413, f"{len(text)} lines in one request; send at most {limits.max_lines}"
-        )
-
-
-def check_text(text: list[str], limits: ServeLimits) -> None:
-    """Each line fits the limits and the tokenizer can read it."""
-    for number, line in enumerate(text):
-        if len(line) > limits.max_chars:
+    for field in ("text", "prefix"):
+        lines = data.get(field)
+        if isinstance(lines, list) and len(lines) > limits.max_lines:
+            noun = "lines" if field == "text" else "prefixes"
             raise HTTPException(
-                413,
-                f"text.{number} has {len(line)} characters; send lines of at most "
-                f"{limits.max_chars}",
+                413, f"{len(lines)} {noun} in one request; send at most {limits.max_lines}"
             )
-        problem = text_problem(line)
-        if problem is not None:
-            raise HTTPException(422, f"text.{number}: {problem}")
 
 
-def check_search(request: TranslateRequest, limits: ServeLimits, default_beam: int) -> int:
-    """The beam the request is decoded with; 422 for a search over the server's limits."""
-    beam = request.beam or default_beam
+def check_text(request: TranslateRequest, limits: ServeLimits) -> None:
+    """Each line and prefix fits the limits and the tokenizer can read it; a prefix per line."""
+    given = request.prefix
+    if given is not None and len(given) != len(request.text):
+        raise HTTPException(
+            422,
+            f"prefix and text differ in length ({len(given)} and {len(request.text)}); send "
+            'one prefix per line of text ("" for none)',
+        )
+    for field, lines in (("text", request.text), ("prefix", given or [])):
+        for number, line in enumerate(lines):
+            if len(line) > limits.max_chars:
+                raise HTTPException(
+                    413,
+                    f"{field}.{number} has {len(line)} characters; send lines of at most "
+                    f"{limits.max_chars}",
+                )
+            problem = text_problem(line)
+            if problem is not None:
+                raise HTTPException(422, f"{field}.{number}: {problem}")
+
+
+def check_search(
+    request: TranslateRequest, limits: ServeLimits, default: DecodeConfig
+) -> SearchOptions:
+    """How the request is decoded, from the run's `default`; 422 for bad decoding options
+    or a search over the server's limits."""
+    names = SearchOptions.decode_fields()
+    asked = {name: getattr(request, name) for name in names}
+    try:
+        options = decode_options(default, asked)
+    except UserError as error:
+        raise HTTPException(422, str(error)) from None
+    beam, nbest = options.beam, request.nbest
     if beam > limits.max_beam:
         raise HTTPException(
             422, f"beam: {beam} is wider than this server allows ({limits.max_beam})"
         )
-    if request.nbest > beam:
-        raise HTTPException(422, f"nbest: {request.nbest} needs a beam at least as wide ({beam})")
-    return beam
+    if options.sample and nbest > limits.max_beam:
+        raise HTTPException(
+            422, f"nbest: {nbest} samples per line are more than this server allows "
+            f"({limits.max_beam})"
+        )  # fmt: skip
+    if nbest > beam and not options.sample:
+        raise HTTPException(422, f"nbest: {nbest} needs a beam at least as wide ({beam})")
+    chosen = {name: getattr(options, name) for name in names}
+    return SearchOptions(nbest=nbest, attention=request.attention, **chosen)
 
 
 def describe_request_error(error: ValidationError) -> str:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from seq2seq.config import DecodeConfig
 
 
 @dataclass(frozen=True)
@@ -22,9 +25,35 @@ class ServeLimits:
 
     @property
     def max_body(self) -> int:
-        """Bytes per request body: the most lines of the longest characters, each escaped
-        as JSON may (12 bytes: a surrogate pair as two \\uXXXX), and room for the rest."""
-        return self.max_lines * (12 * self.max_chars + 16) + 1024
+        """Bytes per request body: the most lines of the longest characters, and as many
+        prefixes, each escaped as JSON may (12 bytes: a surrogate pair as two \\uXXXX), and
+        room for the rest."""
+        return 2 * self.max_lines * (12 * self.max_chars + 16) + 1024
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How a request's lines are decoded: the decode section's fields a search has one of
+    for all its lines, so that only requests with equal options share a batch."""
+
+    beam: int
+    nbest: int
+    attention: bool
+    sample: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int
+
+    @classmethod
+    def decode_fields(cls) -> list[str]:
+        """The decode section's fields among these options (the request's fields of the
+        same names ask for them)."""
+        return [field.name for field in fields(cls) if field.name in DecodeConfig.model_fields]
+
+    def decode(self) -> dict[str, Any]:
+        """The fields of the decode section these options set."""
+        return {name: getattr(self, name) for name in self.decode_fields()}
 
 
 class TranslateRequest(BaseModel):
@@ -37,6 +66,14 @@ class TranslateRequest(BaseModel):
     beam: int | None = Field(None, ge=1, description="beam size; default: the run's decode.beam")
     nbest: int = Field(1, ge=1, description="hypotheses per line, best first; at most the beam")
     attention: bool = Field(False, description="return each hypothesis' attention weights")
+    prefix: list[str] | None = Field(
+        None, description='a target prefix per line of text ("": none) its output starts with'
+    )
+    sample: bool | None = Field(None, description="draw samples; default: the run's decode.sample")
+    temperature: float | None = Field(None, description="sampling: p ** (1 / temperature)")
+    top_k: int | None = Field(None, description="sampling: the k most probable pieces only")
+    top_p: float | None = Field(None, description="sampling: the nucleus of mass p only")
+    seed: int | None = Field(None, description="sampling: seeds each line's draws with its index")
 
 
 class AttentionWeights(BaseModel):
