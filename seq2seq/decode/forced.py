@@ -45,8 +45,7 @@ class ForcedScore:
 def forced_log_probs(model: Seq2Seq, batch: Batch, lengths: list[int]) -> Tensor:
     """(B,) log P(target + EOS | source) of each pair of a batch with targets, whose
     `lengths` count target pieces + EOS (by length, not by PAD: an output may hold PAD's id)."""
-    logits = model(batch.src, batch.src_mask, batch.tgt_in)
-    log_probs = logits.float().log_softmax(-1)
+    log_probs = model.log_probs(batch.src, batch.src_mask, batch.tgt_in)
     picked = log_probs.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1)
     steps = torch.arange(picked.size(1), device=picked.device)
     real = steps < torch.tensor(lengths, device=picked.device).unsqueeze(1)
