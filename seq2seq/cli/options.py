@@ -71,7 +71,11 @@ Beam = Annotated[
 ]
 LengthPenalty = Annotated[
     float | None,
-    typer.Option(min=0.0, help="GNMT alpha, 0 = none; default: the run's decode.length_penalty"),
+    typer.Option(
+        min=0.0,
+        help="alpha: rank by log P / length ** alpha, 0 = none; default: the run's "
+        "decode.length_penalty",
+    ),
 ]
 BatchTokens = Annotated[
     int | None,
