@@ -8,6 +8,7 @@
     python scripts/bench.py decode --run runs/multi30k-transformer \
         --input data/multi30k/test_2016_flickr.de.gz [--ref data/multi30k/test_2016_flickr.en.gz] \
         [--beam 1 5] [--threads 2] [--device cuda] [--limit N] [--length-penalty A] \
+        [--stopping beam|early|exact] \
         [--engine torch torch-int8 ct2-float32 ct2-int8]
     python scripts/bench.py data --pairs 1000000 --work /tmp/bench-data \
         [--config configs/multi30k_transformer.yaml] [--ranks 2] [--updates 20]
@@ -161,6 +162,10 @@ def parse_arguments() -> argparse.Namespace:
     decode.add_argument("--device", help="cpu or cuda; default: the run's train.device")
     decode.add_argument("--limit", type=POSITIVE, help="only the first N lines")
     decode.add_argument("--length-penalty", type=float, help="default: the run's decode one")
+    decode.add_argument(
+        "--stopping", choices=["beam", "early", "exact"],
+        help="torch: default: the run's decode.stopping (CTranslate2 stops as beam does)",
+    )  # fmt: skip
     decode.add_argument(
         "--engine", nargs="+", choices=ENGINES, default=["torch"],
         help="torch-int8: int8 linear layers; ct2-*: the run exported to CTranslate2 with "

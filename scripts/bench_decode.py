@@ -31,6 +31,8 @@ def load_translator(
     options = {
         "beam": beam, "batch_tokens": args.batch_tokens, "length_penalty": args.length_penalty
     }  # fmt: skip
+    if args.stopping is not None:  # older commits know early and exact only
+        options["stopping"] = args.stopping
     if engine.startswith("torch"):
         from seq2seq.decode.translate import Translator
 
@@ -136,6 +138,8 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
         "batch_tokens": batch_tokens_of(translator),
         "length_penalty": translator.decode.length_penalty,
     }
+    if engine.startswith("torch"):  # CTranslate2 has its own rule (docs/decoding.md)
+        result["stopping"] = translator.decode.stopping
     if dropped:
         result["config_keys_left_out"] = dropped
     if cuda:

@@ -149,13 +149,17 @@ def test_wrong_load_arguments_are_a_type_error_or_a_user_error(trained):
         Translator.load(trained, device="tpu")
     with pytest.raises(TypeError, match="device must be 'cpu', 'cuda' or 'auto', not int"):
         Translator.load(trained, device=0)
-    with pytest.raises(TypeError, match="checkpoint must be a str or a path, not int"):
+    with pytest.raises(
+        TypeError, match="checkpoint must be a str or a path, or a list of them, not int"
+    ):
         Translator.load(trained, checkpoint=5)
     with pytest.raises(TypeError, match="int8 must be True or False, not str"):
         Translator.load(trained, int8="no")
     with pytest.raises(TypeError, match="beam must be a number or a name, not a bool"):
         Translator.load(trained, beam=True)
-    with pytest.raises(TypeError, match="run_dir must be a str or a path, not NoneType"):
+    with pytest.raises(
+        TypeError, match="run_dir must be a str or a path, or a list of them, not NoneType"
+    ):
         Translator.load(None)
     by_path = Translator.load(trained, checkpoint=Path(trained) / "checkpoints/best.pt")
     assert by_path.translate(LINES) == Translator.load(trained).translate(LINES)

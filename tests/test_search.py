@@ -69,6 +69,47 @@ def test_beam_1_is_greedy(arch, alpha, min_length):
         assert found[row][0].tokens == expected
 
 
+def reference_beam(model, src, mask, limit, beam, alpha):
+    """The finished hypotheses (score, tokens) of one sentence, best first, by CTranslate2's
+    beam search written the plain way: K open hypotheses; of the 2K best continuations,
+    those of the K best that end in EOS finish, and the K best others go on; done once K
+    have finished or none is open."""
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        open_, finished = [(0.0, [], model.init_state(memory))], []
+        for t in range(limit):
+            candidates = []
+            for score, tokens, state in open_:
+                step = model.decode_step(memory, state, torch.tensor([[BOS, *tokens][-1]]))
+                for y, log_p in enumerate(step.log_probs[0].tolist()):
+                    if y == EOS or t + 1 < limit:  # at the cap only EOS may come
+                        candidates.append((score + log_p, [*tokens, y], step.state))
+            candidates = sorted(candidates, key=lambda c: -c[0])[: 2 * beam]
+            finished += [(c[0] / len(c[1]) ** alpha, c[1][:-1]) for c in candidates[:beam]
+                         if c[1][-1] == EOS]  # fmt: skip
+            open_ = [c for c in candidates if c[1][-1] != EOS][:beam]
+            if len(finished) >= beam or not open_:
+                break
+    return sorted(finished, key=lambda f: -f[0])
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_beam_search_is_the_plain_one_batched(arch):
+    """Sentences of several lengths in one batch leave it at different steps; the beam
+    stays K wide as hypotheses finish."""
+    model = tiny(arch)
+    src, mask = source((7, 5, 3, 6))
+    limits = torch.tensor([9, 8, 6, 9])
+    found = beam_search(model, src, mask, limits, BOS, EOS, beam=3, nbest=3, alpha=1.0)
+    for row, length in enumerate(mask[:, 0].sum(-1).tolist()):
+        expected = reference_beam(
+            model, src[row : row + 1, :length], mask[row : row + 1, :, :length],
+            int(limits[row]), 3, 1.0,
+        )[:3]  # fmt: skip
+        assert [h.tokens for h in found[row]] == [tokens for _, tokens in expected]
+        assert [h.score for h in found[row]] == pytest.approx([s for s, _ in expected], abs=1e-5)
+
+
 def every_output(vocab: int, limit: int) -> list[list[int]]:
     """Every sequence of fewer than `limit` tokens over the vocabulary but EOS."""
     tokens = [t for t in range(vocab) if t != EOS]
@@ -98,7 +139,9 @@ def test_an_exhaustive_beam_finds_the_best_sequences(arch, alpha):
         )
         for seq in everything
     )[::-1]  # fmt: skip
-    beam = (vocab - 1) ** (limit - 1)  # wide enough to keep every open prefix
+    # Wide enough to keep every open prefix, and every candidate among the K best, so that
+    # every EOS finishes.
+    beam = vocab ** (limit - 1)
     found = beam_search(
         model, src, mask, torch.tensor([limit]), BOS, EOS, beam, 10, alpha, stopping="exact"
     )[0]

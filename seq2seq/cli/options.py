@@ -48,12 +48,34 @@ Checkpoint = Annotated[
         help="best, last, step-N, a .pt file, or init (the weights before the first update)",
     ),
 ]
+# Decoding with several models: their ensemble (docs/decoding.md#ensembles).
+Runs = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--run",
+        metavar="RUN",
+        help="a trained run directory; repeat it to decode with an ensemble of runs",
+    ),
+]
+Checkpoints = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--checkpoint",
+        metavar="CHECKPOINT",
+        help="best (the default), last, step-N, a .pt file, or init; repeat it for an "
+        "ensemble: of one --run's checkpoints, or one per --run",
+    ),
+]
 Beam = Annotated[
     int | None, typer.Option(min=1, help="beam size, 1 = greedy; default: the run's decode.beam")
 ]
 LengthPenalty = Annotated[
     float | None,
-    typer.Option(min=0.0, help="GNMT alpha, 0 = none; default: the run's decode.length_penalty"),
+    typer.Option(
+        min=0.0,
+        help="alpha: rank by log P / length ** alpha, 0 = none; default: the run's "
+        "decode.length_penalty",
+    ),
 ]
 BatchTokens = Annotated[
     int | None,

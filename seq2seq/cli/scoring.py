@@ -11,10 +11,11 @@ import typer
 from seq2seq.cli.app import app
 from seq2seq.cli.options import (
     BatchTokens,
-    Checkpoint,
+    Checkpoints,
     DeviceChoice,
     Engine,
     LengthPenalty,
+    Runs,
     Threads,
 )
 from seq2seq.errors import UserError
@@ -22,11 +23,11 @@ from seq2seq.errors import UserError
 
 @app.command()
 def score(
-    run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
+    run: Runs,
     src: Annotated[Path, typer.Option("--src", help="source sentences, one per line")],
     ref: Annotated[Path, typer.Option("--ref", help="their translations to score, line-aligned")],
     output: Annotated[Path | None, typer.Option("--output", "-o", help="default: stdout")] = None,
-    checkpoint: Checkpoint = "best",
+    checkpoint: Checkpoints = None,
     length_penalty: LengthPenalty = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
@@ -34,7 +35,8 @@ def score(
 ) -> None:
     """Score each translation in --ref as the model's log-probability of it given its
     source in --src: a line per pair, LOGPROB<TAB>PER_TOKEN<TAB>NORMALISED (the total, EOS
-    included; over the tokens; over the length penalty, as beam search ranks)."""
+    included; over the tokens; over the length penalty, as beam search ranks). Several
+    --run or --checkpoint: an ensemble, whose log-probability is the mean of its models'."""
     # Here, not at the top: importing translation.py first would register its commands
     # before training.py's.
     from seq2seq.cli.translation import _read_lines, _translator, _within_memory

@@ -15,6 +15,7 @@ from seq2seq.cli.options import (
     BatchTokens,
     Beam,
     Checkpoint,
+    Checkpoints,
     Device,
     DeviceChoice,
     Engine,
@@ -23,6 +24,7 @@ from seq2seq.cli.options import (
     NoRepeatNgram,
     PrefixFile,
     Quantization,
+    Runs,
     Sample,
     Seed,
     Temperature,
@@ -64,15 +66,22 @@ def _within_memory(beam: int | None, batch_tokens: int | None) -> AbstractContex
     )
 
 
+# `translate` needs --run (evaluate may score a --hyp without one), and runs exported models too.
+TranslateRuns = Annotated[
+    list[Path],
+    typer.Option(
+        "--run",
+        metavar="RUN",
+        help="a trained run directory (--engine ctranslate2: an exported model); repeat it "
+        "to decode with an ensemble of runs",
+    ),
+]
+
+
 @app.command()
 def translate(
-    run: Annotated[
-        Path,
-        typer.Option(
-            "--run", help="a trained run directory (--engine ctranslate2: an exported model)"
-        ),
-    ],
-    checkpoint: Checkpoint = "best",
+    run: TranslateRuns,
+    checkpoint: Checkpoints = None,
     input: Annotated[Path | None, typer.Option("--input", "-i", help="default: stdin")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="default: stdout")] = None,
     beam: Beam = None,
@@ -158,8 +167,8 @@ def _decoding(
 
 def _translator(
     engine: Engine,
-    run: Path,
-    checkpoint: str,
+    runs: list[Path],
+    checkpoints: list[str] | None,
     device: Device | None,
     threads: int | None,
     alignments: Path | None,
@@ -171,9 +180,16 @@ def _translator(
 
     where, count = device_name(device), use_threads(threads)
     if engine is Engine.torch:
-        return Translator.load(run, checkpoint, where, threads=count, int8=int8, **options)
+        return Translator.load(
+            runs, checkpoints or "best", where, threads=count, int8=int8, **options
+        )
     from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
 
+    if len(runs) > 1:
+        raise UserError(
+            "--engine ctranslate2 decodes one exported model, not an ensemble; decode an "
+            "ensemble of run directories with --engine torch"
+        )
     if int8:
         raise UserError(
             "--int8 quantizes a run's model as it loads; an exported model has its weight "
@@ -184,12 +200,12 @@ def _translator(
             "--alignments needs attention weights, which CTranslate2 does not "
             "return here; use --engine torch with the run directory"
         )
-    if checkpoint != "best":
+    if checkpoints not in (None, ["best"]):
         raise UserError(
             "an exported model holds one checkpoint; pick it when exporting "
             "(seq2seq export --checkpoint) and leave out --checkpoint here"
         )
-    return CTranslate2Translator.load(run, where or "cpu", threads=count, **options)
+    return CTranslate2Translator.load(runs[0], where or "cpu", threads=count, **options)
 
 
 @app.command()
@@ -213,14 +229,14 @@ def export(
 @app.command()
 def evaluate(
     ref: Annotated[Path, typer.Option("--ref", help="reference translations, one per line")],
-    run: Annotated[Path | None, typer.Option("--run", help="a trained run directory")] = None,
+    run: Runs = None,
     src: Annotated[
         Path | None, typer.Option("--src", help="source sentences, one per line (with --run)")
     ] = None,
     hyp: Annotated[
         Path | None, typer.Option("--hyp", help="score this translation instead (no model)")
     ] = None,
-    checkpoint: Checkpoint = "best",
+    checkpoint: Checkpoints = None,
     beam: Beam = None,
     length_penalty: LengthPenalty = None,
     no_repeat_ngram: NoRepeatNgram = None,
@@ -239,12 +255,12 @@ def evaluate(
     if not references:
         raise UserError(f"{ref} is empty: nothing to score; give one reference per line")
     if hyp is not None:
-        if run is not None or src is not None:
+        if run or src is not None:
             raise UserError("--hyp scores a translation as it is; drop --run and --src")
         if int8:
             raise UserError("--hyp scores a translation as it is: nothing decodes; drop --int8")
         hypotheses = _read_lines(hyp)
-    elif run is None or src is None:
+    elif not run or src is None:
         raise UserError("pass --run RUN and --src FILE to translate, or --hyp FILE to score")
     else:
         sources = _read_lines(src)

@@ -305,7 +305,7 @@ MAX_BEAM = 256
 
 
 # When beam search ends a sentence (decode.stopping; seq2seq.decode.search).
-Stopping = Literal["early", "exact"]
+Stopping = Literal["beam", "early", "exact"]
 
 
 class DecodeConfig(Section):
@@ -315,7 +315,11 @@ class DecodeConfig(Section):
         5, le=MAX_BEAM, description="beam size; 1 is greedy search (time and memory grow with it)"
     )
     length_penalty: float = Field(
-        1.0, ge=0, le=10, description="GNMT alpha: score = log P / ((5 + length) / 6) ** alpha"
+        1.0,
+        ge=0,
+        le=10,
+        description="alpha: score = log P / length ** alpha (the length counts EOS; as "
+        "CTranslate2's); 0: log P",
     )
     min_len: int = Field(1, ge=0, description="output tokens before EOS is allowed")
     max_len_ratio: float = Field(
@@ -328,11 +332,11 @@ class DecodeConfig(Section):
         "on a GPU (whose step costs about the same for many sentences as for a few)",
     )
     stopping: Stopping = Field(
-        "early",
-        description="when a sentence's beam search ends: early, once no open hypothesis "
-        "would beat the n best finished if it ended next (as most toolkits; 1.4-1.6x faster "
-        "at beam 5); exact, once none could even at the longest allowed length (at most 256 "
-        "pieces under exact)",
+        "beam",
+        description="when a sentence's beam search ends: beam, once `beam` hypotheses have "
+        "finished (as CTranslate2 and fairseq); early, once no open hypothesis would beat "
+        "the n best finished if it ended next; exact, once none could even at the longest "
+        "allowed length (at most 256 pieces under exact)",
     )
     no_repeat_ngram: int = Field(
         0,

@@ -2,9 +2,9 @@
 same line handling as `Translator` (`LineTranslator`), so `seq2seq translate --engine
 ctranslate2` reads and writes exactly what the PyTorch engine does.
 
-Two differences in the search itself: CTranslate2 normalises a hypothesis's score by
-length ** length_penalty, where this project's beam search divides by the GNMT penalty
-((5 + length) / 6) ** length_penalty (they rank alike with length_penalty 0), and it
+The search is the one of `search.beam_search` with `stopping: beam` (CTranslate2's is the
+model for it), but for a step that forbids tokens (CTranslate2 renormalises it) and the
+length limit (CTranslate2 ends a hypothesis there without EOS): docs/decoding.md. It
 returns no attention (`Translation.attention` is empty; word alignments need the PyTorch
 engine). A target prefix is its `target_prefix`, whose pieces its scores leave out.
 """

@@ -5,8 +5,8 @@ For a source x and a reference y_1 .. y_n (then EOS = y_{n+1}):
     log P(y | x) = sum_{t=1}^{n+1} log p(y_t | y_<t, x)
 
 reported with its length in tokens n + 1, per token (log P / (n + 1)) and normalised as the
-beam search ranks hypotheses (log P / lp(n + 1), the GNMT penalty of `search`), so that a
-search's hypothesis scores here what the search said. One teacher-forced pass per batch,
+beam search ranks hypotheses (log P / lp(n + 1), the length penalty of `search`), so that
+a search's hypothesis scores here what the search said. One teacher-forced pass per batch,
 as in training; how corpora are filtered and n-best lists reranked.
 """
 
@@ -45,8 +45,7 @@ class ForcedScore:
 def forced_log_probs(model: Seq2Seq, batch: Batch, lengths: list[int]) -> Tensor:
     """(B,) log P(target + EOS | source) of each pair of a batch with targets, whose
     `lengths` count target pieces + EOS (by length, not by PAD: an output may hold PAD's id)."""
-    logits = model(batch.src, batch.src_mask, batch.tgt_in)
-    log_probs = logits.float().log_softmax(-1)
+    log_probs = model.log_probs(batch.src, batch.src_mask, batch.tgt_in)
     picked = log_probs.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1)
     steps = torch.arange(picked.size(1), device=picked.device)
     real = steps < torch.tensor(lengths, device=picked.device).unsqueeze(1)
@@ -62,8 +61,8 @@ def score_pairs(
     progress: bool = False,
 ) -> list[ForcedScore]:
     """The `ForcedScore` of each line-aligned pair (a blank side is scored as the empty
-    sentence it is), with the GNMT `alpha`, in batches of about `batch_tokens` padded
-    tokens per side; sources are cut as translation cuts them."""
+    sentence it is), with the length penalty's `alpha`, in batches of about `batch_tokens`
+    padded tokens per side; sources are cut as translation cuts them."""
     if len(sources) != len(references):
         raise UserError(
             f"{len(sources)} source lines but {len(references)} reference lines; "

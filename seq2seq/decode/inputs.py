@@ -86,13 +86,28 @@ def check_option_kinds(model: type[BaseModel], changes: dict[str, Any]) -> None:
             raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
 
 
-def check_load_arguments(run_dir: Any, checkpoint: Any, device: Any, int8: Any) -> None:
-    """`Translator.load`'s run directory and checkpoint are paths or names, its device a
-    name (its value is `pick_device`'s to check), int8 a bool."""
+def check_load_arguments(
+    run_dir: Any, checkpoint: Any, device: Any, int8: Any
+) -> tuple[list[str | os.PathLike], list[str]]:
+    """`Translator.load`'s run directory and checkpoint are paths or names, or lists of
+    them (an ensemble), its device a name (its value is `pick_device`'s to check), int8 a
+    bool; the run directories and checkpoints come back as lists."""
     if not isinstance(int8, bool):
         raise TypeError(f"int8 must be True or False, not {type(int8).__name__}")
-    for name, value in (("run_dir", run_dir), ("checkpoint", checkpoint)):
-        if not isinstance(value, str | os.PathLike):
-            raise TypeError(f"{name} must be a str or a path, not {type(value).__name__}")
+    runs, checkpoints = _one_or_more(run_dir, "run_dir"), _one_or_more(checkpoint, "checkpoint")
     if device is not None and not isinstance(device, str):
         raise TypeError(f"device must be 'cpu', 'cuda' or 'auto', not {type(device).__name__}")
+    return runs, [str(c) for c in checkpoints]
+
+
+def _one_or_more(value: Any, name: str) -> list[str | os.PathLike]:
+    """A str or path, or a non-empty list or tuple of them, as a list."""
+    values = list(value) if isinstance(value, list | tuple) else [value]
+    if not values:
+        raise UserError(f"{name} is empty; give one or more (several: an ensemble)")
+    for one in values:
+        if not isinstance(one, str | os.PathLike):
+            raise TypeError(
+                f"{name} must be a str or a path, or a list of them, not {type(one).__name__}"
+            )
+    return values

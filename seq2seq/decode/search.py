@@ -2,22 +2,24 @@
 
 The B sentences x K beams of a batch are B*K rows of one decoder batch (the first step,
 from BOS alone, has one row per sentence), which share their sentence's encoded source
-(`Memory.beam`). At each step every live row proposes its V continuations; each sentence
-keeps the K best of its K*V by summed log-probability. A continuation that ends in EOS
-is finished: it is scored with the GNMT length penalty (Wu et al., 2016),
+(`Memory.beam`). At each step every live row proposes its V continuations, and each
+sentence takes the 2K best of its K*V by summed log-probability. Those of the K best
+that end in EOS are finished, scored with the length penalty
 
-    score = log P(y) / lp(y),  lp(y) = ((5 + |y|) / 6) ** alpha  (|y| counts the EOS),
+    score = log P(y) / lp(y),  lp(y) = |y| ** alpha  (|y| counts the EOS),
 
-and its beam slot closes, so the beam narrows as hypotheses finish (with K = 1 this is
-greedy search exactly). A sentence is done when no slot is open, or when it has its
-n-best finished and no open hypothesis can still beat them. Log-probabilities only fall,
-so an open one scores at most log P / lp(longest allowed length): the `exact` stopping
-rule waits until none can beat them even there. The `early` one (the default, as in most
-toolkits) stops once none would if it ended at the next step, log P / lp(|y| + 1); with
-alpha = 0 the two are one rule, and for alpha > 0 `early` may miss a hypothesis that
-would only win by growing much longer. Rows reorder their
-decoder state by index (`index_select`); done sentences leave the batch at once;
-finished hypotheses are read back through back-pointers at the end.
+and the K best that do not end are the next step's K open hypotheses, so the beam stays
+K wide (CTranslate2's and fairseq's search; with K = 1, greedy search exactly: it ends at
+its first EOS). Log-probabilities only fall, so an open hypothesis scores at most
+log P / lp(longest allowed length), and a sentence is done by its stopping rule: `exact`
+once no open hypothesis could beat the n best finished even there; `early` once none
+would if it ended at the next step, log P / lp(|y| + 1); `beam` (the default, as in
+CTranslate2 and fairseq) once K hypotheses have finished (for alpha > 0), or sooner
+where `exact` would stop. With alpha = 0 the three are one rule; for alpha > 0 `early`
+may miss a hypothesis that would only win by growing much longer, and `beam` one that
+would finish after K others. Rows reorder their decoder state by index
+(`index_select`); done sentences leave the batch at once; finished hypotheses are read
+back through back-pointers at the end.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def output_limits(src_lengths: Tensor, ratio: float, offset: int) -> Tensor:
 
 
 def length_penalty(lengths: Tensor | float, alpha: float) -> Tensor | float:
-    return ((5.0 + lengths) / 6.0) ** alpha
+    return lengths**alpha
 
 
 @torch.inference_mode()
@@ -71,7 +73,7 @@ def beam_search(
     alpha: float = 0.0,
     min_length: int = 0,
     attention: bool = True,
-    stopping: Stopping = "early",
+    stopping: Stopping = "beam",
     no_repeat_ngram: int = 0,
     sampler: Sampler | None = None,
     prefixes: Prefixes | None = None,
@@ -87,8 +89,7 @@ def beam_search(
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
-    if stopping == "exact":
-        max_lengths = max_lengths.clamp(max=EXACT_LONGEST)
+    max_lengths = max_lengths.clamp(max=EXACT_LONGEST) if stopping == "exact" else max_lengths
     beams = _first_beams(model, src, src_mask, max_lengths, bos_id, beam, nbest, alpha, prefixes)
     beams.history = src.new_empty(src.size(0), 0) if no_repeat_ngram else None
     trail = _Trail([], [], [], [])
@@ -98,15 +99,17 @@ def beam_search(
         step = beams.decode(model, attention)
         log_probs = beams.allowed(step, t, t < min_length, eos_id, no_repeat_ngram)
         top_scores, origin, token = _choose(beams, log_probs, t, beam, sampler)
-        ends = (token == eos_id).view_as(top_scores) & top_scores.isfinite()
-        beams.best_finished = _record_finished(finished, beams, top_scores, ends, t, alpha)
-        beams.scores = top_scores.masked_fill(ends, float("-inf"))
+        at_eos = (token == eos_id).view_as(top_scores)
+        _record_finished(finished, beams, top_scores, at_eos, beam, t, alpha)
         trail.append(token, origin, step.attention if attention else None, previous_slots)
+        beams.scores, slots = _open_slots(top_scores, at_eos, beam)
         done = beams.done(t, alpha, stopping)
         all_done, any_done = torch.stack([done.all(), done.any()]).tolist()  # one read
         if all_done:
             break
-        beams, previous_slots = _next_beams(beams, step.state, origin, token, done, any_done, beam)
+        beams, previous_slots = _next_beams(
+            beams, step.state, origin, token, slots, done, any_done, beam
+        )
     return trail.read_back(finished, src_mask, nbest)
 
 
@@ -123,6 +126,7 @@ class _Beams:
     max_lengths: Tensor  # (A,) its output cap, EOS included
     longest: Tensor  # (A,) lp(its cap): the denominator of the bound in `done`
     best_finished: Tensor  # (A, nbest) the n best finished scores so far, best first
+    count: Tensor  # (A,) how many hypotheses have finished so far
     # (A, K) summed log-probabilities of the open slots (K = 1 before the first step);
     # -inf: closed or unused
     scores: Tensor
@@ -163,14 +167,18 @@ class _Beams:
 
     def done(self, t: int, alpha: float, stopping: Stopping) -> Tensor:
         """(A,) whether each sentence is done after step `t`: no open slot can beat its
-        n-th best finished, at the longest allowed length (`exact`) or if it ended at the
-        next step (`early`), where it has t + 2 tokens with the EOS."""
-        if stopping == "exact":
-            longest = self.longest.unsqueeze(1)
-        else:
+        n-th best finished, at the longest allowed length (`exact`; `beam`, which for
+        alpha > 0 also stops once K hypotheses have finished) or if it ended at the next
+        step (`early`), where it has t + 2 tokens with the EOS."""
+        if stopping == "early":
             longest = length_penalty(t + 2.0, alpha)
+        else:
+            longest = self.longest.unsqueeze(1)
         bound = (self.scores / longest).amax(dim=1)
-        return bound <= self.best_finished[:, -1]  # also when no slot is open: -inf <= x
+        beaten = bound <= self.best_finished[:, -1]  # also when no slot is open: -inf <= x
+        if stopping == "beam" and alpha > 0:  # with alpha = 0 the bound is exact and cheap
+            return beaten | (self.count >= self.width)
+        return beaten
 
     def keep(self, index: Tensor, rows: Tensor) -> _Beams:
         """Only the sentences at `index` (A',), whose rows are `rows` (A'*K,)."""
@@ -179,6 +187,7 @@ class _Beams:
             self.max_lengths[index],
             self.longest[index],
             self.best_finished[index],
+            self.count[index],
             self.scores[index],
             self.memory.index_select(index),
             self.state,
@@ -212,6 +221,7 @@ def _first_beams(
         max_lengths=max_lengths,
         longest=length_penalty(max_lengths.float(), alpha),
         best_finished=torch.full((batch, nbest), float("-inf"), device=device),
+        count=torch.zeros(batch, dtype=torch.long, device=device),
         scores=torch.zeros(batch, 1, device=device),
         memory=memory,
         state=model.init_state(memory),
@@ -240,17 +250,18 @@ def _mask_eos_and_limits(log_probs: Tensor, at_cap: Tensor, too_short: bool, eos
 def _choose(
     beams: _Beams, log_probs: Tensor, t: int, beam: int, sampler: Sampler | None
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Each sentence's slots for step `t`: its `beam` best continuations (`_expand`), or
-    the sampler's draws."""
+    """Each sentence's candidates for step `t`: its 2K best continuations (`_expand`; at
+    most K end, one per row, so K that go on are among them), its one best in greedy
+    search, or the sampler's K draws."""
     if sampler is None:
-        return _expand(beams.scores, log_probs, beam)
+        return _expand(beams.scores, log_probs, 2 * beam if beam > 1 else 1)
     return sampler.expand(beams.scores, log_probs, beams.sentences, t, beam)
 
 
 def _expand(scores: Tensor, log_probs: Tensor, beam: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Each sentence's K = `beam` best continuations of its W*V (W rows each): their summed
-    log-probabilities (A, K), best first, and for each new slot (A*K,) the row it extends
-    and its token. `log_probs` (A*W, V) becomes the candidates' scores, in place."""
+    """Each sentence's `beam` best continuations of its W*V (W rows each): their summed
+    log-probabilities (A, beam), best first, and for each candidate (A*beam,) the row it
+    extends and its token. `log_probs` (A*W, V) becomes the candidates' scores, in place."""
     active, width = scores.shape
     vocab = log_probs.size(-1)
     candidates = log_probs.add_(scores.view(-1, 1)).view(active, width * vocab)
@@ -269,15 +280,20 @@ def _record_finished(
     finished: list[list[tuple[float, int, int]]],
     beams: _Beams,
     top_scores: Tensor,
-    ends: Tensor,
+    at_eos: Tensor,
+    beam: int,
     t: int,
     alpha: float,
-) -> Tensor:
-    """Add the slots that `ends` (A, K) at step `t` to their sentence's `finished` as
-    (score, step, slot), score = log P / lp(t + 1); return the updated n best scores."""
+) -> None:
+    """Add the candidates (A, C) that finish at step `t`, those among the K = `beam` best
+    that end in EOS (`at_eos`), to their sentence's `finished` as (score, step, slot),
+    score = log P / lp(t + 1), to `beams.count` and to `beams.best_finished`. An EOS below
+    the K best does not finish, as in CTranslate2: K better candidates go on."""
+    ends = at_eos & top_scores.isfinite()
+    ends[:, beam:] = False
     ended = ends.nonzero()  # the step's one wait for the device, where none ends too
     if not len(ended):
-        return beams.best_finished
+        return
     lengths = torch.full_like(top_scores, t + 1.0)
     final = torch.where(ends, top_scores / length_penalty(lengths, alpha), -torch.inf)
     width = top_scores.size(1)
@@ -286,7 +302,22 @@ def _record_finished(
     for sentence, score, slot in zip(*read.tolist(), strict=True):
         finished[int(sentence)].append((score, t, int(slot)))
     nbest = beams.best_finished.size(1)
-    return torch.cat([beams.best_finished, final], dim=1).topk(nbest, dim=1).values
+    beams.best_finished = torch.cat([beams.best_finished, final], dim=1).topk(nbest, dim=1).values
+    beams.count = beams.count + ends.sum(dim=1)
+
+
+def _open_slots(top_scores: Tensor, at_eos: Tensor, beam: int) -> tuple[Tensor, Tensor | None]:
+    """The next step's K = `beam` slots of each sentence, from its C candidates (A, C): the
+    best that do not end in EOS, at their summed log-probabilities (A, K; -inf: closed),
+    and the candidate each one is (A*K,), an index into the step's A*C; None where the
+    candidates are the slots (samples, greedy search)."""
+    scores = top_scores.masked_fill(at_eos, float("-inf"))
+    active, width = scores.shape
+    if width == beam:
+        return scores, None
+    scores, index = scores.topk(beam, dim=1)
+    first = (torch.arange(active, device=scores.device) * width).unsqueeze(1)
+    return scores, (index + first).view(-1)
 
 
 def _next_beams(
@@ -294,17 +325,21 @@ def _next_beams(
     state: DecoderState,
     origin: Tensor,
     token: Tensor,
+    slots: Tensor | None,
     done: Tensor,
     any_done: bool,
     beam: int,
 ) -> tuple[_Beams, Tensor | None]:
-    """The beams for the next step (K = `beam` rows per sentence), and the rows kept (None:
-    all of them).
+    """The beams for the next step (K = `beam` rows per sentence), whose rows go on from
+    the step's candidates (`origin`, `token`) that `slots` names (None: all of them), and
+    the slot of each row (`_Trail.previous_slots`).
 
     The `done` sentences leave the batch at once: a row costs a step of the whole decoder,
     leaving costs a gather of their memory, and their rows' state moves with the reorder
     that beams do anyway (`_Beams.keep`).
     """
+    if slots is not None:
+        origin, token = origin[slots], token[slots]
     # With one beam every slot extends its own row: nothing to move.
     origins = origin if beam > 1 else None
     memory = beams.memory if beams.memory.beam == beam else beams.memory.widened(beam)
@@ -313,10 +348,10 @@ def _next_beams(
         history = torch.cat([history[origin], token.unsqueeze(1)], dim=1)
     beams = replace(beams, memory=memory, state=state, origins=origins, prev=token, history=history)
     if not any_done:
-        return beams, None
+        return beams, slots
     kept = (~done).nonzero().squeeze(1)
     rows = _rows_of(kept, beams.width)
-    return beams.keep(kept, rows), rows
+    return beams.keep(kept, rows), rows if slots is None else slots[rows]
 
 
 def _rows_of(sentences: Tensor, width: int) -> Tensor:
@@ -330,11 +365,13 @@ class _Trail:
 
     # Kept where the search computes them, and read back once at the end: a copy per step
     # would make a GPU's host wait for the device at every step.
+    # A step's slots are its candidates, C per sentence (`_choose`): the finished ones
+    # and those the next step's rows extend.
     tokens: list[Tensor]  # (slots,) the token of each slot
     origins: list[Tensor]  # (slots,) the input row each slot extends
     weights: list[Tensor | None]  # (input rows, [heads,] S) attention of each input row
     # (input rows,) each input row's slot at the step before; None: the same index, as no
-    # sentence left the batch in between
+    # sentence left the batch and each slot went on in its own row (`_next_beams`)
     previous_slots: list[Tensor | None]
 
     def append(

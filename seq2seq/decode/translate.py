@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -13,12 +13,12 @@ import torch
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from seq2seq.checkpoint import RunDir
 from seq2seq.config import DecodeConfig, describe_validation_error
 from seq2seq.data.batching import make_batch, token_batches
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
 from seq2seq.decode.cpu_weights import int8_weights, packed_weights
+from seq2seq.decode.ensemble import Ensemble, load_models
 from seq2seq.decode.forced import ForcedScore, score_pairs
 from seq2seq.decode.inputs import (
     check_line,
@@ -29,7 +29,7 @@ from seq2seq.decode.inputs import (
     check_prefixes,
 )
 from seq2seq.decode.inspection import inspect_attention
-from seq2seq.decode.loading import Origin, load_trained_model, max_source_pieces
+from seq2seq.decode.loading import Origin
 from seq2seq.decode.prefix import (
     Prefix,
     Prefixes,
@@ -232,6 +232,7 @@ class Translator(LineTranslator):
         from seq2seq import Translator
         translator = Translator.load("runs/demo")        # the run's best checkpoint
         translator.translate(["ein kleiner Test"], beam=5)
+        Translator.load(["runs/a", "runs/b"])            # an ensemble (`ensemble.Ensemble`)
     """
 
     def __init__(
@@ -246,35 +247,38 @@ class Translator(LineTranslator):
         super().__init__(tokenizer, decode, max_source, on_gpu=device.type == "cuda")
         self.model = model.to(device).eval()
         self.device = device
-        self.origin = origin  # set by `load`: the run and checkpoint the model comes from
+        # set by `load`: the run and checkpoint the model comes from (an ensemble's first)
+        self.origin = origin
 
     @classmethod
     def load(
         cls,
-        run_dir: str | Path,
-        checkpoint: str = "best",
+        run_dir: str | Path | Sequence[str | Path],
+        checkpoint: str | Sequence[str] = "best",
         device: str | None = None,
         threads: int | None = None,
         int8: bool = False,
         **decode: Any,
     ) -> Translator:
-        """The model of a trained run directory and its tokenizer.
+        """The model of a trained run directory and its tokenizer; of several run
+        directories or checkpoints, their ensemble (`ensemble.load_models` pairs them).
 
         `checkpoint`: best, last, step-N, a .pt file or init (the weights before the first
         update, `initial_model`). `device`: cpu, cuda or auto (default: the run's
-        train.device). `threads`: the CPU threads of this process
-        (`torch.set_num_threads`; default: leave them as they are). On the CPU the linear
-        layers' weights are prepacked for oneDNN (`packed_weights`), or with `int8` made
-        int8 (`int8_weights`; with no `device`, int8 decodes on the CPU whatever the run's
-        device). `decode` sets fields of the run's decode section for every call (beam,
-        length_penalty, min_len, max_len_ratio, max_len_offset, batch_tokens, stopping,
-        no_repeat_ngram); a field given None keeps the run's value.
+        train.device; of an ensemble, its first run's, as for `decode`). `threads`: the CPU
+        threads of this process (`torch.set_num_threads`; default: leave them as they
+        are). On the CPU the linear layers' weights are prepacked for oneDNN
+        (`packed_weights`), or with `int8` made int8 (`int8_weights`; with no `device`, int8
+        decodes on the CPU whatever the run's device). `decode` sets fields of the run's
+        decode section for every call (beam, length_penalty, min_len, max_len_ratio,
+        max_len_offset, batch_tokens, stopping, no_repeat_ngram); a field given None keeps
+        the run's value.
         """
-        check_load_arguments(run_dir, checkpoint, device, int8)
+        runs, checkpoints = check_load_arguments(run_dir, checkpoint, device, int8)
         if threads is not None:
             use_threads(threads)
-        origin, tokenizer, model = load_trained_model(RunDir(Path(run_dir)), str(checkpoint))
-        cfg = origin.config
+        loaded = load_models([Path(run) for run in runs], checkpoints)
+        model, cfg = loaded.model, loaded.origin.config
         decode_cfg = decode_options(cfg.decode, decode)
         target = pick_device(device or ("cpu" if int8 else cfg.train.device))
         if int8:
@@ -286,7 +290,7 @@ class Translator(LineTranslator):
             model = int8_weights(model)
         elif target.type == "cpu":
             model = packed_weights(model)
-        return cls(model, tokenizer, decode_cfg, target, max_source_pieces(cfg), origin)
+        return cls(model, loaded.tokenizer, decode_cfg, target, loaded.max_source, loaded.origin)
 
     def hypotheses(self, lines: list[str], **options: Any) -> list[list[Translation]]:
         with _evaluating(self.model):
@@ -341,6 +345,11 @@ class Translator(LineTranslator):
         "skipped": [line numbers of pairs with a blank side], "sites": {module: ...}}."""
         check_lines(sources, "sources")
         check_lines(references, "references")
+        if isinstance(self.model, Ensemble):
+            raise UserError(
+                "attention diagnostics measure one model, not an ensemble; load one run "
+                "and checkpoint"
+            )
         return inspect_attention(self, sources, references)
 
     def search(

@@ -134,3 +134,8 @@ class Seq2Seq(nn.Module):
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V) for target inputs `tgt_in` (B, T)."""
         raise NotImplementedError
+
+    def log_probs(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced log-probabilities (B, T, V), float32: what the steps of a search
+        give for the same targets (forced scoring reads them)."""
+        return self(src, src_mask, tgt_in).float().log_softmax(-1)
