@@ -195,6 +195,16 @@ def test_every_estimator_learns_to_reverse_and_evaluates_with_its_argmax(arch, h
     assert evaluated() < 0.4 * before
 
 
+def test_the_logits_reach_what_only_the_auxiliary_loss_trains_so_that_ddp_waits_for_it():
+    torch.manual_seed(0)
+    model = hard_model(arch="transformer", estimator="reinforce")
+    mask = padding_mask(torch.tensor([4, 2]), 4)
+    logits = model(torch.randint(4, 13, (2, 4)), mask, torch.randint(4, 13, (2, 3)))
+    weight = model.decoder_layers[0].cross_attention.query_proj.weight
+    (found,) = torch.autograd.grad(logits.sum(), weight, allow_unused=True)
+    assert found is not None and torch.all(found == 0)  # reached, by 0 times the records
+
+
 @pytest.mark.parametrize(
     "arch, hard",
     [

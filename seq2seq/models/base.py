@@ -154,6 +154,19 @@ class Seq2Seq(nn.Module):
             return False
         return any(choice.rule == "reinforce" for choice in choices(self))
 
+    def tied_to_choices(self, logits: Tensor) -> Tensor:
+        """`logits` plus 0 times the records its choices keep for `auxiliary_loss` (the same
+        values). DDP waits for the gradients of the parameters it finds behind the forward's
+        output; without this it would miss those that only that loss reaches (the
+        Transformer's attention under REINFORCE) and fail when they arrive."""
+        if self.choice_loss is None:
+            return logits
+        records = [choice.last for choice in choices(self) if choice.last is not None]
+        if not records:
+            return logits
+        anchor = sum(record.log_prob.sum() + record.entropy.sum() for record in records)
+        return logits + 0 * anchor
+
     def auxiliary_loss(self, logits: Tensor, targets: Tensor) -> Tensor | None:
         """What training adds to the cross-entropy of `logits`, those of the last
         teacher-forced pass, against `targets` (B, T): hard attention's REINFORCE surrogate

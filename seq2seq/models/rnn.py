@@ -228,4 +228,4 @@ class RNNSeq2Seq(Seq2Seq):
                 self.baseline_logits = decoder.output(attentional)
         outputs = torch.cat([step.output for step in steps], dim=1)
         p = torch.stack([step.weights for step in steps], dim=1)
-        return decoder.hard_prediction(memory, outputs, p)[0]
+        return self.tied_to_choices(decoder.hard_prediction(memory, outputs, p)[0])

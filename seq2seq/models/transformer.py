@@ -350,7 +350,7 @@ class TransformerSeq2Seq(Seq2Seq):
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
         memory = self.encode(src, src_mask)
-        logits = self.teacher_forced(memory, tgt_in)
+        logits = self.tied_to_choices(self.teacher_forced(memory, tgt_in))
         if self.needs_soft_baseline():  # its dropout masks are drawn anew
             with torch.no_grad(), attending_softly(self):
                 self.baseline_logits = self.teacher_forced(memory, tgt_in)
