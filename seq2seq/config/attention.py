@@ -105,9 +105,17 @@ class HardAttentionConfig(Section):
             settings.add(f"baseline {self.baseline}")
         return bool(settings & set(self.READ_BY[option]))
 
-    def unread_option(self) -> str | None:
-        """The first option set to other than its default that its estimator and inference
-        rule do not read, as an error; None if there is none."""
+    def for_architecture(self, arch: str) -> HardAttentionConfig:
+        """This section with a null estimator resolved: exact in the RNN, gumbel in the
+        Transformer (which cannot sum over the positions)."""
+        if self.estimator is not None:
+            return self
+        return self.model_copy(update={"estimator": "exact" if arch == "rnn" else "gumbel"})
+
+    def problem(self, arch: str, heads: int) -> str | None:
+        """Why this section cannot be, with `heads` heads in architecture `arch`: an option
+        its estimator and inference rule do not read set to other than its default, or
+        what the architecture cannot compute; None if nothing."""
         fields = type(self).model_fields
         for option in self.READ_BY:
             if getattr(self, option) != fields[option].default and not self.reads(option):
@@ -115,6 +123,18 @@ class HardAttentionConfig(Section):
                     f"{option} is read by {' or '.join(self.READ_BY[option])} only; remove it "
                     "or set that"
                 )
+        if arch == "transformer" and "exact" in (self.estimator, self.inference):
+            which = "estimator" if self.estimator == "exact" else "inference"
+            fix = "reinforce or gumbel" if which == "estimator" else "argmax or k"
+            return (
+                f"{which} exact sums over the positions, which only the RNN can (its next steps "
+                f"read the expected context); in the transformer set {which} {fix}"
+            )
+        if arch == "rnn" and heads > 1:
+            return (
+                f"heads = {heads}: the RNN's hard attention chooses a position of one head; "
+                "set model.attention.heads: 1"
+            )
         return None
 
 

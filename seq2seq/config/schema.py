@@ -198,43 +198,22 @@ class ModelConfig(Section):
 
     @model_validator(mode="after")
     def _hard_attention_fits(self) -> ModelConfig:
-        """Hard attention in `attention` only, its estimator resolved where it is null (exact
-        in the RNN, gumbel in the Transformer), and what the architecture cannot compute
-        refused (docs/attention.md)."""
+        """Hard attention in `attention` only, its estimator resolved for the architecture
+        where it is null, and what the architecture cannot compute refused."""
         if self.arch == "transformer" and self.self_attention.normalizer == "hard":
             raise ValueError(
                 "self_attention.normalizer: hard is not supported (a position chosen there "
                 "reaches every later position and layer); use it in model.attention"
             )
         section = self.attention
-        if section.normalizer != "hard":
-            return self
-        if section.hard.estimator is None:
-            estimator = "exact" if self.arch == "rnn" else "gumbel"
-            hard = section.hard.model_copy(update={"estimator": estimator})
+        if section.normalizer == "hard":
+            hard = section.hard.for_architecture(self.arch)
+            problem = hard.problem(self.arch, self.heads(section))
+            if problem is not None:
+                raise ValueError(f"attention.hard: {problem}")
             # A new section, not the given one changed: a caller may share that one.
-            self.attention = section = section.model_copy(update={"hard": hard})
-        problem = section.hard.unread_option() or self._hard_problem(section)
-        if problem is not None:
-            raise ValueError(f"attention.hard: {problem}")
+            self.attention = section.model_copy(update={"hard": hard})
         return self
-
-    def _hard_problem(self, section: AttentionConfig) -> str | None:
-        """What this architecture cannot compute of a hard attention section, or None."""
-        hard = section.hard
-        if self.arch == "transformer" and "exact" in (hard.estimator, hard.inference):
-            which = "estimator" if hard.estimator == "exact" else "inference"
-            fix = "reinforce or gumbel" if which == "estimator" else "argmax or k"
-            return (
-                f"{which} exact sums over the positions, which only the RNN can (its next steps "
-                f"read the expected context); in the transformer set {which} {fix}"
-            )
-        if self.arch == "rnn" and self.heads(section) > 1:
-            return (
-                f"heads = {self.heads(section)}: the RNN's hard attention chooses a position "
-                "of one head; set model.attention.heads: 1"
-            )
-        return None
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelConfig:
