@@ -114,9 +114,11 @@ def test_every_diagnostic_is_reported_per_head_and_averaged(normalizer):
     torch.manual_seed(5)
     query, keys = torch.randn(2, 3, 8), torch.randn(2, 4, 8)
     found = measure("multihead", query, keys, [4, 3], [3, 2], heads=2, normalizer=normalizer)
-    # Support sizes where weights can be exactly 0; entmax's learned alpha per head.
+    # Support sizes where weights can be exactly 0; entmax's learned alpha per head; no
+    # learning signal without REINFORCE.
     sparse = {"support", "zeros"}
-    expected = set(DIAGNOSTICS) - sparse if normalizer == "softmax" else {*DIAGNOSTICS, "alpha"}
+    every = set(DIAGNOSTICS) - {"reinforce_var"}
+    expected = every - sparse if normalizer == "softmax" else {*every, "alpha"}
     assert found["heads"] == 2 and set(found["per_head"]) == expected
     for name, values in found["per_head"].items():
         pooled = max(values) if name == "energy_max_abs" else sum(values) / 2

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from seq2seq.attention.hard import PositionChoice
 from seq2seq.attention.normalizers import Normalizer, build_normalizer
 from seq2seq.config import ATTENTION_TYPES, AttentionConfig
 
@@ -127,6 +128,8 @@ class Attention(nn.Module):
     # False for wrappers that leave normalizing to the module they wrap (multi-head).
     normalizes: ClassVar[bool] = True
     normalizer: Normalizer | None
+    # Hard attention (`normalizer: hard`): what chooses positions from the weights.
+    choice: PositionChoice | None
     # Set only while diagnostics are measured: then `attend` shows it each call's inputs.
     recorder: AttentionRecorder | None = None
 
@@ -141,11 +144,22 @@ class Attention(nn.Module):
         self.query_dim = query_dim
         self.key_dim = key_dim
         self.normalizer = build_normalizer(cfg) if self.normalizes else None
+        hard = self.normalizes and cfg.normalizer == "hard"
+        self.choice = PositionChoice(cfg.hard, cfg.heads or 1) if hard else None
+
+    @property
+    def fusable(self) -> bool:
+        """Whether PyTorch's fused attention computes its context: softmax weights, taken
+        as they are (no hard choice)."""
+        return self.normalizer.fusable and self.choice is None
 
     @property
     def graph_safe(self) -> bool:
-        """Whether a CUDA graph can capture it: its normalizer reads nothing on the host."""
-        return self.normalizer is None or self.normalizer.graph_safe
+        """Whether a CUDA graph can capture it: its normalizer reads nothing on the host,
+        and it makes no hard choice (whose records for the loss outlive the pass: capture
+        is not verified with them, so such a model trains op by op)."""
+        safe = self.normalizer is None or self.normalizer.graph_safe
+        return safe and self.choice is None
 
     def prepare_keys(self, keys: Tensor) -> Tensor:
         """Key-side work that does not depend on the query (e.g. W k), batch-first.
@@ -214,17 +228,21 @@ class Attention(nn.Module):
         """`forward` with keys and values already through `prepare_keys`/`prepare_values`.
 
         `need_weights=False` lets a type skip forming the weights (scaled-dot then runs
-        the fused `F.scaled_dot_product_attention`); the context is the same.
+        the fused `F.scaled_dot_product_attention`); the context is the same. Hard
+        attention's weights are its choice's (`hard.PositionChoice`).
         """
         if self.recorder is not None:
             self.recorder.observe(self, query, prepared_keys, mask, positions)
         _, weights = self.energies_and_weights(query, prepared_keys, mask, positions)
+        if self.choice is not None:
+            weights = self.choice(weights)
         return AttentionOutput(torch.bmm(weights, prepared_values), weights)
 
     def energies_and_weights(
         self, query: Tensor, prepared_keys: Tensor, mask: Tensor, positions: Tensor | None
     ) -> tuple[Tensor, Tensor]:
-        """The energies score(q, k) (B, Tq, Tk), before masking, and the weights."""
+        """The energies score(q, k) (B, Tq, Tk), before masking, and the weights (hard
+        attention: the distribution its choice draws from)."""
         allowed = self.allowed(query, mask, positions)
         energies = self.score(query, prepared_keys)
         weights = self.normalizer(energies.masked_fill(~allowed, float("-inf")))

@@ -1,4 +1,4 @@
-"""Attention diagnostics: what every attention module of a model does with its softmax.
+"""Attention diagnostics: what every attention module of a model does with its weights.
 
 `measure_attention(model, batches)` runs the teacher-forced pass over `batches` with a
 recorder on each attention module (a *site*) and returns, per site, each diagnostic of
@@ -7,7 +7,8 @@ queries (not padding) count, and only real keys enter each query's statistics.
 
 A recorder recomputes the energies and weights beside the module's own computation
 (`Attention.energies_and_weights`), so measuring changes no result, consumes no random
-numbers and works whether or not the module forms its weights (fused paths).
+numbers and works whether or not the module forms its weights (fused paths). Hard
+attention's weights w are there its position distribution p, not the positions chosen.
 
 Per query q with weights w over its n real keys and energies e (before the softmax):
 
@@ -22,11 +23,15 @@ Per query q with weights w over its n real keys and energies e (before the softm
     sink_mass      w at the last real key: the source's EOS   (sites whose keys are the source)
     support        #{k : w_k > 0}                             (sparse normalizers)
     zeros          #{k : w_k = 0} / n                         (sparse normalizers)
+    reinforce_var  Var(A) over the real target tokens, A = r - b REINFORCE's learning
+                   signal of one draw each (`Seq2Seq.learning_signal`, from a generator of
+                   its own)                   (sites over the source of a REINFORCE model)
 
-Each is averaged over real queries (key_norm: over real keys) per head; the site's value
-is the mean over heads (energy_max_abs: the maximum); a learned scale with a value per
-head (entmax's alpha) reports its mean, and each head's. A value with nothing to average
-(no query with two keys, say) is NaN, and a NaN or infinity is kept as such.
+Each is averaged over real queries (key_norm: over real keys; reinforce_var: its variance
+over them) per head; the site's value is the mean over heads (energy_max_abs: the
+maximum); a learned scale with a value per head (entmax's alpha) reports its mean, and
+each head's. A value with nothing to average (no query with two keys, say) is NaN, and a
+NaN or infinity is kept as such.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class Observation:
     keys: Tensor | None  # (B, H, Tk, d) as scored
     sink: bool  # whether the last real key is the source's EOS
     sparse: bool  # whether the normalizer gives exact zeros (all but softmax)
+    signal: Tensor | None  # (B, 1, Tq) REINFORCE's learning signal at the queries, or None
 
     @property
     def real_keys(self) -> Tensor:
@@ -77,7 +83,8 @@ Measure = Callable[[Observation], tuple[Tensor, Tensor] | None]
 class Diagnostic:
     heading: str  # its column in `seq2seq inspect`'s table
     measure: Measure
-    reduce: Literal["mean", "max"] = "mean"
+    # Over the counted queries: their mean, largest value, or variance.
+    reduce: Literal["mean", "max", "variance"] = "mean"
 
 
 def _entropy(o: Observation) -> Tensor:
@@ -144,6 +151,11 @@ DIAGNOSTICS: dict[str, Diagnostic] = {
     "sink_mass": Diagnostic("sink", _sink),
     "support": Diagnostic("supp", _support),
     "zeros": Diagnostic("w=0", _zeros),
+    "reinforce_var": Diagnostic(
+        "A var",
+        lambda o: None if o.signal is None else (o.signal.expand(*o.weights.shape[:3]), o.queries),
+        "variance",
+    ),
 }
 
 
@@ -184,20 +196,26 @@ class SiteRecorder:
 
     site: Site
     real: dict[Side, Tensor] = field(default_factory=dict)  # (B, T) real positions per side
+    # (B, T) REINFORCE's learning signal at the target positions, for a site over the source
+    signal: Tensor | None = None
     step: int = 0  # the next target step, for decoders that attend a step at a time
-    sums: dict[str, list[Tensor]] = field(default_factory=dict)  # name -> [value, count]
+    # name -> [value, count], and the sum of squares for a variance
+    sums: dict[str, list[Tensor]] = field(default_factory=dict)
 
-    def start_batch(self, real: dict[Side, Tensor]) -> None:
+    def start_batch(self, real: dict[Side, Tensor], signal: Tensor | None) -> None:
         self.real, self.step = real, 0
+        over_source = (self.site.queries, self.site.keys) == ("target", "source")
+        self.signal = signal if over_source else None
 
-    def real_queries(self, steps: int) -> Tensor:
-        real = self.real[self.site.queries]
-        if steps == real.size(1):
-            return real
+    def query_positions(self, steps: int) -> slice:
+        """The positions of its queries' side that a call with `steps` queries holds: all of
+        them, or the next step of a decoder that attends one step at a time."""
+        if steps == self.real[self.site.queries].size(1):
+            return slice(None)
         if steps != 1:
             raise ValueError(f"{self.site.name}: {steps} queries fit no side of the batch")
         self.step += 1
-        return real[:, self.step - 1 : self.step]
+        return slice(self.step - 1, self.step)
 
     def observe(
         self,
@@ -212,6 +230,8 @@ class SiteRecorder:
         def split(x: Tensor) -> Tensor:
             return x.reshape(x.size(0) // heads, heads, *x.shape[1:])
 
+        at = self.query_positions(query.size(1))
+        signal = None if self.signal is None else self.signal[:, at].unsqueeze(1)
         with torch.no_grad():
             energies, weights = attention.energies_and_weights(
                 query, prepared_keys, mask, positions
@@ -221,11 +241,12 @@ class SiteRecorder:
                 energies=split(energies.float()),
                 weights=split(weights.float()),
                 keys_mask=split(mask)[:, :1].expand(-1, 1, query.size(1), -1),
-                queries=self.real_queries(query.size(1)).unsqueeze(1),
+                queries=self.real[self.site.queries][:, at].unsqueeze(1),
                 query=None if scored_query is None else split(scored_query.float()),
                 keys=None if scored_keys is None else split(scored_keys.float()),
                 sink=self.site.keys == "source",
                 sparse=attention.normalizer.sparse,
+                signal=signal,
             )
             for name, diagnostic in DIAGNOSTICS.items():
                 measured = diagnostic.measure(observation)
@@ -233,30 +254,36 @@ class SiteRecorder:
                     self.add(name, diagnostic, *measured)
 
     def add(self, name: str, diagnostic: Diagnostic, values: Tensor, counted: Tensor) -> None:
-        """Fold (B, H, N) values, where counted, into per-head totals (H,)."""
+        """Fold (B, H, N) values, where counted, into per-head totals (H,): [largest or sum,
+        count], and the sum of squares for a variance."""
         counted = counted.expand_as(values)
+        kept = values.masked_fill(~counted, 0)
         if diagnostic.reduce == "max":
-            total = values.masked_fill(~counted, -math.inf).amax((0, 2))
+            sums = [values.masked_fill(~counted, -math.inf).amax((0, 2))]
         else:
-            total = values.masked_fill(~counted, 0).sum((0, 2))
-        count = counted.sum((0, 2))
+            sums = [kept.sum((0, 2))]
+        sums.append(counted.sum((0, 2)))
+        if diagnostic.reduce == "variance":
+            sums.append((kept**2).sum((0, 2)))
         if name in self.sums:
-            before, seen = self.sums[name]
-            total = torch.maximum(before, total) if diagnostic.reduce == "max" else before + total
-            count = seen + count
-        self.sums[name] = [total, count]
+            before = self.sums[name]
+            first = torch.maximum if diagnostic.reduce == "max" else torch.add
+            sums = [first(before[0], sums[0]), *map(torch.add, before[1:], sums[1:])]
+        self.sums[name] = sums
 
     def report(self) -> dict:
         """{"heads": H, "queries", "keys", "mean": {name: value}, "per_head": {name: [...]}}:
         per_head only for more than one head; learned scales join the means."""
         per_head: dict[str, list[float]] = {}
         mean: dict[str, float] = {}
-        for name, (total, count) in self.sums.items():
+        for name, (total, count, *squares) in self.sums.items():
             if DIAGNOSTICS[name].reduce == "max":
                 values = torch.where(count > 0, total, math.nan)
                 mean[name] = _number(values.max())
             else:
                 values = total / count  # 0 / 0 is NaN: nothing was counted
+                if squares:  # the variance: E[x^2] - E[x]^2
+                    values = squares[0] / count - values**2
                 mean[name] = _number(values.mean())
             per_head[name] = [_number(v) for v in values]
         module = self.site.module
@@ -275,16 +302,32 @@ def _number(value: Tensor) -> float:
 
 
 @contextmanager
-def recording(model: nn.Module) -> Iterator[list[SiteRecorder]]:
-    """Recorders on every attention site of `model` for the duration of the block."""
-    recorders = [SiteRecorder(site) for site in attention_sites(model)]
+def listening(recorders: list[SiteRecorder]) -> Iterator[None]:
+    """Each recorder on its site's module for the duration of the block."""
     for recorder in recorders:
         recorder.site.module.recorder = recorder
     try:
-        yield recorders
+        yield
     finally:
         for recorder in recorders:
             del recorder.site.module.recorder  # back to the class's None
+
+
+# Seeds the generator that REINFORCE's learning signal draws from while it is measured.
+SIGNAL_SEED = 0
+
+
+def _learning_signals(model: nn.Module) -> Callable[[Batch], Tensor | None]:
+    """A batch -> REINFORCE's learning signal of the model (`Seq2Seq.learning_signal`),
+    drawn from a generator of its own seeded with SIGNAL_SEED, or None where it has none
+    (a model not trained by REINFORCE, a bare module under test)."""
+    learning_signal = getattr(model, "learning_signal", None)
+    if learning_signal is None:
+        return lambda batch: None
+    generator = torch.Generator(next(model.parameters()).device).manual_seed(SIGNAL_SEED)
+    return lambda batch: learning_signal(
+        batch.src, batch.src_mask, batch.tgt_in, batch.tgt_out, generator
+    )
 
 
 def measure_attention(model: nn.Module, batches: Iterable[Batch]) -> dict[str, dict]:
@@ -292,16 +335,20 @@ def measure_attention(model: nn.Module, batches: Iterable[Batch]) -> dict[str, d
     `batches` (on the model's device), by site name; the model is left as it was."""
     was_training = model.training
     model.eval()
+    recorders = [SiteRecorder(site) for site in attention_sites(model)]
+    signal_of = _learning_signals(model)
     try:
-        with torch.no_grad(), recording(model) as recorders:
+        with torch.no_grad():
             for batch in batches:
+                signal = signal_of(batch)  # before the recorders listen: another pass
                 real: dict[Side, Tensor] = {
                     "source": batch.src_mask[:, 0],
                     "target": batch.tgt_in != PAD_ID,
                 }
-                for recorder in recorders:
-                    recorder.start_batch(real)
-                model(batch.src, batch.src_mask, batch.tgt_in)
+                with listening(recorders):
+                    for recorder in recorders:
+                        recorder.start_batch(real, signal)
+                    model(batch.src, batch.src_mask, batch.tgt_in)
     finally:
         model.train(was_training)
     return {recorder.site.name: recorder.report() for recorder in recorders}

@@ -56,8 +56,8 @@ class MultiHead(Attention):
 
     @property
     def fusable(self) -> bool:
-        """Whether its heads' normalizer is the softmax that PyTorch's fused attention runs."""
-        return self.inner.normalizer.fusable
+        """Whether its heads are what PyTorch's fused attention runs (softmax, no choice)."""
+        return self.inner.fusable
 
     def split(self, x: Tensor) -> Tensor:
         """(B, T, H * d) -> (B * H, T, d), row b * H + h holding head h of item b."""

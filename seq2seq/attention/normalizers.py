@@ -9,6 +9,8 @@ the probability simplex, so masked keys get exactly 0 and the weights sum to 1:
     entmax15   w = [z/2 - tau]_+^2                   alpha-entmax at alpha = 1.5
     entmax     w = [(alpha - 1) z - tau]_+^(1 / (alpha - 1)),  alpha = 1 + sigmoid(s)
                                                         (Peters et al., 2019; s learned)
+    hard       the softmax, as the distribution that hard attention chooses positions
+               from (`hard.py`: the type's `choice`, after any shaping of the weights)
 
 tau is the threshold that makes the weights sum to 1. alpha-entmax is softmax as alpha
 goes to 1 and sparsemax at alpha = 2; the learned alpha stays inside (1, 2) and starts
@@ -102,6 +104,7 @@ NORMALIZERS: dict[str, type[Normalizer]] = {
     "sparsemax": Sparsemax,
     "entmax15": Entmax15,
     "entmax": LearnedEntmax,
+    "hard": Softmax,
 }
 
 

@@ -79,7 +79,7 @@ class ScaledDotAttention(DotAttention):
         positions: Tensor | None = None,
         need_weights: bool = True,
     ) -> AttentionOutput:
-        if need_weights or not self.normalizer.fusable:
+        if need_weights or not self.fusable:
             return super().attend(
                 query, prepared_keys, prepared_values, mask, positions, need_weights
             )

@@ -10,6 +10,7 @@ from seq2seq.config.attention import (
     AttentionConfig,
     AttentionRegistry,
     AttentionType,
+    HardAttentionConfig,
     SelfAttentionConfig,
 )
 from seq2seq.config.loading import (
@@ -45,6 +46,7 @@ __all__ = [
     "Config",
     "DataConfig",
     "DecodeConfig",
+    "HardAttentionConfig",
     "ModelConfig",
     "OptimizerConfig",
     "ScheduleConfig",

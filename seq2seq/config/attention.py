@@ -45,10 +45,97 @@ def _content_scores() -> list[str]:
     return sorted(n for n, t in ATTENTION_TYPES.registered().items() if t.content_based)
 
 
-# What turns energies into weights, for every type (seq2seq/attention/normalizers.py).
-Normalizer = Literal["softmax", "sparsemax", "entmax15", "entmax"]
+# What turns energies into weights, for every type (seq2seq/attention/normalizers.py;
+# hard: one position chosen from the softmax's distribution, seq2seq/attention/hard.py).
+Normalizer = Literal["softmax", "sparsemax", "entmax15", "entmax", "hard"]
 # Options every type reads: the normalizer and its own.
-_SHARED_OPTIONS = frozenset({"type", "heads", "normalizer", "alpha_per_head"})
+_SHARED_OPTIONS = frozenset({"type", "heads", "normalizer", "alpha_per_head", "hard"})
+Estimator = Literal["exact", "reinforce", "gumbel"]
+
+
+class HardAttentionConfig(Section):
+    """Hard attention (`normalizer: hard`): how training estimates its gradient and which
+    positions translation reads (docs/attention.md). Each option is read by the estimator
+    or inference rule `READ_BY` names; the others must keep their defaults."""
+
+    estimator: Estimator | None = Field(
+        None,
+        description="exact: the marginal over positions (the RNN only); reinforce: a sampled "
+        "position and the score-function gradient; gumbel: straight-through Gumbel-softmax; "
+        "null: exact in the RNN, gumbel in the transformer",
+    )
+    inference: Literal["argmax", "k", "exact"] = Field(
+        "argmax",
+        description="which positions evaluation and translation read: the most probable; the "
+        "k most probable, renormalised; exact: the marginal (the RNN only)",
+    )
+    k: int = Field(2, ge=2, le=1024, description="inference k: how many positions")
+    temperature: float = Field(
+        1.0, gt=0, le=100, description="gumbel: the temperature of its softmax"
+    )
+    baseline: Literal["soft", "moving-average"] = Field(
+        "soft",
+        description="reinforce: what the reward is compared with: the log-likelihood with soft "
+        "attention, or a moving average of the rewards",
+    )
+    decay: float = Field(
+        0.99, ge=0, lt=1, description="baseline moving-average: its decay per update"
+    )
+    entropy_bonus: float = Field(
+        0.0,
+        ge=0,
+        le=100,
+        description="reinforce, gumbel: the weight of the entropy of the "
+        "position distribution added to the objective",
+    )
+
+    # Option -> the estimators or inference rules that read it.
+    READ_BY: ClassVar[dict[str, tuple[str, ...]]] = {
+        "k": ("inference k",),
+        "temperature": ("estimator gumbel",),
+        "baseline": ("estimator reinforce",),
+        "decay": ("baseline moving-average",),
+        "entropy_bonus": ("estimator reinforce", "estimator gumbel"),
+    }
+
+    def reads(self, option: str) -> bool:
+        """Whether an option of this section is read under its estimator and inference."""
+        settings = {f"estimator {self.estimator}", f"inference {self.inference}"}
+        if self.estimator == "reinforce":
+            settings.add(f"baseline {self.baseline}")
+        return bool(settings & set(self.READ_BY[option]))
+
+    def for_architecture(self, arch: str) -> HardAttentionConfig:
+        """This section with a null estimator resolved: exact in the RNN, gumbel in the
+        Transformer (which cannot sum over the positions)."""
+        if self.estimator is not None:
+            return self
+        return self.model_copy(update={"estimator": "exact" if arch == "rnn" else "gumbel"})
+
+    def problem(self, arch: str, heads: int) -> str | None:
+        """Why this section cannot be, with `heads` heads in architecture `arch`: an option
+        its estimator and inference rule do not read set to other than its default, or
+        what the architecture cannot compute; None if nothing."""
+        fields = type(self).model_fields
+        for option in self.READ_BY:
+            if getattr(self, option) != fields[option].default and not self.reads(option):
+                return (
+                    f"{option} is read by {' or '.join(self.READ_BY[option])} only; remove it "
+                    "or set that"
+                )
+        if arch == "transformer" and "exact" in (self.estimator, self.inference):
+            which = "estimator" if self.estimator == "exact" else "inference"
+            fix = "reinforce or gumbel" if which == "estimator" else "argmax or k"
+            return (
+                f"{which} exact sums over the positions, which only the RNN can (its next steps "
+                f"read the expected context); in the transformer set {which} {fix}"
+            )
+        if arch == "rnn" and heads > 1:
+            return (
+                f"heads = {heads}: the RNN's hard attention chooses a position of one head; "
+                "set model.attention.heads: 1"
+            )
+        return None
 
 
 def _type_names(schema: dict[str, Any]) -> None:
@@ -90,10 +177,15 @@ class AttentionConfig(Section):
     normalizer: Normalizer = Field(
         "softmax",
         description="every type: softmax; sparsemax or entmax15 (exact zeros); entmax: "
-        "alpha-entmax with a learned alpha in (1, 2), from 1.5 (docs/attention.md)",
+        "alpha-entmax with a learned alpha in (1, 2), from 1.5; hard: one position chosen "
+        "from the softmax (model.attention only; see hard) (docs/attention.md)",
     )
     alpha_per_head: bool = Field(
         True, description="normalizer entmax: one learned alpha per head; false: one per module"
+    )
+    hard: HardAttentionConfig = Field(
+        default_factory=HardAttentionConfig,
+        description="normalizer hard: its estimator and inference rule",
     )
 
     @field_validator("type")
@@ -138,6 +230,15 @@ class AttentionConfig(Section):
             raise ValueError(
                 f"alpha_per_head is read by normalizer entmax only, not {self.normalizer}; "
                 "remove it or set normalizer: entmax"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _hard_options_are_hard(self) -> AttentionConfig:
+        if self.normalizer != "hard" and self.hard != HardAttentionConfig():
+            raise ValueError(
+                f"hard is read by normalizer hard only, not {self.normalizer}; remove it or "
+                "set normalizer: hard"
             )
         return self
 

@@ -158,11 +158,14 @@ class ModelConfig(Section):
     def describe_attention(self) -> str:
         """Each attention section this architecture reads, with its type and heads, for
         logs: 'attention: general, 4 heads; self_attention: scaled-dot, 4 heads', with the
-        normalizer where it is not softmax ('attention: general, 1 head, sparsemax')."""
+        normalizer where it is not softmax ('attention: general, 1 head, sparsemax'; hard
+        attention with its estimator: 'hard (reinforce)')."""
         parts = []
         for name, section in self.attention_sections().items():
             heads = self.heads(section)
             normalizer = "" if section.normalizer == "softmax" else f", {section.normalizer}"
+            if section.normalizer == "hard":
+                normalizer += f" ({section.hard.estimator})"
             parts.append(
                 f"{name}: {section.type}, {heads} head{'s' if heads > 1 else ''}{normalizer}"
             )
@@ -191,6 +194,25 @@ class ModelConfig(Section):
                 f"tied_embeddings needs embed_dim == hidden_dim "
                 f"(got {self.embed_dim} and {self.hidden_dim})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _hard_attention_fits(self) -> ModelConfig:
+        """Hard attention in `attention` only, its estimator resolved for the architecture
+        where it is null, and what the architecture cannot compute refused."""
+        if self.arch == "transformer" and self.self_attention.normalizer == "hard":
+            raise ValueError(
+                "self_attention.normalizer: hard is not supported (a position chosen there "
+                "reaches every later position and layer); use it in model.attention"
+            )
+        section = self.attention
+        if section.normalizer == "hard":
+            hard = section.hard.for_architecture(self.arch)
+            problem = hard.problem(self.arch, self.heads(section))
+            if problem is not None:
+                raise ValueError(f"attention.hard: {problem}")
+            # A new section, not the given one changed: a caller may share that one.
+            self.attention = section.model_copy(update={"hard": hard})
         return self
 
     @model_validator(mode="after")

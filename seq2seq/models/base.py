@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.attention import Attention, AttentionOutput
+from seq2seq.attention.hard import ChoiceLoss, choices, drawing
 
 
 @dataclass
@@ -38,6 +39,10 @@ class Memory:
     def rows(self) -> int:
         """The decoder rows that read this memory: sources x beam."""
         return self.mask.size(0) * self.beam
+
+    def row_values(self) -> Tensor:
+        """(rows, S, Dv): each decoder row's source values (copied per beam where beam > 1)."""
+        return self.values if self.beam == 1 else self.values.repeat_interleave(self.beam, 0)
 
     def index_select(self, index: Tensor) -> Memory:
         """The sources at `index`, each still read by `beam` rows."""
@@ -111,6 +116,12 @@ class Seq2Seq(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("length_ratio", torch.tensor(1.0))
+        # Hard attention whose choices add to the loss (REINFORCE, an entropy bonus): the
+        # terms (set by the architecture; an instance attribute, not a class one, which
+        # would hide the submodule), and the last pass's soft-attention logits where its
+        # baseline is soft.
+        self.choice_loss: ChoiceLoss | None = None
+        self.baseline_logits: Tensor | None = None
 
     def source_positions(self, steps: Tensor) -> Tensor:
         """Target steps (B, T) long -> the source positions they map to (B, T) float."""
@@ -139,3 +150,56 @@ class Seq2Seq(nn.Module):
         """Teacher-forced log-probabilities (B, T, V), float32: what the steps of a search
         give for the same targets (forced scoring reads them)."""
         return self(src, src_mask, tgt_in).float().log_softmax(-1)
+
+    def needs_soft_baseline(self) -> bool:
+        """Whether the pass under way draws REINFORCE's choices against the soft baseline,
+        so that it must also leave the soft-attention logits in `baseline_logits`."""
+        loss = self.choice_loss
+        if loss is None or not loss.soft_baseline:
+            return False
+        return any(choice.rule == "reinforce" for choice in choices(self))
+
+    def tied_to_choices(self, logits: Tensor) -> Tensor:
+        """`logits` plus 0 times the records its choices keep for `auxiliary_loss` (the same
+        values). DDP waits for the gradients of the parameters it finds behind the forward's
+        output; without this it would miss those that only that loss reaches (the
+        Transformer's attention under REINFORCE) and fail when they arrive."""
+        if self.choice_loss is None:
+            return logits
+        records = [choice.last for choice in choices(self) if choice.last is not None]
+        if not records:
+            return logits
+        anchor = sum(record.log_prob.sum() + record.entropy.sum() for record in records)
+        return logits + 0 * anchor
+
+    def auxiliary_loss(self, logits: Tensor, targets: Tensor) -> Tensor | None:
+        """What training adds to the cross-entropy of `logits`, those of the last
+        teacher-forced pass, against `targets` (B, T): hard attention's REINFORCE surrogate
+        and entropy bonus (`attention.hard.ChoiceLoss`), summed over the target tokens,
+        whose value is 0; None where the model has none."""
+        if self.choice_loss is None:
+            return None
+        baseline, self.baseline_logits = self.baseline_logits, None
+        return self.choice_loss(choices(self), logits, baseline, targets)
+
+    def learning_signal(
+        self,
+        src: Tensor,
+        src_mask: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        generator: torch.Generator,
+    ) -> Tensor | None:
+        """REINFORCE's learning signal r - b (B, T) of one draw per target position, from
+        `generator` (torch's own is left alone), as training computes it but in the model's
+        present mode (the diagnostics': evaluation, without dropout); None where the
+        model's attention is not trained by REINFORCE."""
+        loss = self.choice_loss
+        if loss is None or not loss.reinforce:
+            return None
+        with drawing(self, generator):
+            logits = self(src, src_mask, tgt_in)
+        for choice in choices(self):
+            choice.take()  # the records are the loss's, not wanted here
+        baseline, self.baseline_logits = self.baseline_logits, None
+        return loss.signal(logits, baseline, tgt_out)

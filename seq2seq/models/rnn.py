@@ -11,15 +11,18 @@ gets the decoder step t of each row, mapped onto the source, as its query positi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from seq2seq.attention import build_attention
+from seq2seq.attention.hard import PositionChoice, choice_loss
 from seq2seq.config import ModelConfig
 from seq2seq.models.base import Memory, Seq2Seq, Step
 from seq2seq.models.dropout import Dropout
+from seq2seq.models.marginal import marginal_log_probs
 from seq2seq.models.recurrent import StepLSTM
 
 _CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
@@ -39,6 +42,13 @@ class RNNState:
 
     def rnn_state(self) -> Tensor | tuple[Tensor, Tensor]:
         return self.hidden if self.cell is None else (self.hidden, self.cell)
+
+
+class DecoderStep(NamedTuple):
+    attentional: Tensor  # (B, H) tanh(W_c [h; c]) of the expected context c
+    state: RNNState
+    weights: Tensor | None  # (B, S) or (B, heads, S); None if not asked for and skipped
+    output: Tensor  # (B, 1, H) the cell's output h
 
 
 class RNNEncoder(nn.Module):
@@ -83,7 +93,11 @@ class RNNDecoder(nn.Module):
             nn.Linear(encoder_dim, hidden, bias=False), nn.LayerNorm(hidden)
         )
         self.bridge = nn.Linear(encoder_dim, hidden * cfg.decoder_layers)
-        self.attention = build_attention(cfg.attention, hidden, hidden, cfg.heads(cfg.attention))
+        section, hard = cfg.attention, cfg.attention.normalizer == "hard"
+        # Hard attention: the module attends softly, and `choice` chooses at the prediction.
+        soft = section.model_copy(update={"normalizer": "softmax"}) if hard else section
+        self.attention = build_attention(soft, hidden, hidden, cfg.heads(section))
+        self.choice = PositionChoice(section.hard) if hard else None
         self.rnn = _DECODER_CELLS[cfg.cell](
             cfg.embed_dim + hidden,
             hidden,
@@ -116,13 +130,13 @@ class RNNDecoder(nn.Module):
         embedded: Tensor,
         positions: Tensor,
         need_weights: bool = True,
-    ) -> tuple[Tensor, RNNState, Tensor | None]:
-        """One step from the embedded previous token (B, E) -> attentional vector (B, H).
+    ) -> DecoderStep:
+        """One step from the embedded previous token (B, E): its attentional vector, the
+        next state, the attention weights (always, with hard attention) and the cell output.
 
-        `positions` (B, 1) is the source position the step maps to (see Seq2Seq). Also
-        returns the attention weights: (B, S), or (B, heads, S) for multi-head; None if not
-        `need_weights` and the type skipped them.
+        `positions` (B, 1) is the source position the step maps to (see Seq2Seq).
         """
+        need_weights = need_weights or self.choice is not None
         if self.attention.attends_before_cell:
             query = state.hidden[-1].unsqueeze(1)
             context, weights = memory.attend(self.attention, query, positions, need_weights)
@@ -137,7 +151,25 @@ class RNNDecoder(nn.Module):
         hidden, cell = rnn_state if self.is_lstm else (rnn_state, None)
         feed = context.squeeze(1) if self.attention.attends_before_cell else attentional
         next_state = RNNState(hidden, cell, feed, state.step + 1)
-        return attentional, next_state, None if weights is None else weights.squeeze(-2)
+        weights = None if weights is None else weights.squeeze(-2)
+        return DecoderStep(attentional, next_state, weights, output)
+
+    def predict(self, output: Tensor, context: Tensor) -> Tensor:
+        """Logits W_o dropout(tanh(W_c [h; c])) of cell outputs and contexts (..., H)."""
+        combined = self.combine(torch.cat([output, context], dim=-1))
+        return self.output(self.dropout(torch.tanh(combined)))
+
+    def hard_prediction(self, memory: Memory, outputs: Tensor, p: Tensor) -> tuple[Tensor, Tensor]:
+        """Hard attention's logits (R, T, V) from the cell outputs (R, T, H) and position
+        distributions (R, T, S) of rows reading `memory`, and the weights they read: the
+        choice's, or p where it sums over the positions (then the logits are the
+        marginal's log-probabilities)."""
+        values = memory.row_values()
+        weights = self.choice(p)
+        if self.choice.sums:
+            vocab = self.output.out_features
+            return marginal_log_probs(self.predict, outputs, values, weights, vocab), weights
+        return self.predict(outputs, torch.bmm(weights, values)), weights
 
 
 class RNNSeq2Seq(Seq2Seq):
@@ -150,6 +182,7 @@ class RNNSeq2Seq(Seq2Seq):
         self.decoder = RNNDecoder(cfg, tgt_vocab, self.encoder.output_dim, pad_id)
         if cfg.shared_embeddings:
             self.encoder.embed.weight = self.decoder.embed.weight
+        self.choice_loss = choice_loss(cfg.attention, reaches_later=False)
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Memory:
         outputs, final = self.encoder(src, src_mask[:, 0].sum(-1))
@@ -161,24 +194,38 @@ class RNNSeq2Seq(Seq2Seq):
     def decode_step(
         self, memory: Memory, state: RNNState, prev_tokens: Tensor, need_weights: bool = True
     ) -> Step:
-        embedded = self.decoder.dropout(self.decoder.embed(prev_tokens))
+        decoder = self.decoder
+        embedded = decoder.dropout(decoder.embed(prev_tokens))
         positions = self.source_positions(state.step.unsqueeze(1))
-        attentional, state, weights = self.decoder.step(
-            memory, state, embedded, positions, need_weights
-        )
-        return Step(torch.log_softmax(self.decoder.output(attentional), dim=-1), state, weights)
+        step = decoder.step(memory, state, embedded, positions, need_weights)
+        if decoder.choice is None:
+            logits, weights = decoder.output(step.attentional), step.weights
+        else:
+            logits, weights = decoder.hard_prediction(
+                memory, step.output, step.weights.unsqueeze(1)
+            )
+            logits, weights = logits[:, 0], weights[:, 0]
+        return Step(torch.log_softmax(logits, dim=-1), step.state, weights)
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
         memory = self.encode(src, src_mask)
         state = self.init_state(memory)
-        embedded = self.decoder.dropout(self.decoder.embed(tgt_in))
-        outputs = []
+        decoder = self.decoder
+        embedded = decoder.dropout(decoder.embed(tgt_in))
+        steps = []
         # unbind, not embedded[:, t]: the backward of each index would fill a zero tensor
         # of the whole (B, T, E) input, T times over.
         for step_input in embedded.unbind(1):
             positions = self.source_positions(state.step.unsqueeze(1))
-            attentional, state, _ = self.decoder.step(
-                memory, state, step_input, positions, need_weights=False
-            )
-            outputs.append(attentional)
-        return self.decoder.output(torch.stack(outputs, dim=1))
+            step = decoder.step(memory, state, step_input, positions, need_weights=False)
+            state = step.state
+            steps.append(step)
+        attentional = torch.stack([step.attentional for step in steps], dim=1)
+        if decoder.choice is None:
+            return decoder.output(attentional)
+        if self.needs_soft_baseline():  # the same pass's soft attentional vectors
+            with torch.no_grad():
+                self.baseline_logits = decoder.output(attentional)
+        outputs = torch.cat([step.output for step in steps], dim=1)
+        p = torch.stack([step.weights for step in steps], dim=1)
+        return self.tied_to_choices(decoder.hard_prediction(memory, outputs, p)[0])

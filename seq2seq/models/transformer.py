@@ -12,6 +12,12 @@ Incremental decoding caches each layer's self-attention keys and values: a step 
 one token, appends its keys and values to the cache and attends over the cache, so it
 computes what the teacher-forced pass computes for that position under the causal mask.
 The cache is preallocated and written in place (see `TransformerState`).
+
+Hard attention (`normalizer: hard`) is the cross-attention's, per head
+(`attention.hard.PositionChoice`). A choice at target position t reaches the predictions
+at t and after it (later positions read t through self-attention), so REINFORCE's reward
+sums their log-likelihoods, and its soft baseline is a second pass without gradient with
+every choice soft.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.attention import Attention, build_attention
+from seq2seq.attention.hard import attending_softly, choice_loss
 from seq2seq.config import ModelConfig
 from seq2seq.models.base import Memory, Seq2Seq, Step
 from seq2seq.models.dropout import Dropout
@@ -262,6 +269,7 @@ class TransformerSeq2Seq(Seq2Seq):
         self.graph_capturable = all(
             m.graph_safe for m in self.modules() if isinstance(m, Attention)
         )
+        self.choice_loss = choice_loss(cfg.attention, reaches_later=True)
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Memory:
         steps = torch.arange(src.size(1), device=src.device).expand_as(src)
@@ -342,6 +350,14 @@ class TransformerSeq2Seq(Seq2Seq):
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
         memory = self.encode(src, src_mask)
+        logits = self.tied_to_choices(self.teacher_forced(memory, tgt_in))
+        if self.needs_soft_baseline():  # its dropout masks are drawn anew
+            with torch.no_grad(), attending_softly(self):
+                self.baseline_logits = self.teacher_forced(memory, tgt_in)
+        return logits
+
+    def teacher_forced(self, memory: Memory, tgt_in: Tensor) -> Tensor:
+        """The decoder's logits (B, T, V) over the encoded source for target inputs (B, T)."""
         batch, length = tgt_in.shape
         steps = torch.arange(length, device=tgt_in.device).expand(batch, length)
         x = self.tgt_embed(tgt_in, steps, length)

@@ -138,6 +138,8 @@ class Update:
         self.setup = setup
         self.tally = Tally(setup.device, in_a_row)
         self.parameters = [p for p in setup.network.parameters() if p.requires_grad]
+        # The model itself (DDP's wrapper holds it as `module`), for its auxiliary loss.
+        self.model = getattr(setup.network, "module", setup.network)
         self.run: Callable[[Batch, int], Tensor] = self.compute_eagerly
         self.graphs: GraphedUpdates | None = None
         if setup.graphs:
@@ -191,7 +193,13 @@ class Update:
         )  # a graph may not keep autocast's cache of cast weights past its capture
         with autocast:
             logits = s.network(src, mask, tgt_in)
-        loss = token_cross_entropy(logits, tgt_out, s.label_smoothing) / tokens * weight
+        loss = token_cross_entropy(logits, tgt_out, s.label_smoothing)
+        # Hard attention's REINFORCE and entropy terms are valued 0, so the tally's loss
+        # stays the cross-entropy; their gradient is what counts.
+        auxiliary = self.model.auxiliary_loss(logits, tgt_out)
+        if auxiliary is not None:
+            loss = loss + auxiliary
+        loss = loss / tokens * weight
         s.scaler.scale(loss * s.world.size).backward()
         s.scaler.unscale_(s.optimizer)  # clip the true gradients
         norm = torch.nn.utils.clip_grad_norm_(
