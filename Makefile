@@ -19,8 +19,9 @@ demo: install
 	$(BIN)/seq2seq train --config configs/demo.yaml --run-dir runs/demo
 	$(BIN)/seq2seq evaluate --run runs/demo --src data/toy/test.src --ref data/toy/test.tgt
 
+# One pytest worker per CPU (pytest-xdist); tests/conftest.py gives each its own CPUs.
 test: install
-	$(BIN)/pytest -rs
+	$(BIN)/pytest -rs -n auto
 
 # The page of `seq2seq serve` in headless Chromium (Debian's package; root or sudo installs it).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +20,20 @@ from seq2seq.data.toy import make_toy_corpus
 from seq2seq.sweep import load_sweep, run_sweep
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def pytest_configure(config):
+    """Under pytest-xdist, each worker gets its share of the CPUs: the code under test sizes
+    its threads from the CPUs it may use, and two workers on every core would each wait
+    on the other's threads (many times slower than one thread each)."""
+    worker, count = (
+        os.environ.get("PYTEST_XDIST_WORKER"),
+        os.environ.get("PYTEST_XDIST_WORKER_COUNT"),
+    )
+    if worker is None or count is None or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cpus[int(worker.removeprefix("gw")) :: int(count)] or cpus)
 
 
 @pytest.fixture
