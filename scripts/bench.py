@@ -5,7 +5,7 @@
     python scripts/bench.py losses --config configs/study/rnn.yaml [--steps 100]
     python scripts/bench.py diagnostics --config configs/multi30k_rnn.yaml [--steps 10] \
         [--repeats 3] [--threads 2] [--set ...]
-    python scripts/bench.py decode --run runs/multi30k-transformer \
+    python scripts/bench.py decode --run runs/multi30k-transformer [runs/other ...] \
         --input data/multi30k/test_2016_flickr.de.gz [--ref data/multi30k/test_2016_flickr.en.gz] \
         [--beam 1 5] [--threads 2] [--device cuda] [--limit N] [--length-penalty A] \
         [--stopping beam|early|exact] \
@@ -150,7 +150,10 @@ def parse_arguments() -> argparse.Namespace:
     parser = Parser(description=__doc__.split("\n")[0])
     modes = parser.add_subparsers(dest="mode", required=True)
     decode = modes.add_parser("decode", help="translation speed per beam size")
-    decode.add_argument("--run", type=Path, required=True, help="a trained run directory")
+    decode.add_argument(
+        "--run", type=Path, nargs="+", required=True,
+        help="a trained run directory; several: their ensemble (torch engines)",
+    )  # fmt: skip
     decode.add_argument("--checkpoint", default="best")
     decode.add_argument("--input", type=Path, required=True, help="source lines (.gz is fine)")
     decode.add_argument("--ref", type=Path, help="references, to report BLEU and chrF")
@@ -212,9 +215,12 @@ def parse_arguments() -> argparse.Namespace:
     if args.mode == "compare" and not [a for a in args.measurement if a != "--"]:
         parser.error("compare needs a measurement after --, e.g. -- train --config CONFIG")
     for option in ("config", "tokenizer", "run", "input", "ref", "base", "code"):
-        path = getattr(args, option, None)
-        if path is not None and not path.exists():
-            parser.error(f"--{option} {path}: no such file or directory")
+        given = getattr(args, option, None)
+        for path in given if isinstance(given, list) else [given]:
+            if path is not None and not path.exists():
+                parser.error(f"--{option} {path}: no such file or directory")
+    if args.mode == "decode" and len(args.run) > 1 and args.engine != ["torch"]:
+        parser.error("an ensemble of runs decodes with --engine torch only")
     return args
 
 

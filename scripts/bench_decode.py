@@ -24,10 +24,10 @@ ENGINES = ("torch", "torch-int8", "ct2-float32", "ct2-int16", "ct2-int8")
 
 
 def load_translator(
-    args: argparse.Namespace, engine: str, beam: int, exported: Path | None, run: Path
+    args: argparse.Namespace, engine: str, beam: int, exported: Path | None, runs: list[Path]
 ):
-    """This project's Translator on `run` (the run as the measured code reads it), or
-    CTranslate2 on its export."""
+    """This project's Translator on `runs` (as the measured code reads them; several: their
+    ensemble), or CTranslate2 on the export."""
     options = {
         "beam": beam, "batch_tokens": args.batch_tokens, "length_penalty": args.length_penalty
     }  # fmt: skip
@@ -37,6 +37,7 @@ def load_translator(
         from seq2seq.decode.translate import Translator
 
         int8 = {"int8": True} if engine == "torch-int8" else {}  # older commits lack it
+        run = runs[0] if len(runs) == 1 else runs  # older commits take one run
         return Translator.load(run, args.checkpoint, device=args.device, **int8, **options)
     from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
 
@@ -96,6 +97,17 @@ def run_for_this_code(run: Path, directory: Path) -> tuple[Path, list[str]]:
     return copy, dropped
 
 
+def runs_for_this_code(runs: list[Path], directory: Path) -> tuple[list[Path], list[str]]:
+    """`run_for_this_code` of each run, each in its own directory under `directory`."""
+    found, dropped = [], []
+    for index, run in enumerate(runs):
+        (directory / str(index)).mkdir()
+        run, left_out = run_for_this_code(run, directory / str(index))
+        found.append(run)
+        dropped += [key for key in left_out if key not in dropped]
+    return found, dropped
+
+
 def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: Path | None) -> dict:
     """Runs in its own process: load the model, warm up, time one pass over the input."""
     import torch
@@ -106,8 +118,8 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
     torch.set_num_threads(args.threads)
     lines = read_lines(args.input)[: args.limit]
     with tempfile.TemporaryDirectory() as directory:
-        run, dropped = run_for_this_code(args.run, Path(directory))
-        translator = load_translator(args, engine, beam, exported, run)
+        runs, dropped = runs_for_this_code(args.run, Path(directory))
+        translator = load_translator(args, engine, beam, exported, runs)
     cuda = getattr(translator, "device", None) is not None and translator.device.type == "cuda"
     translator.translate(lines[:50])
     if cuda:
@@ -127,7 +139,7 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
     result = {
         "mode": "decode",
         "engine": engine,
-        "run": str(args.run),
+        "run": " ".join(str(run) for run in args.run),
         "beam": beam,
         "sentences": len(lines),
         "seconds": round(seconds, 3),
@@ -158,5 +170,5 @@ def export_for(args: argparse.Namespace, engine: str, directory: Path) -> Path |
     from seq2seq.decode.export import export_ctranslate2
 
     exported = directory / engine
-    export_ctranslate2(args.run, exported, engine.removeprefix("ct2-"), args.checkpoint)
+    export_ctranslate2(args.run[0], exported, engine.removeprefix("ct2-"), args.checkpoint)
     return exported

@@ -75,6 +75,10 @@ def test_matmul_weights_split_the_model_by_side(load_script):
         (["diagnostics", "--config", "README.md", "--steps", "0"], "--steps: 0 is less than 1"),
         (["compare", "--base", "."], "compare needs a measurement after --"),
         (["decode", "--run", ".", "--input", "README.md", "--limit", "-3"], "--limit: -3 is less"),
+        (
+            ["decode", "--run", ".", ".", "--input", "README.md", "--engine", "ct2-int8"],
+            "an ensemble of runs decodes with --engine torch only",
+        ),
         (["losses", "--config", "README.md", "--steps", "-1"], "--steps: -1 is less than 1"),
         (["train", "--config", "README.md", "--warmup", "x"], "--warmup: 'x' is not a whole"),
     ],

@@ -201,7 +201,7 @@ def test_attention_types_that_ctranslate2_lacks_are_named(transformer, tmp_path,
 def test_bench_decodes_with_both_engines_side_by_side(load_script, transformer, toy, tmp_path):
     bench = load_script("bench_decode")
     args = argparse.Namespace(
-        run=transformer, checkpoint="best", input=toy / "data/test.src",
+        run=[transformer], checkpoint="best", input=toy / "data/test.src",
         ref=toy / "data/test.tgt", limit=None, threads=1, batch_tokens=None, length_penalty=None,
         stopping=None, device="cpu",
     )  # fmt: skip
