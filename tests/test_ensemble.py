@@ -67,6 +67,8 @@ def test_the_command_line_and_the_python_api_decode_with_an_ensemble(trained, to
     sources = read_lines(toy / "data/test.src")
     alone = Translator.load(trained, device="cpu", beam=3).translate(sources)
     assert Translator.load([trained, trained], device="cpu", beam=3).translate(sources) == alone
+    int8 = Translator.load(trained, beam=3, int8=True).translate(sources)
+    assert Translator.load([trained, trained], beam=3, int8=True).translate(sources) == int8
     mixed = Translator.load(trained, ["best", "init"], device="cpu", beam=3)
     source, out, aligned = tmp_path / "src.txt", tmp_path / "out.txt", tmp_path / "al.txt"
     source.write_text("\n".join(sources) + "\n")
