@@ -207,7 +207,7 @@ def test_a_source_tree_that_is_not_installed_has_an_unknown_version():
 
 def test_decode_batches_default_to_the_device_and_a_set_size_wins(trained):
     from seq2seq.config import DecodeConfig
-    from seq2seq.decode.translate import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
+    from seq2seq.decode.line_translator import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS
 
     translator = Translator.load(trained, device="cpu")
     assert translator.batch_tokens(DecodeConfig()) == CPU_BATCH_TOKENS

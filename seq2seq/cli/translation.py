@@ -38,7 +38,7 @@ from seq2seq.errors import UserError
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    from seq2seq.decode.translate import LineTranslator
+    from seq2seq.decode.line_translator import LineTranslator
 
 
 def _read_lines(path: Path) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from seq2seq.data.corpus import raw_lines, read_lines
 from seq2seq.decode.inputs import check_prefixes
-from seq2seq.decode.translate import LineTranslator, Translation
+from seq2seq.decode.line_translator import LineTranslator, Translation
 from seq2seq.files import atomic_write_text
 
 INVALID_UTF8 = ("not valid UTF-8", "translated as empty; re-encode the input as UTF-8")

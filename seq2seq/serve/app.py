@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
-from seq2seq.decode.translate import LineTranslator, Translation
+from seq2seq.decode.line_translator import LineTranslator, Translation
 from seq2seq.device import out_of_memory
 from seq2seq.serve.batcher import MicroBatcher, QueueFull, ShuttingDown
 from seq2seq.serve.guards import AllowedHosts, AnswerFailures, BodyLimit

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decode.inputs import text_problem
-from seq2seq.decode.translate import decode_options
+from seq2seq.decode.line_translator import decode_options
 from seq2seq.errors import UserError
 from seq2seq.serve.schema import SearchOptions, ServeLimits, TranslateRequest
 

@@ -13,7 +13,8 @@ import torch
 from seq2seq.attention.diagnostics import measure_attention
 from seq2seq.config import VALIDATION_LOSS, Config
 from seq2seq.data.batching import Batch, make_batch, token_batches
-from seq2seq.decode.translate import AttentionMap, Translator
+from seq2seq.decode.line_translator import AttentionMap
+from seq2seq.decode.translate import Translator
 from seq2seq.evaluate import METRICS, score_corpus
 from seq2seq.models import Seq2Seq
 from seq2seq.train.datasets import Datasets

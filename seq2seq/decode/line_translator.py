@@ -1,0 +1,225 @@
+"""Lines of text in, translations out, whatever engine searches: the line-level contract
+(blank lines, cut sources, token batches in length order, n-best lists, prefixes) and the
+decoding options a call may change."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, overload
+
+import torch
+from pydantic import ValidationError
+from tqdm import tqdm
+
+from seq2seq.config import DecodeConfig, describe_validation_error
+from seq2seq.data.batching import token_batches
+from seq2seq.data.tokenizer import EOS_ID, Tokenizer
+from seq2seq.decode.inputs import (
+    check_lines,
+    check_nbest,
+    check_option_kinds,
+    check_prefixes,
+)
+from seq2seq.decode.prefix import (
+    Prefix,
+    output_texts,
+    read_prefixes,
+)
+from seq2seq.decode.search import Hypothesis
+from seq2seq.errors import UserError
+
+
+@dataclass
+class AttentionMap:
+    src_pieces: list[str]  # source pieces and </s>
+    tgt_pieces: list[str]  # output pieces and </s>
+    weights: torch.Tensor  # (target, source) or (target, heads, source)
+    translation: str
+
+
+@dataclass
+class Translation:
+    """One hypothesis for one input line."""
+
+    text: str
+    score: float  # log-probability over the length penalty
+    tokens: list[int]
+    # (len(tokens) + 1, [heads,] source pieces + 1), EOS last; None unless asked for
+    attention: torch.Tensor | None
+    truncated: bool = False  # the source was cut to the translator's max_source pieces
+
+
+# decode.batch_tokens where a config leaves it null, by device.
+CPU_BATCH_TOKENS = 4_000
+GPU_BATCH_TOKENS = 64_000
+
+
+class LineTranslator:
+    """Lines of text in, translations out, whatever computes them: blank lines give no
+    hypotheses, sources are cut to `max_source` pieces (None: no limit), lines go in
+    batches of `decode.batch_tokens` padded source tokens (counted once per beam, and at
+    least one line per batch) in length order and come back in input order. An engine
+    implements `search`."""
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        decode: DecodeConfig,
+        max_source: int | None = None,
+        on_gpu: bool = False,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.decode = decode
+        self.max_source = max_source
+        self.on_gpu = on_gpu
+
+    def batch_tokens(self, options: DecodeConfig) -> int:
+        """`options.batch_tokens`, or where it is null the default of the device searching."""
+        if options.batch_tokens is not None:
+            return options.batch_tokens
+        return GPU_BATCH_TOKENS if self.on_gpu else CPU_BATCH_TOKENS
+
+    def search(
+        self,
+        src_ids: list[list[int]],
+        nbest: int,
+        decode: DecodeConfig,
+        attention: bool = False,
+        lines: list[int] | None = None,
+        prefixes: list[Prefix | None] | None = None,
+    ) -> list[list[Hypothesis]]:
+        """The `nbest` best hypotheses of each source (piece ids, no EOS), best first, with
+        their attention weights if `attention` and the engine has them; with
+        `decode.sample`, `nbest` samples, drawn with the numbers of the `lines` (the
+        sources' indices in the input; None: 0, 1, ...); each starting with its source's
+        prefix, if `prefixes` gives one (its pieces are the hypothesis' first tokens)."""
+        raise NotImplementedError
+
+    def attention_labels(self, line: str, translation: Translation) -> tuple[list[str], list[str]]:
+        """The pieces that label a translation's attention: the (cut) source's and the
+        output's, each with its </s>."""
+        src_pieces = [*self.tokenizer.src_pieces(line)[: self.max_source], "</s>"]
+        return src_pieces, self.tokenizer.tgt_pieces_from_ids([*translation.tokens, EOS_ID])
+
+    def alignment(self, line: str, translation: Translation) -> str:
+        """Pharaoh word alignment (i-j) of a line and its translation, from attention."""
+        raise UserError("word alignments need attention weights, which this engine does not give")
+
+    @overload
+    def translate(
+        self,
+        lines: list[str],
+        *,
+        nbest: Literal[1] = 1,
+        progress: bool = False,
+        prefixes: list[str] | None = None,
+        **decode: Any,
+    ) -> list[str]: ...
+
+    @overload
+    def translate(
+        self,
+        lines: list[str],
+        *,
+        nbest: int,
+        progress: bool = False,
+        prefixes: list[str] | None = None,
+        **decode: Any,
+    ) -> list[list[str]]: ...
+
+    def translate(
+        self,
+        lines: list[str],
+        *,
+        nbest: int = 1,
+        progress: bool = False,
+        prefixes: list[str] | None = None,
+        **decode: Any,
+    ) -> list[str] | list[list[str]]:
+        """The best translation of each line; with `nbest` N > 1, the N best of each, best
+        first (fewer where the search finished fewer). `decode` sets fields of the decode
+        section (beam, length_penalty, ...) for this call; `progress` shows a progress bar
+        on stderr when it is a terminal; `prefixes`, one per line ("": none), are what each
+        translation of their line starts with, verbatim (decode/prefix.py)."""
+        found = self.hypotheses(
+            lines, nbest=nbest, progress=progress, attention=False, prefixes=prefixes, **decode
+        )
+        if nbest == 1:
+            return [hyps[0].text if hyps else "" for hyps in found]
+        return [[h.text for h in hyps] for hyps in found]
+
+    def hypotheses(
+        self,
+        lines: list[str],
+        *,
+        nbest: int = 1,
+        progress: bool = False,
+        skip: Callable[[int], bool] | None = None,
+        attention: bool = True,
+        prefixes: list[str] | None = None,
+        line_numbers: list[int] | None = None,
+        **decode: Any,
+    ) -> list[list[Translation]]:
+        """The `nbest` best hypotheses of each line with their scores, tokens and, if
+        `attention`, attention weights (else None: the search is faster without), best first;
+        [] for a blank line (whatever its prefix). `decode`, `progress` and `prefixes` as in
+        `translate`. `skip`: lines `i` for which `skip(i)` holds when their batch comes are
+        not searched (they get []): how the server stops decoding a request that gave up.
+        `line_numbers`: what seeds each line's samples (default: its index; the server
+        numbers a line within its own request)."""
+        check_lines(lines)
+        check_prefixes(prefixes, len(lines))
+        check_nbest(nbest)
+        options = decode_options(self.decode, decode)
+        if nbest > options.beam and not options.sample:
+            raise UserError(f"nbest {nbest} needs a beam at least as wide; set beam={nbest}")
+        given = read_prefixes(self.tokenizer, prefixes, len(lines))
+        numbers = range(len(lines)) if line_numbers is None else line_numbers
+        outputs: list[list[Translation]] = [[] for _ in lines]
+        keep = [i for i, line in enumerate(lines) if line.strip()]
+        src_ids = self.tokenizer.encode_src([lines[i] for i in keep])
+        limit = self.max_source
+        cut = [limit is not None and len(ids) > limit for ids in src_ids]
+        src_ids = [ids[:limit] for ids in src_ids]
+        width = nbest if options.sample else options.beam  # the rows of a source
+        budget = max(self.batch_tokens(options) // width, 1)
+        # disable=None: tqdm stays quiet where stderr is not a terminal.
+        with tqdm(total=len(lines), unit="sent", disable=None if progress else True) as bar:
+            bar.update(len(lines) - len(keep))  # blank lines: nothing to do
+            for group in token_batches([len(s) for s in src_ids], None, budget):
+                wanted = [i for i in group if skip is None or not skip(keep[i])]
+                at = [keep[i] for i in wanted]  # their lines
+                found = self.search(
+                    [src_ids[i] for i in wanted], nbest, options, attention,
+                    [numbers[j] for j in at], [given[j] for j in at],
+                ) if wanted else []  # fmt: skip
+                for i, line, hyps in zip(wanted, at, found, strict=True):
+                    outputs[line] = self._translations(hyps, given[line], cut[i])
+                bar.update(len(group))
+        return outputs
+
+    def _translations(
+        self, found: list[Hypothesis], prefix: Prefix | None, cut: bool
+    ) -> list[Translation]:
+        """A line's hypotheses as `Translation`s, their text starting with its prefix, if any."""
+        texts = output_texts(self.tokenizer, prefix, [h.tokens for h in found])
+        return [
+            Translation(text, h.score, h.tokens, h.attention, cut)
+            for text, h in zip(texts, found, strict=True)
+        ]
+
+
+def decode_options(base: DecodeConfig, changes: dict[str, Any]) -> DecodeConfig:
+    """`base` with the fields in `changes` that are not None (sampling without a beam given
+    samples with beam 1, whatever `base`'s beam); one line for a bad one."""
+    given = {k: v for k, v in changes.items() if v is not None}
+    check_option_kinds(DecodeConfig, given)
+    if given.get("sample") and "beam" not in given:
+        given["beam"] = 1
+    options = base.model_dump() | given
+    try:
+        return DecodeConfig.model_validate(options)
+    except ValidationError as error:
+        problem = describe_validation_error(error, DecodeConfig).removeprefix("config error: ")
+        raise UserError(f"bad decoding option: {problem}") from None
