@@ -20,7 +20,7 @@ from test_resilience import signal_on_step
 
 from seq2seq import checkpoint as checkpoint_module
 from seq2seq.checkpoint import RunDir, training_lock
-from seq2seq.config.schema import MAX_BEAM
+from seq2seq.config.decode import MAX_BEAM
 from seq2seq.decode import translate as translate_module
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError

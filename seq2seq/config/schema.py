@@ -20,6 +20,7 @@ from seq2seq.config.attention import (
     AttentionConfig,
     SelfAttentionConfig,
 )
+from seq2seq.config.decode import DecodeConfig
 from seq2seq.config.section import Section
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
@@ -319,86 +320,6 @@ class TrainConfig(Section):
         if value not in names:
             raise ValueError(f"unknown metric {value!r}; known: {', '.join(names)}")
         return value
-
-
-# Wider beams find no better translations (they grow shorter) and cost memory in
-# proportion: a beam of 100,000 took 5 GB for one line.
-MAX_BEAM = 256
-
-
-# When beam search ends a sentence (decode.stopping; seq2seq.decode.search).
-Stopping = Literal["beam", "early", "exact"]
-
-
-class DecodeConfig(Section):
-    """How `translate`, `evaluate` and the test sets decode (validation is always greedy)."""
-
-    beam: PositiveInt = Field(
-        5, le=MAX_BEAM, description="beam size; 1 is greedy search (time and memory grow with it)"
-    )
-    length_penalty: float = Field(
-        1.0,
-        ge=0,
-        le=10,
-        description="alpha: score = log P / length ** alpha (the length counts EOS; as "
-        "CTranslate2's); 0: log P",
-    )
-    min_len: int = Field(1, ge=0, description="output tokens before EOS is allowed")
-    max_len_ratio: float = Field(
-        2.0, gt=0, le=100, description="output limit: ratio x source + offset"
-    )
-    max_len_offset: int = Field(10, ge=0, le=10_000, description="see max_len_ratio")
-    batch_tokens: PositiveInt | None = Field(
-        None,
-        description="padded source tokens x beam per batch; null: 4,000 on a CPU, 64,000 "
-        "on a GPU (whose step costs about the same for many sentences as for a few)",
-    )
-    stopping: Stopping = Field(
-        "beam",
-        description="when a sentence's beam search ends: beam, once `beam` hypotheses have "
-        "finished (as CTranslate2 and fairseq); early, once no open hypothesis would beat "
-        "the n best finished if it ended next; exact, once none could even at the longest "
-        "allowed length (at most 256 pieces under exact)",
-    )
-    no_repeat_ngram: int = Field(
-        0,
-        ge=0,
-        le=1_000,
-        description="no output repeats an n-gram of this many tokens (1: no token twice); 0: off",
-    )
-    sample: bool = Field(
-        False,
-        description="draw each output from the model's distribution instead of searching "
-        "(needs beam 1; n-best lists are that many samples)",
-    )
-    temperature: float = Field(
-        1.0, gt=0, le=100, description="sampling: p ** (1 / temperature), renormalised"
-    )
-    top_k: int = Field(0, ge=0, description="sampling: only the k most probable tokens; 0: all")
-    top_p: float = Field(
-        1.0,
-        gt=0,
-        le=1,
-        description="sampling: only the fewest most probable tokens whose mass reaches p",
-    )
-    seed: int = Field(
-        1, ge=0, le=2**31 - 1, description="sampling: with the line's index, seeds its draws"
-    )
-
-    @model_validator(mode="after")
-    def _sampling_options_need_sampling(self) -> DecodeConfig:
-        if self.sample and self.beam > 1:
-            raise ValueError(
-                f"sample draws each output alone, not in a beam of {self.beam}; set beam 1 "
-                "(an n-best list of N is N samples)"
-            )
-        defaults = DecodeConfig.model_fields
-        changed = [
-            n for n in ("temperature", "top_k", "top_p") if getattr(self, n) != defaults[n].default
-        ]
-        if changed and not self.sample:
-            raise ValueError(f"{changed[0]} shapes sampling; set sample true, or leave it out")
-        return self
 
 
 class Config(Section):
