@@ -21,9 +21,10 @@ from pydantic import BaseModel, PositiveInt, ValidationError
 from seq2seq.config import DecodeConfig, describe_validation_error
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.export import SETTINGS, TOKENIZER, require_ctranslate2
+from seq2seq.decode.hypotheses import Hypothesis
 from seq2seq.decode.line_translator import LineTranslator, decode_options
 from seq2seq.decode.prefix import Prefix, fitted_limits
-from seq2seq.decode.search import Hypothesis, output_limits
+from seq2seq.decode.search import output_limits
 from seq2seq.errors import UserError
 
 _NO_ATTENTION = torch.empty(0)

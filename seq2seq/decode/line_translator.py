@@ -15,6 +15,7 @@ from tqdm import tqdm
 from seq2seq.config import DecodeConfig, describe_validation_error
 from seq2seq.data.batching import token_batches
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
+from seq2seq.decode.hypotheses import Hypothesis
 from seq2seq.decode.inputs import (
     check_lines,
     check_nbest,
@@ -26,7 +27,6 @@ from seq2seq.decode.prefix import (
     output_texts,
     read_prefixes,
 )
-from seq2seq.decode.search import Hypothesis
 from seq2seq.errors import UserError
 
 

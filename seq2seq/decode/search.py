@@ -31,19 +31,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seq2seq.config import Stopping
+from seq2seq.decode.hypotheses import Hypothesis, Trail
 from seq2seq.decode.prefix import Prefixes, fitted_limits
 from seq2seq.decode.repeats import block_repeats_
 from seq2seq.decode.sampling import Sampler
 from seq2seq.models.base import DecoderState, Memory, Seq2Seq, Step
-
-
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # without BOS and EOS
-    score: float  # log-probability over the length penalty
-    # (len(tokens) + 1 for EOS, [heads,] source length); None when not asked for
-    attention: Tensor | None
-
 
 # The `exact` rule's longest output: its bound waits for lp at the limit, so a limit of
 # thousands (max_len_offset allows 10,000) kept 5 sentences searching for a minute; an
@@ -92,8 +84,8 @@ def beam_search(
     max_lengths = max_lengths.clamp(max=EXACT_LONGEST) if stopping == "exact" else max_lengths
     beams = _first_beams(model, src, src_mask, max_lengths, bos_id, beam, nbest, alpha, prefixes)
     beams.history = src.new_empty(src.size(0), 0) if no_repeat_ngram else None
-    trail = _Trail([], [], [], [])
-    previous_slots: Tensor | None = None  # what `_Trail.previous_slots` records
+    trail = Trail([], [], [], [])
+    previous_slots: Tensor | None = None  # what `Trail.previous_slots` records
     finished: list[list[tuple[float, int, int]]] = [[] for _ in range(src.size(0))]
     for t in range(int(beams.max_lengths.max())):
         step = beams.decode(model, attention)
@@ -332,7 +324,7 @@ def _next_beams(
 ) -> tuple[_Beams, Tensor | None]:
     """The beams for the next step (K = `beam` rows per sentence), whose rows go on from
     the step's candidates (`origin`, `token`) that `slots` names (None: all of them), and
-    the slot of each row (`_Trail.previous_slots`).
+    the slot of each row (`Trail.previous_slots`).
 
     The `done` sentences leave the batch at once: a row costs a step of the whole decoder,
     leaving costs a gather of their memory, and their rows' state moves with the reorder
@@ -357,68 +349,3 @@ def _next_beams(
 def _rows_of(sentences: Tensor, width: int) -> Tensor:
     """(A',) positions of sentences in the batch -> (A' * width,) their rows, in order."""
     return (sentences.unsqueeze(1) * width + torch.arange(width, device=sentences.device)).view(-1)
-
-
-@dataclass
-class _Trail:
-    """What each step leaves behind for reading the finished hypotheses back."""
-
-    # Kept where the search computes them, and read back once at the end: a copy per step
-    # would make a GPU's host wait for the device at every step.
-    # A step's slots are its candidates, C per sentence (`_choose`): the finished ones
-    # and those the next step's rows extend.
-    tokens: list[Tensor]  # (slots,) the token of each slot
-    origins: list[Tensor]  # (slots,) the input row each slot extends
-    weights: list[Tensor | None]  # (input rows, [heads,] S) attention of each input row
-    # (input rows,) each input row's slot at the step before; None: the same index, as no
-    # sentence left the batch and each slot went on in its own row (`_next_beams`)
-    previous_slots: list[Tensor | None]
-
-    def append(
-        self,
-        tokens: Tensor,
-        origins: Tensor,
-        weights: Tensor | None,
-        previous_slots: Tensor | None,
-    ):
-        self.tokens.append(tokens)
-        self.origins.append(origins)
-        self.weights.append(None if weights is None else weights.float())
-        self.previous_slots.append(previous_slots)
-
-    def read_back(
-        self, finished: list[list[tuple[float, int, int]]], src_mask: Tensor, nbest: int
-    ) -> list[list[Hypothesis]]:
-        """Follow back-pointers from each kept hypothesis's EOS slot to its first token."""
-        src_lengths = src_mask[:, 0].sum(-1).tolist()
-        # Python lists: reading single elements of tensors costs microseconds each.
-        tokens, origins = _to_lists(self.tokens), _to_lists(self.origins)
-        previous = _to_lists(self.previous_slots)
-        self.weights = [None if w is None else w.cpu() for w in self.weights]
-
-        def trace(sentence: int, score: float, last_step: int, slot: int) -> Hypothesis:
-            path, attention = [], []
-            for s in range(last_step, -1, -1):
-                path.append(tokens[s][slot])
-                row = origins[s][slot]
-                weights = self.weights[s]
-                if weights is not None:
-                    attention.append(weights[row, ..., : src_lengths[sentence]])
-                slots = previous[s]
-                slot = row if slots is None else slots[row]
-            kept = torch.stack(attention[::-1]) if attention else None
-            return Hypothesis(path[::-1][:-1], score, kept)
-
-        return [
-            [trace(b, *hyp) for hyp in sorted(hyps, key=lambda h: -h[0])[:nbest]]
-            for b, hyps in enumerate(finished)
-        ]
-
-
-def _to_lists(tensors: list[Tensor | None]) -> list[list[int] | None]:
-    """Each 1-d tensor (None stays None) as a list, read from the device in one copy."""
-    present = [t for t in tensors if t is not None]
-    if not present:
-        return [None] * len(tensors)
-    parts = iter(torch.cat(present).cpu().split([t.numel() for t in present]))
-    return [None if t is None else next(parts).tolist() for t in tensors]

@@ -17,6 +17,7 @@ from seq2seq.decode.alignment import pharaoh, word_alignment
 from seq2seq.decode.cpu_weights import int8_weights, packed_weights
 from seq2seq.decode.ensemble import Ensemble, load_models
 from seq2seq.decode.forced import ForcedScore, score_pairs
+from seq2seq.decode.hypotheses import Hypothesis
 from seq2seq.decode.inputs import (
     check_line,
     check_lines,
@@ -37,7 +38,7 @@ from seq2seq.decode.prefix import (
     word_starts,
 )
 from seq2seq.decode.sampling import Sampler
-from seq2seq.decode.search import Hypothesis, beam_search, output_limits
+from seq2seq.decode.search import beam_search, output_limits
 from seq2seq.device import pick_device, use_threads
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq

@@ -1,0 +1,83 @@
+"""What a search finds and how it is read back: each hypothesis (`Hypothesis`), and the
+`Trail` that the search's steps leave on the device, followed back from each finished
+hypothesis's EOS to its first token once the search is over."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS and EOS
+    score: float  # log-probability over the length penalty
+    # (len(tokens) + 1 for EOS, [heads,] source length); None when not asked for
+    attention: Tensor | None
+
+
+@dataclass
+class Trail:
+    """What each step leaves behind for reading the finished hypotheses back."""
+
+    # Kept where the search computes them, and read back once at the end: a copy per step
+    # would make a GPU's host wait for the device at every step.
+    # A step's slots are its candidates, C per sentence (search.py's `_choose`): the finished ones
+    # and those the next step's rows extend.
+    tokens: list[Tensor]  # (slots,) the token of each slot
+    origins: list[Tensor]  # (slots,) the input row each slot extends
+    weights: list[Tensor | None]  # (input rows, [heads,] S) attention of each input row
+    # (input rows,) each input row's slot at the step before; None: the same index, as no
+    # sentence left the batch and each slot went on in its own row (search.py's `_next_beams`)
+    previous_slots: list[Tensor | None]
+
+    def append(
+        self,
+        tokens: Tensor,
+        origins: Tensor,
+        weights: Tensor | None,
+        previous_slots: Tensor | None,
+    ):
+        self.tokens.append(tokens)
+        self.origins.append(origins)
+        self.weights.append(None if weights is None else weights.float())
+        self.previous_slots.append(previous_slots)
+
+    def read_back(
+        self, finished: list[list[tuple[float, int, int]]], src_mask: Tensor, nbest: int
+    ) -> list[list[Hypothesis]]:
+        """Follow back-pointers from each kept hypothesis's EOS slot to its first token."""
+        src_lengths = src_mask[:, 0].sum(-1).tolist()
+        # Python lists: reading single elements of tensors costs microseconds each.
+        tokens, origins = _to_lists(self.tokens), _to_lists(self.origins)
+        previous = _to_lists(self.previous_slots)
+        self.weights = [None if w is None else w.cpu() for w in self.weights]
+
+        def trace(sentence: int, score: float, last_step: int, slot: int) -> Hypothesis:
+            path, attention = [], []
+            for s in range(last_step, -1, -1):
+                path.append(tokens[s][slot])
+                row = origins[s][slot]
+                weights = self.weights[s]
+                if weights is not None:
+                    attention.append(weights[row, ..., : src_lengths[sentence]])
+                slots = previous[s]
+                slot = row if slots is None else slots[row]
+            kept = torch.stack(attention[::-1]) if attention else None
+            return Hypothesis(path[::-1][:-1], score, kept)
+
+        return [
+            [trace(b, *hyp) for hyp in sorted(hyps, key=lambda h: -h[0])[:nbest]]
+            for b, hyps in enumerate(finished)
+        ]
+
+
+def _to_lists(tensors: list[Tensor | None]) -> list[list[int] | None]:
+    """Each 1-d tensor (None stays None) as a list, read from the device in one copy."""
+    present = [t for t in tensors if t is not None]
+    if not present:
+        return [None] * len(tensors)
+    parts = iter(torch.cat(present).cpu().split([t.numel() for t in present]))
+    return [None if t is None else next(parts).tolist() for t in tensors]
