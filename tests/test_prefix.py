@@ -109,6 +109,8 @@ def test_bad_prefixes_are_one_line(translator):
         ("a", TypeError, "pass prefixes as a list of lines"),
         ([None] * 6, TypeError, "prefixes[0] is NoneType, not str"),
         (["\ud800"] * 6, UserError, "prefixes[0]: character 0 is a lone surrogate"),
+        (["", "Za\tri", *[""] * 4], UserError, "prefixes[1]: character 2 is a tab, which would"),
+        (["", "", "Za\u2028", *[""] * 3], UserError, "prefixes[2]: character 2 is a line break"),
     ]
     for prefixes, error, message in cases:
         with pytest.raises(error, match=message.replace("[", r"\[")):
@@ -126,9 +128,11 @@ def test_the_command_line_reads_a_prefix_file_line_by_line(translator, trained, 
     expected = translator.translate(LINES[:3], beam=2, nbest=2, prefixes=["Za", "", "ri "])
     assert [text for _, _, text in rows] == [text for texts in expected for text in texts]
     assert rows[0][2].startswith("Za") and rows[5][2].startswith("ri ")
-    prefixes.write_text("Za\n\n")
     out.unlink()
-    assert run_cli(*args, "--prefix-file", prefixes) == 2
-    err = capsys.readouterr().err.strip()
-    assert f"{prefixes} has 2 lines but the input has 3" in err and len(err.splitlines()) == 1
-    assert not out.exists()  # nothing written
+    for text, why in [("Za\n\n", " has 2 lines but the input has 3"),
+                      ("Za\nri\tpo\n\n", ", line 2: character 2 is a tab")]:  # fmt: skip
+        prefixes.write_text(text)
+        assert run_cli(*args, "--prefix-file", prefixes) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"{prefixes}{why}" in err and len(err.splitlines()) == 1, err
+        assert not out.exists()  # nothing written

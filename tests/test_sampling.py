@@ -8,11 +8,13 @@ import torch
 from cli_helpers import run_cli
 from test_search import ARCHS, BOS, EOS, source, tiny
 
+from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import make_batch
 from seq2seq.decode.forced import forced_log_probs
 from seq2seq.decode.sampling import Sampler, truncated
 from seq2seq.decode.search import beam_search, length_penalty
 from seq2seq.decode.translate import Translator
+from seq2seq.errors import UserError
 
 P = torch.tensor([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])
 
@@ -103,6 +105,15 @@ def test_the_same_seed_draws_the_same_samples_in_any_batch(trained):
     # A line keeps its draws with other lines around it (its index is what seeds it).
     alone = translator.translate(["", "", "toto"], nbest=3, sample=True, seed=4)
     assert alone[2] == batched[2]
+
+
+def test_a_search_asked_of_a_sampling_run_drops_the_runs_sampling_options(trained):
+    translator = Translator.load(trained, device="cpu")
+    searched = translator.translate(LINES, beam=2)
+    translator.decode = DecodeConfig(sample=True, beam=1, temperature=0.5, top_k=3)  # samples
+    assert translator.translate(LINES, sample=False, beam=2) == searched
+    with pytest.raises(UserError, match="top_p shapes sampling; set sample true"):
+        translator.translate(LINES, sample=False, top_p=0.5)  # given: not dropped
 
 
 def test_bad_sampling_options_are_one_line(trained, tmp_path, capsys):

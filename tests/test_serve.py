@@ -164,6 +164,7 @@ def test_health_info_and_the_page(client, translator):
         ({"text": ["toto", "tape"], "prefix": ["a"]}, 422, "prefix and text differ in length (1"),
         ({"text": ["toto"], "prefix": [5]}, 422, "prefix.0: Input should be a valid string"),
         ({"text": ["toto"], "prefix": ["a" * 101]}, 413, "prefix.0 has 101 characters"),
+        ({"text": ["toto"], "prefix": ["a\tb"]}, 422, "prefix.0: character 1 is a tab, which"),
         ({"text": ["toto"], "prefix": ["a"] * 9}, 413, "9 prefixes in one request; send at most"),
         ({"text": ["toto"], "sample": True, "beam": 2}, 422, "not in a beam of 2; set beam 1"),
         ({"text": ["toto"], "sample": True, "top_p": 0}, 422, "top_p = 0.0: Input should be gr"),

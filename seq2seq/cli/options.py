@@ -90,11 +90,12 @@ NoRepeatNgram = Annotated[
     ),
 ]
 Sample = Annotated[
-    bool,
+    bool | None,
     typer.Option(
-        "--sample",
+        "--sample/--no-sample",
         help="draw each output from the model instead of searching (beam 1; --nbest N: N "
-        "samples per line)",
+        "samples per line); --no-sample: search, where the run samples; default: the run's",
+        show_default=False,
     ),
 ]
 Temperature = Annotated[

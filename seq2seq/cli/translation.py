@@ -100,7 +100,7 @@ def translate(
     ] = Engine.torch,
     threads: Threads = None,
     int8: Int8 = False,
-    sample: Sample = False,
+    sample: Sample = None,
     temperature: Temperature = None,
     top_k: TopK = None,
     top_p: TopP = None,
@@ -115,7 +115,7 @@ def translate(
     interactively: one line in, one translation out.
     """
     options = _decoding(beam, length_penalty, batch_tokens, no_repeat_ngram)
-    options |= {"sample": sample or None, "temperature": temperature, "top_k": top_k,
+    options |= {"sample": sample, "temperature": temperature, "top_k": top_k,
                 "top_p": top_p, "seed": seed}  # fmt: skip
     with _within_memory(beam, batch_tokens):
         translator = _translator(

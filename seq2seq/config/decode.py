@@ -11,6 +11,7 @@ from seq2seq.config.section import Section
 # Wider beams find no better translations (they grow shorter) and cost memory in
 # proportion: a beam of 100,000 took 5 GB for one line.
 MAX_BEAM = 256
+SAMPLING_OPTIONS = ("temperature", "top_k", "top_p")  # what only sampling reads
 
 
 # When beam search ends a sentence (decode.stopping; seq2seq.decode.search).
@@ -80,9 +81,7 @@ class DecodeConfig(Section):
                 "(an n-best list of N is N samples)"
             )
         defaults = DecodeConfig.model_fields
-        changed = [
-            n for n in ("temperature", "top_k", "top_p") if getattr(self, n) != defaults[n].default
-        ]
+        changed = [n for n in SAMPLING_OPTIONS if getattr(self, n) != defaults[n].default]
         if changed and not self.sample:
             raise ValueError(f"{changed[0]} shapes sampling; set sample true, or leave it out")
         return self

@@ -1,18 +1,22 @@
 """What a translator accepts, checked before any work: a wrong type is a `TypeError`, a
 wrong value a `UserError`, each one line naming the argument and the fix.
 
-The server checks each request with `text_problem` before the request joins a batch, so
-that one unreadable line fails its own request and never the batch it would have shared.
+The server checks each request with `text_problem` (and its prefixes with
+`prefix_problem`) before the request joins a batch, so that one unreadable line fails its
+own request and never the batch it would have shared.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, get_args
 
 from pydantic import BaseModel
 
 from seq2seq.errors import UserError
+
+LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # where str.splitlines splits
 
 
 def text_problem(line: str) -> str | None:
@@ -28,6 +32,17 @@ def text_problem(line: str) -> str | None:
             "send valid Unicode"
         )
     return None
+
+
+def prefix_problem(prefix: str) -> str | None:
+    """Why a string cannot start an output, or None: `text_problem`'s, or a tab or line
+    break, which the output keeps verbatim and which would split its line (and an n-best
+    list's tab-separated fields)."""
+    at = next((i for i, char in enumerate(prefix) if char in "\t" + LINE_BREAKS), None)
+    if at is not None:
+        char = "a tab" if prefix[at] == "\t" else "a line break"
+        return f"character {at} is {char}, which would split the output's line; use spaces"
+    return text_problem(prefix)
 
 
 def check_lines(lines: Any, name: str = "lines") -> None:
@@ -50,12 +65,18 @@ def check_line(line: Any, name: str = "line") -> None:
         raise UserError(f"{name}: {problem}")
 
 
-def check_prefixes(prefixes: Any, count: int, name: str = "prefixes") -> None:
-    """`prefixes` is None, or one string the tokenizer can read for each of `count` lines;
-    errors call it `name`."""
+def check_prefixes(prefixes: Any, count: int, file: Path | None = None) -> None:
+    """`prefixes` is None, or one string for each of `count` lines that can start an output
+    (`prefix_problem`); errors name `file`'s lines where they were read from one."""
     if prefixes is None:
         return
+    name = "prefixes" if file is None else str(file)
     check_lines(prefixes, name)
+    for number, prefix in enumerate(prefixes):
+        problem = prefix_problem(prefix)
+        if problem is not None:
+            where = f"prefixes[{number}]" if file is None else f"{file}, line {number + 1}"
+            raise UserError(f"{where}: {problem}")
     if len(prefixes) != count:
         lines = "line" if len(prefixes) == 1 else "lines"
         raise UserError(

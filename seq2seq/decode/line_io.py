@@ -91,7 +91,7 @@ def translate_file(
     `alignments` when given."""
     lines, invalid = read_source_lines(source)
     prefixes = None if prefix_file is None else read_lines(prefix_file)
-    check_prefixes(prefixes, len(lines), str(prefix_file))  # named: before any work
+    check_prefixes(prefixes, len(lines), prefix_file)  # before any work
     found = translator.hypotheses(
         lines, nbest=nbest, progress=True, attention=alignments is not None, prefixes=prefixes
     )

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from seq2seq.config import DecodeConfig, describe_validation_error
+from seq2seq.config.decode import SAMPLING_OPTIONS
 from seq2seq.data.batching import token_batches
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
 from seq2seq.decode.hypotheses import Hypothesis
@@ -212,12 +213,16 @@ class LineTranslator:
 
 def decode_options(base: DecodeConfig, changes: dict[str, Any]) -> DecodeConfig:
     """`base` with the fields in `changes` that are not None (sampling without a beam given
-    samples with beam 1, whatever `base`'s beam); one line for a bad one."""
+    samples with beam 1, whatever `base`'s beam; a search asked of a sampling `base` drops
+    its sampling options not given); one line for a bad one."""
     given = {k: v for k, v in changes.items() if v is not None}
     check_option_kinds(DecodeConfig, given)
     if given.get("sample") and "beam" not in given:
         given["beam"] = 1
     options = base.model_dump() | given
+    if given.get("sample") is False:
+        for name in (n for n in SAMPLING_OPTIONS if n not in given):
+            options[name] = DecodeConfig.model_fields[name].default
     try:
         return DecodeConfig.model_validate(options)
     except ValidationError as error:

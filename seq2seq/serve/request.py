@@ -18,7 +18,7 @@ from fastapi import HTTPException
 from pydantic import ValidationError
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decode.inputs import text_problem
+from seq2seq.decode.inputs import prefix_problem, text_problem
 from seq2seq.decode.line_translator import decode_options
 from seq2seq.errors import UserError
 from seq2seq.serve.schema import SearchOptions, ServeLimits, TranslateRequest
@@ -95,7 +95,8 @@ def check_text(request: TranslateRequest, limits: ServeLimits) -> None:
             f"prefix and text differ in length ({len(given)} and {len(request.text)}); send "
             'one prefix per line of text ("" for none)',
         )
-    for field, lines in (("text", request.text), ("prefix", given or [])):
+    checks = (("text", request.text, text_problem), ("prefix", given or [], prefix_problem))
+    for field, lines, problem_of in checks:
         for number, line in enumerate(lines):
             if len(line) > limits.max_chars:
                 raise HTTPException(
@@ -103,7 +104,7 @@ def check_text(request: TranslateRequest, limits: ServeLimits) -> None:
                     f"{field}.{number} has {len(line)} characters; send lines of at most "
                     f"{limits.max_chars}",
                 )
-            problem = text_problem(line)
+            problem = problem_of(line)
             if problem is not None:
                 raise HTTPException(422, f"{field}.{number}: {problem}")
 
