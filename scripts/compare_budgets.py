@@ -1,0 +1,116 @@
+"""Test BLEU of a sweep's runs at its budget and at a longer budget, the figures of the
+study page's "Learning speed against final quality" (docs/results/attention-study-v2.md).
+
+    cd docs/results
+    python ../../scripts/compare_budgets.py attention-rnn-v2 attention-rnn-v2-long
+    python ../../scripts/compare_budgets.py attention-transformer-v2 attention-transformer-v2-long
+
+SHORT and LONG are sweep directories whose runs share their names (the same cell and
+seed); LONG's runs continue the same schedule further, so SHORT's test scores are the
+runs' scores at the shorter budget. Every run finished in LONG is read with its SHORT
+twin. Prints the table of runs, then per test set: the runs whose BLEU rose, the mean
+gain (min to max), Spearman's rank correlation between the budgets of the cells' means
+(over the seeds finished in LONG; with and without `--leave-out` cells, default the
+`none` type), each cell's mean gain, and the spread (largest minus smallest mean) of the
+cells that are not left out at each budget."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+RUN = re.compile(r"(?P<cell>.*),seed=(?P<seed>\d+)")
+
+
+def scores(run: Path) -> dict[str, float]:
+    """Test BLEU of a run per test set."""
+    found = json.loads((run / "test" / "scores.json").read_text())
+    return {name: metrics["bleu"] for name, metrics in found.items()}
+
+
+def pairs(short: Path, long: Path) -> dict[tuple[str, int], tuple[dict, dict]]:
+    """(cell, seed) -> (its SHORT scores, its LONG scores), for LONG's finished runs."""
+    found = {}
+    for run in sorted((long / "runs").iterdir()):
+        if (run / "test" / "scores.json").is_file():
+            match = RUN.fullmatch(run.name)
+            key = (match["cell"], int(match["seed"]))
+            found[key] = (scores(short / "runs" / run.name), scores(run))
+    return found
+
+
+def ranks(values: list[float]) -> list[float]:
+    """Each value's rank, from 1, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    rank = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in order[i : j + 1]:
+            rank[k] = (i + j) / 2 + 1
+        i = j + 1
+    return rank
+
+
+def spearman(x: list[float], y: list[float]) -> float:
+    """Spearman's rank correlation: Pearson's of the ranks."""
+    return statistics.correlation(ranks(x), ranks(y))
+
+
+def cell_name(cell: str) -> str:
+    """The cell's name without its swept keys' prefixes (`attention.type=dot` -> `dot`)."""
+    return ", ".join(part.split("=", 1)[1] for part in cell.split(","))
+
+
+def describe(found: dict[tuple[str, int], tuple[dict, dict]], test: str, leave_out: set) -> None:
+    """One test set's summary lines."""
+    gains = [long[test] - short[test] for short, long in found.values()]
+    print(f"\n{test}: BLEU rose in {sum(g > 0 for g in gains)} of {len(gains)} runs; mean gain "
+          f"{statistics.mean(gains):+.2f} ({min(gains):+.2f} to {max(gains):+.2f})")  # fmt: skip
+    by_cell: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for (cell, _), (short, long) in found.items():
+        by_cell[cell_name(cell)].append((short[test], long[test]))
+    means = {
+        cell: (statistics.mean(s for s, _ in v), statistics.mean(lo for _, lo in v))
+        for cell, v in by_cell.items()
+    }
+    kept = {cell: m for cell, m in means.items() if cell not in leave_out}
+    for label, chosen in (("all cells", means), (f"without {sorted(leave_out)}", kept)):
+        if len(chosen) > 2:
+            rho = spearman([s for s, _ in chosen.values()], [lo for _, lo in chosen.values()])
+            print(f"  Spearman between the budgets' cell means, {label}: {rho:.2f}")
+    for cell, (s, lo) in sorted(means.items(), key=lambda item: item[1][0] - item[1][1]):
+        print(f"  {cell}: {s:.2f} -> {lo:.2f} ({lo - s:+.2f}, {len(by_cell[cell])} seeds)")
+    if kept:
+        short, long = ([m[i] for m in kept.values()] for i in (0, 1))
+        print(f"  spread of the cells' means (not left out): {max(short) - min(short):.2f} -> "
+              f"{max(long) - min(long):.2f}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("short", type=Path)
+    parser.add_argument("long", type=Path)
+    parser.add_argument("--leave-out", nargs="*", default=["none"])
+    args = parser.parse_args()
+    found = pairs(args.short, args.long)
+    if not found:
+        raise SystemExit(f"{args.long}: no finished run")
+    tests = list(next(iter(found.values()))[1])
+    print(f"| run | {' | '.join(f'{t}: short -> long' for t in tests)} |")
+    print("|---|" + "---:|" * len(tests))
+    for (cell, seed), (short, long) in found.items():
+        row = " | ".join(f"{short[t]:.2f} -> {long[t]:.2f}" for t in tests)
+        print(f"| `{cell_name(cell)}`, seed {seed} | {row} |")
+    for test in tests:
+        describe(found, test, set(args.leave_out))
+
+
+if __name__ == "__main__":
+    main()
