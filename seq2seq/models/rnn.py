@@ -220,12 +220,12 @@ class RNNSeq2Seq(Seq2Seq):
             step = decoder.step(memory, state, step_input, positions, need_weights=False)
             state = step.state
             steps.append(step)
-        attentional = torch.stack([step.attentional for step in steps], dim=1)
         if decoder.choice is None:
-            return decoder.output(attentional)
+            return decoder.output(torch.stack([step.attentional for step in steps], dim=1))
         if self.needs_soft_baseline():  # the same pass's soft attentional vectors
             with torch.no_grad():
-                self.baseline_logits = decoder.output(attentional)
+                soft = torch.stack([step.attentional for step in steps], dim=1)
+                self.baseline_logits = decoder.output(soft)
         outputs = torch.cat([step.output for step in steps], dim=1)
         p = torch.stack([step.weights for step in steps], dim=1)
         return self.tied_to_choices(decoder.hard_prediction(memory, outputs, p)[0])
