@@ -6,6 +6,7 @@ suite runs on CUDA too (`auto`)."""
 import pytest
 import torch
 from cli_helpers import run_cli, train
+from test_cli import parameters
 
 from seq2seq.attention import base
 from seq2seq.checkpoint import RunDir
@@ -120,7 +121,7 @@ def test_graphed_updates_follow_the_eager_loss_curve(toy, tmp_path):
     graphed = cuda_trainer(toy, tmp_path / "graphed", "transformer", graphs=True)
     eager = cuda_trainer(toy, tmp_path / "eager", "transformer", graphs=False)
     eager.feed.shapes = True  # the same padded batches, launched op by op
-    batches = graphed.data.train.epoch(0) + graphed.data.train.epoch(1)
+    batches = [*graphed.data.train.epoch(0), *graphed.data.train.epoch(1)]
     curves = [[t.train_batches([b]).loss for b in batches] for t in (graphed, eager)]
     graphs = graphed.update.graphs
     assert graphs.graphs, f"no shape was captured: {graphs.failure}"
@@ -165,3 +166,33 @@ def test_a_non_finite_update_is_skipped_on_the_gpu(toy, tmp_path, monkeypatch):
     state = torch.load(run / "checkpoints/last.pt", weights_only=True)
     assert state["progress"]["skipped_updates"] == 1
     assert all(torch.isfinite(t).all() for t in state["model"].values())
+
+
+@pytest.mark.parametrize(
+    "arch, sets",
+    [
+        ("rnn", ["model.attention.normalizer=entmax"]),
+        ("rnn", ["model.attention.normalizer=hard", "model.attention.hard.estimator=exact"]),
+        ("transformer", ["model.attention.normalizer=sparsemax",
+                         "model.self_attention.normalizer=entmax15"]),
+        ("transformer", ["model.attention.normalizer=hard",
+                         "model.attention.hard.estimator=reinforce"]),
+    ],
+)  # fmt: skip
+def test_sparse_and_hard_attention_train_in_bf16_on_the_gpu_resume_exactly_and_translate(
+    toy, tmp_path, arch, sets
+):
+    settings = ("train.device=cuda", "train.precision=bf16", f"model.arch={arch}",
+                "model.attention.type=general", "train.valid_every=8", *sets)  # fmt: skip
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert train(toy, straight, *settings, "train.max_steps=16") == 0
+    assert train(toy, resumed, *settings, "train.max_steps=8") == 0
+    assert train(toy, resumed, *settings, "train.max_steps=16") == 0
+    a, b = parameters(straight), parameters(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    out = tmp_path / "out.txt"
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(SOURCES) + "\n")
+    command = ("translate", "--run", straight, "--input", source, "--output", out, "--beam", 3)
+    assert run_cli(*command, "--device", "cuda") == 0
+    assert out.read_text().count("\n") == len(SOURCES)

@@ -130,8 +130,10 @@ def test_slots_share_the_cores_and_spread_over_the_gpus():
     assert [s.gpu for s in plan_slots(4, 2, ["0", "1"], cores=16, runs=9)] == ["0", "1", "0", "1"]
     assert plan_slots(None, 3, ["7"], cores=16, runs=9) == [Slot("7", 5)] * 3
     assert [s.gpu for s in plan_slots(1, None, ["0", "1"], cores=16, runs=9)] == ["0"]
-    with pytest.raises(UserError, match="--jobs 3 is more runs at once than 2 GPU.*-per-gpu 2"):
-        plan_slots(3, None, ["0", "1"], cores=16, runs=9)
+    assert [s.gpu for s in plan_slots(3, None, ["0", "1"], cores=16, runs=9)] == ["0", "1", "0"]
+    assert plan_slots(2, None, ["0"], cores=16, runs=9) == [Slot("0", 8)] * 2
+    with pytest.raises(UserError, match="--jobs 3 is more runs at once than 2 GPU.*-per-gpu 2, or"):
+        plan_slots(3, 1, ["0", "1"], cores=16, runs=9)
     with pytest.raises(UserError, match="no GPU is visible; pass --jobs N alone"):
         plan_slots(2, 2, [], cores=16, runs=9)
 

@@ -43,19 +43,19 @@ def plan_slots(
 ) -> list[Slot]:
     """A slot per run trained at once: at most `jobs` (without it, `jobs_per_gpu` on each
     GPU) and at most `runs`; the GPUs in turn, so that fewer runs than slots spread over
-    every GPU; the `cores` shared among them."""
+    every GPU (`jobs` alone: as few on each as hold them all); the `cores` shared."""
     if jobs_per_gpu is not None and not gpus:
         raise UserError(
             "--jobs-per-gpu puts several runs on each GPU, and no GPU is visible; "
             "pass --jobs N alone to train N runs at once on the CPU"
         )
-    per_gpu = jobs_per_gpu or 1
-    jobs = jobs or len(gpus) * per_gpu
-    if gpus and jobs > len(gpus) * per_gpu:
+    if jobs_per_gpu is not None and jobs is not None and jobs > len(gpus) * jobs_per_gpu:
         raise UserError(
-            f"--jobs {jobs} is more runs at once than {len(gpus)} GPU(s) x {per_gpu} per GPU; "
-            f"pass --jobs-per-gpu {math.ceil(jobs / len(gpus))} to train that many on each GPU"
+            f"--jobs {jobs} is more runs at once than {len(gpus)} GPU(s) x {jobs_per_gpu} per "
+            f"GPU; pass --jobs-per-gpu {math.ceil(jobs / len(gpus))}, or --jobs alone"
         )
+    per_gpu = jobs_per_gpu or (math.ceil(jobs / len(gpus)) if jobs and gpus else 1)
+    jobs = jobs or len(gpus) * per_gpu
     order = [gpu for _ in range(per_gpu) for gpu in gpus] if gpus else [None] * jobs
     count = max(1, min(jobs, runs))
     return [Slot(gpu, max(1, cores // count)) for gpu in order[:count]]
