@@ -2,7 +2,7 @@
 # The GPU figures of docs/benchmarks.md ("On a GPU"), from the repository root of a machine
 # with a CUDA GPU, a CUDA build of torch and data/multi30k (scripts/prepare_multi30k.py):
 #   [BASE=DIR] scripts/bench_gpu.sh OUT PART...
-#   PART: recipe, resume, train, speed, losses, decode, study, tests (or all)
+#   PART: recipe, resume, train, speed, losses, decode, study, normalizers, tests (or all)
 # BASE: a checkout of an older commit (its seq2seq/ at least): `speed`, `losses` and
 # `decode` then measure it too, alternately with this one, each line labelled "code": "base"
 # or "new". Each part appends JSON lines (and keeps its logs) in OUT:
@@ -23,6 +23,10 @@
 #   study   one run of the study Transformer at the study's budget (1,500 updates, the
 #           attention diagnostics, three test sets), its wall time; then N runs side by side
 #           (300 updates each, no test) for N in 1 2 4 8, their wall time
+#   normalizers  the cells of the study's step 6 (configs/sweeps/attention_normalizers_*.yaml:
+#           sparse and hard attention), seed 1, 300 updates in bf16 and the three test sets,
+#           each architecture's cells trained at once by one `sweep --jobs N --jobs-per-gpu N`;
+#           then the RNN's update speed with the exact marginal against the softmax
 set -euo pipefail
 PY=${PYTHON:-python3}
 out=${1:?usage: scripts/bench_gpu.sh OUT PART...}
@@ -157,8 +161,31 @@ side_by_side() {  # N short study runs at once, each with the study run's tokeni
     "$n" "$start" "$(date +%s.%N)" "$status" | tee -a "$out/wall.jsonl"
 }
 
+shortened() {  # write sweep $1 as $2 with seed 1, 300 updates and bf16; print its cell count
+  $PY -c "import sys, yaml; s = yaml.safe_load(open(sys.argv[1])); s['name'] += '-gpu'; s['seeds'] = [1]; s['set'].update({'train.max_steps': 300, 'train.precision': 'bf16'}); yaml.safe_dump(s, open(sys.argv[2], 'w')); print(len(s['cells']))" "$1" "$2"
+}
+
+part_normalizers() {
+  local arch cells sweep
+  for arch in rnn transformer; do
+    sweep=runs/gpu-normalizers-$arch
+    rm -rf "$sweep" && mkdir -p "$sweep"
+    cells=$(shortened "configs/sweeps/attention_normalizers_$arch.yaml" "$sweep.yaml")
+    seconds_of "normalizers-$arch-$cells-runs" $PY -m seq2seq sweep --config "$sweep.yaml" \
+      --sweep-dir "$sweep" --jobs "$cells" --jobs-per-gpu "$cells" > "$out/normalizers-$arch.log" 2>&1
+  done
+  tar -czf "$out/normalizers.tar.gz" --exclude='*.pt' --exclude='events.out.*' runs/gpu-normalizers-*
+  local rnn=(train --config configs/study/rnn.yaml --set model.attention.type=general
+    --tokenizer runs/gpu-normalizers-rnn/tokenizer --warmup 30 --steps 100)
+  {
+    $PY scripts/bench.py "${rnn[@]}"
+    $PY scripts/bench.py "${rnn[@]}" --set model.attention.normalizer=hard \
+      --set model.attention.hard.estimator=exact
+  } 2> "$out/exact.log" | tee -a "$out/exact.jsonl"
+}
+
 [ "$#" -gt 0 ] || set -- all
-[ "$1" = all ] && set -- recipe resume train speed losses decode study tests
+[ "$1" = all ] && set -- recipe resume train speed losses decode study normalizers tests
 for part in "$@"; do
   "part_$part"
 done
