@@ -28,3 +28,15 @@ def train(toy: Path, run_dir: Path, *overrides: str, all_heatmaps: bool = False)
         if not all_heatmaps:
             draw_one_heatmap(patch)
         return run_cli("train", "--config", toy / "run.yaml", "--run-dir", run_dir, *sets)
+
+
+def train_straight_and_resumed(
+    toy: Path, root: Path, *overrides: str, steps: int, stop: int
+) -> tuple[Path, Path]:
+    """Train the toy run `steps` updates into root/straight, and into root/resumed first
+    `stop` updates, then resumed to `steps`; return the two run directories."""
+    straight, resumed = root / "straight", root / "resumed"
+    assert train(toy, straight, *overrides, f"train.max_steps={steps}") == 0
+    assert train(toy, resumed, *overrides, f"train.max_steps={stop}") == 0
+    assert train(toy, resumed, *overrides, f"train.max_steps={steps}") == 0
+    return straight, resumed

@@ -6,7 +6,7 @@ import typing
 
 import pytest
 import torch
-from cli_helpers import run_cli, train
+from cli_helpers import run_cli, train_straight_and_resumed
 from test_attention_diagnostics import Harness, batch
 from test_cli import parameters
 
@@ -284,10 +284,7 @@ def test_a_sparse_run_resumes_exactly_translates_and_is_inspected(
             "model.attention.type=general"]  # fmt: skip
     if arch == "transformer":
         sets.append(f"model.self_attention.normalizer={name}")
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert train(toy, straight, *sets, "train.max_steps=4") == 0
-    assert train(toy, resumed, *sets, "train.max_steps=2") == 0
-    assert train(toy, resumed, *sets, "train.max_steps=4") == 0
+    straight, resumed = train_straight_and_resumed(toy, tmp_path, *sets, steps=4, stop=2)
     a, b = parameters(straight), parameters(resumed)
     assert any("alpha_logit" in k for k in a) == (name == "entmax")
     assert all(torch.equal(a[k], b[k]) for k in a)

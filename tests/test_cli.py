@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import torch
-from cli_helpers import run_cli, train
+from cli_helpers import run_cli, train, train_straight_and_resumed
 
 
 def parameters(run_dir: Path, name: str = "last") -> dict:
@@ -80,11 +80,8 @@ TRANSFORMER = [
 
 
 def test_transformer_resumes_exactly_and_translates(toy, tmp_path, capsys):
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     # Validations, and with them resume checkpoints, at every second step.
-    assert train(toy, straight, *TRANSFORMER, "train.max_steps=4") == 0
-    assert train(toy, resumed, *TRANSFORMER, "train.max_steps=2") == 0
-    assert train(toy, resumed, *TRANSFORMER, "train.max_steps=4") == 0
+    straight, resumed = train_straight_and_resumed(toy, tmp_path, *TRANSFORMER, steps=4, stop=2)
     a, b = parameters(straight), parameters(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
     ratio = float(a["length_ratio"])

@@ -5,7 +5,7 @@ suite runs on CUDA too (`auto`)."""
 
 import pytest
 import torch
-from cli_helpers import run_cli, train
+from cli_helpers import run_cli, train, train_straight_and_resumed
 from test_cli import parameters
 
 from seq2seq.attention import base
@@ -139,10 +139,9 @@ def test_the_rnn_trains_op_by_op_on_a_gpu(toy, tmp_path):
 
 def test_training_with_cuda_graphs_resumes_exactly(toy, tmp_path):
     settings = ("train.device=cuda", "train.precision=bf16", "model.arch=transformer")
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert train(toy, straight, *settings, "train.max_steps=24", "train.valid_every=8") == 0
-    assert train(toy, resumed, *settings, "train.max_steps=16", "train.valid_every=8") == 0
-    assert train(toy, resumed, *settings, "train.max_steps=24", "train.valid_every=8") == 0
+    straight, resumed = train_straight_and_resumed(
+        toy, tmp_path, *settings, "train.valid_every=8", steps=24, stop=16
+    )
     a, b = (
         torch.load(r / "checkpoints/last.pt", weights_only=True)["model"]
         for r in (straight, resumed)
@@ -184,10 +183,7 @@ def test_sparse_and_hard_attention_train_in_bf16_on_the_gpu_resume_exactly_and_t
 ):
     settings = ("train.device=cuda", "train.precision=bf16", f"model.arch={arch}",
                 "model.attention.type=general", "train.valid_every=8", *sets)  # fmt: skip
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert train(toy, straight, *settings, "train.max_steps=16") == 0
-    assert train(toy, resumed, *settings, "train.max_steps=8") == 0
-    assert train(toy, resumed, *settings, "train.max_steps=16") == 0
+    straight, resumed = train_straight_and_resumed(toy, tmp_path, *settings, steps=16, stop=8)
     a, b = parameters(straight), parameters(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
     out = tmp_path / "out.txt"

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from cli_helpers import run_cli, train
+from cli_helpers import run_cli, train_straight_and_resumed
 from test_attention_diagnostics import batch
 from test_attention_normalizers import steps_of_a_decode_equal_teacher_forcing
 from test_cli import parameters
@@ -296,10 +296,7 @@ def test_a_hard_run_resumes_exactly_translates_and_is_inspected(toy, tmp_path, c
     hard = [f"model.attention.hard.{option}" for option in sets]
     sets = [f"model.arch={arch}", "model.ff_dim=32", "model.attention.type=general",
             "model.attention.normalizer=hard", *hard]  # fmt: skip
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert train(toy, straight, *sets, "train.max_steps=4") == 0
-    assert train(toy, resumed, *sets, "train.max_steps=2") == 0
-    assert train(toy, resumed, *sets, "train.max_steps=4") == 0
+    straight, resumed = train_straight_and_resumed(toy, tmp_path, *sets, steps=4, stop=2)
     a, b = parameters(straight), parameters(resumed)
     assert ("choice_loss.average" in a) == (arch == "rnn")  # the moving average, kept
     assert all(torch.equal(a[k], b[k]) for k in a)
