@@ -33,7 +33,7 @@ def test_the_rule_picks_the_tested_checkpoint_and_the_last_is_kept_beside(toy, t
     assert train(toy, averaged, "train.max_steps=6", "train.valid_every=2", rule) == 0
     log = (averaged / "train.log").read_text().split("resumed")[-1]
     kept = ", ".join(sorted(p.stem for p in (best / "checkpoints").glob("step-*.pt")))
-    assert f"testing the mean of {kept}" in log and "test test (test)" in log
+    assert f"testing the mean of {kept}" in log and "test test (average)" in log
 
     # Changed to `last`: the scores an earlier rule kept in test/last/ go.
     relabelled = tmp_path / "relabelled"

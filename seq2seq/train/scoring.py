@@ -27,9 +27,12 @@ from seq2seq.train.interrupt import StopSignals
 from seq2seq.train.trainer import Trainer
 
 
-def score_test_sets(cfg: Config, out: Path, translator: Translator, log: logging.Logger) -> dict:
+def score_test_sets(
+    cfg: Config, out: Path, translator: Translator, log: logging.Logger, checkpoint: str
+) -> dict:
     """Translate every `data.test` set into OUT/NAME.hyp and score them into
-    OUT/scores.json (OUT: the run's test/, or test/last/ for its last checkpoint)."""
+    OUT/scores.json (OUT: the run's test/, or test/last/ for its last checkpoint);
+    CHECKPOINT names the weights in the log lines (`best`, `last`, `average`)."""
     scores: dict[str, dict] = {}
     for prefix in cfg.data.test:
         corpus = read_parallel(prefix, cfg.data.src, cfg.data.tgt)
@@ -47,7 +50,7 @@ def score_test_sets(cfg: Config, out: Path, translator: Translator, log: logging
         result: Scores = score_corpus(hypotheses, corpus.tgt)
         atomic_write_text(out / f"{name}.hyp", "".join(h + "\n" for h in hypotheses))
         scores[name] = result.to_dict()
-        log.info("test %s (%s): %s", name, out.name, result)
+        log.info("test %s (%s): %s", name, checkpoint, result)
     if scores:
         atomic_write_text(out / "scores.json", json.dumps(scores, indent=2) + "\n")
     return scores
@@ -79,11 +82,11 @@ def score_test(trainer: Trainer) -> dict:
     ):
         if rule != "last":  # beside the chosen one, so a reader sees how much the rule matters
             _load_test_weights(trainer, "last")
-            score_test_sets(cfg, run.test / "last", translator, log)
+            score_test_sets(cfg, run.test / "last", translator, log, "last")
         else:  # what an earlier rule left there would read as this run's other scores
             shutil.rmtree(run.test / "last", ignore_errors=True)
         _load_test_weights(trainer, rule)  # its scores.json, written last, ends the run
-        return score_test_sets(cfg, run.test, translator, log)
+        return score_test_sets(cfg, run.test, translator, log, rule)
 
 
 def _load_test_weights(trainer: Trainer, rule: str) -> None:
