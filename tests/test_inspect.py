@@ -13,6 +13,7 @@ from seq2seq import Translator
 from seq2seq.attention.diagnostics import DIAGNOSTICS
 from seq2seq.checkpoint import RunDir
 from seq2seq.data.corpus import read_lines
+from seq2seq.decode.inspection import diagnostics_table
 from seq2seq.decode.loading import load_trained_model
 from seq2seq.errors import UserError
 from seq2seq.train.distributed import World
@@ -43,6 +44,14 @@ def test_inspect_prints_a_table_and_the_same_json_as_the_python_api(toy, trained
         DIAGNOSTICS
     )
     assert table[-1].startswith("decoder.attention: v_norm ")
+
+
+def test_the_table_keeps_cells_apart_where_a_number_fills_its_width():
+    values = dict.fromkeys(DIAGNOSTICS, 0.2594) | {"saturated": 8.049e-05, "entropy": -1.5e-05}
+    site = {"heads": 1, "mean": values}
+    lines = diagnostics_table({"decoder.attention": site}).splitlines()
+    assert len(lines[1].split()) == 1 + len(DIAGNOSTICS)
+    assert "8.049e-05" in lines[1].split() and "-1.5e-05" in lines[1].split()
 
 
 def test_inspect_refuses_files_that_are_not_pairs_in_one_line(toy, trained, tmp_path, capsys):

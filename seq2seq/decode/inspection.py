@@ -56,7 +56,7 @@ def diagnostics_table(sites: dict[str, dict]) -> str:
     learned scales. '-' marks a diagnostic the type does not have."""
     headings = [d.heading for d in DIAGNOSTICS.values()]
     width = max(len(name) for name in sites) + 2
-    lines = [f"{'site':<{width}}" + "".join(f"{h:>9}" for h in headings)]
+    lines = [f"{'site':<{width}}" + "".join(_column(h) for h in headings)]
     for name, entry in sites.items():
         lines.append(f"{name:<{width}}" + _cells(entry["mean"]))
         per_head = entry.get("per_head", {})
@@ -74,7 +74,15 @@ def diagnostics_table(sites: dict[str, dict]) -> str:
 
 
 def _cells(values: dict[str, float]) -> str:
-    return "".join(f"{_number(values[name]) if name in values else '-':>9}" for name in DIAGNOSTICS)
+    return "".join(
+        _column(_number(values[name]) if name in values else "-") for name in DIAGNOSTICS
+    )
+
+
+def _column(text: str) -> str:
+    """A cell right-aligned under its heading, a space before it even where the text (a
+    number as 8.049e-05) fills the width, so that cells never run together."""
+    return f" {text:>9}"
 
 
 def _number(value: float) -> str:
