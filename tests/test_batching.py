@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 from prepared_helpers import varied_lengths
@@ -130,3 +131,15 @@ def test_the_chunked_counting_sort_equals_one_pass(monkeypatch) -> None:
     monkeypatch.setattr(batching, "SORT_CHUNK", 7)  # many chunks, keys split across them
     new, old = (torch.Generator().manual_seed(5) for _ in range(2))
     assert token_batches(src, tgt, 300, new) == list_batches(src, tgt, 300, old)
+
+
+@pytest.mark.parametrize("longest", [3, 80, 5000])  # 5,000: past the grid of ranked keys
+def test_width_counts_from_keys_count_the_padded_widths(longest) -> None:
+    rng = random.Random(longest)
+    src, tgt = (np.array([rng.randint(0, longest) for _ in range(3000)]) for _ in range(2))
+    shape = batching.ShapeKeys(int(src.max()), int(tgt.max()))
+    assert (shape.table is None) == (longest == 5000)
+    picked = rng.choices(range(3000), k=4000)  # some twice, some not at all
+    counts = shape.width_counts(shape(src[picked], tgt[picked]))
+    expected = np.bincount(batching.padded_widths(src[picked], tgt[picked]))
+    assert np.array_equal(counts[: len(expected)], expected) and not counts[len(expected) :].any()

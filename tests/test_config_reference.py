@@ -47,8 +47,8 @@ def test_the_commented_yaml_reads_back_as_the_same_config():
 
 def test_the_defaults_read_back_as_the_defaults_once_data_is_given():
     values = yaml.safe_load(commented_yaml())
-    assert values["data"] == {"src": None, "tgt": None, "train": None, "valid": None,
-                              "test": [], "max_len": 100}  # fmt: skip
+    assert values["data"] == {"src": None, "tgt": None, "train": None, "weights": None,
+                              "valid": None, "test": [], "max_len": 100}  # fmt: skip
     values["data"] |= DATA
     assert Config.model_validate(values) == Config.model_validate({"data": DATA})
 

@@ -88,7 +88,10 @@ def allowed(prop: dict[str, Any]) -> str:
     if kind == "array":
         if "prefixItems" in prop:
             return "[" + ", ".join(allowed(item) for item in prop["prefixItems"]) + "]"
-        return f"a list of {allowed(prop['items']).removeprefix('a ')}s"
+        items = prop["items"]
+        if items.get("type") in ("integer", "number"):  # the noun, not the bound, takes the s
+            return "a list of " + _bounded(f"{items['type']}s", items)
+        return f"a list of {allowed(items).removeprefix('a ')}s"
     if kind == "string":
         if "pattern" in prop:
             return f"a string matching {prop['pattern']}"

@@ -59,7 +59,13 @@ class DataConfig(Section):
     tgt: str = Field(min_length=1, description="target language suffix, e.g. en")
     train: str | list[str] = Field(
         description="prefix of the training corpus: {prefix}.{lang}[.gz]; or a list of "
-        "prefixes, read one after another (each prepared once: docs/training.md)"
+        "prefixes, trained on together (each prepared once: docs/training.md)"
+    )
+    weights: list[Annotated[float, Field(gt=0, le=1000)]] | None = Field(
+        None,
+        description="how often an epoch holds each training corpus's pairs, one weight per "
+        "data.train prefix: 3 = each pair three times, 0.5 = a random half drawn anew each "
+        "epoch (default: 1 each)",
     )
     valid: str = Field(description="prefix of the validation corpus")
     test: list[str] = Field(
@@ -78,6 +84,15 @@ class DataConfig(Section):
     def train_prefixes(self) -> list[str]:
         """`train` as a list, one prefix or several."""
         return [self.train] if isinstance(self.train, str) else list(self.train)
+
+    @model_validator(mode="after")
+    def _a_weight_per_corpus(self) -> DataConfig:
+        if self.weights is not None and len(self.weights) != len(self.train_prefixes):
+            raise ValueError(
+                f"weights has {len(self.weights)} values for {len(self.train_prefixes)} "
+                "training corpora (data.train); give one weight per prefix, in its order"
+            )
+        return self
 
     @field_validator("test", mode="before")
     @classmethod

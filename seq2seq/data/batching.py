@@ -123,6 +123,17 @@ class ShapeKeys:
             self.table[ranked] = np.arange(cells, dtype=dtype)
         self.count = cells  # keys lie in [0, count) when ranked
 
+    def width_counts(self, keys: np.ndarray) -> np.ndarray:
+        """How many of the examples with these keys have each padded width (see
+        `padded_widths`): `batch_bounds`'s input, counted per key, not per example."""
+        if self.table is None:
+            return np.bincount(keys // (self.src_cells * self.tgt_cells))
+        src, tgt = np.divmod(np.arange(self.count), self.tgt_cells)
+        width_of_rank = np.empty(self.count, np.int64)
+        width_of_rank[self.table] = np.maximum(src, tgt) + 1
+        per_key = np.bincount(keys, minlength=self.count)
+        return np.bincount(width_of_rank, weights=per_key).astype(np.int64)
+
     def __call__(self, src: np.ndarray, tgt: np.ndarray | None) -> np.ndarray:
         src = src.astype(np.int64)
         tgt = np.zeros_like(src) if tgt is None else tgt.astype(np.int64)

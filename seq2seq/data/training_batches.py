@@ -6,13 +6,14 @@ Nothing here holds a Python object per pair. A process holds, per kept pair, its
 place in the epoch's order (while the next epoch's is made: 4 more, 4 for the shuffle
 and 2 for the sort key, read again each epoch); the piece ids stay in the prepared files,
 and a batch's rows are read from them when it is built (from any thread: nothing here is
-written after construction).
+written after construction). With `data.weights` an epoch's order holds 4 bytes per pair
+of the epoch (some pairs twice, some not at all: CorpusMixture), about 28 while it is drawn.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import NamedTuple, overload
 
 import numpy as np
 import torch
@@ -96,6 +97,43 @@ class KeptPairs:
         return kept + np.searchsorted(self.kept_before, kept, side="right")
 
 
+class CorpusShare(NamedTuple):
+    """What an epoch holds of one corpus's kept pairs (numbered `first` on)."""
+
+    first: int
+    pairs: int
+    copies: int  # every pair this many times
+    drawn: int  # then this many of them, drawn anew each epoch, once more
+
+
+class CorpusMixture:
+    """Which kept pairs an epoch holds under `data.weights`: of a corpus of weight w, each
+    pair floor(w) times, then round((w - floor(w)) x its pairs) of them once more, drawn
+    anew each epoch (at least one where w < 1, so that no corpus is silently left out)."""
+
+    def __init__(self, kept_per_corpus: np.ndarray, weights: Sequence[float]) -> None:
+        counts = kept_per_corpus.tolist()
+        starts = np.cumsum([0, *counts])[:-1].tolist()
+        self.shares = []
+        for first, pairs, weight in zip(starts, counts, weights, strict=True):
+            copies, share = divmod(weight, 1)
+            drawn = min(pairs, max(round(share * pairs), int(copies == 0))) if share else 0
+            self.shares.append(CorpusShare(int(first), pairs, int(copies), drawn))
+        self.pairs = sum(share.pairs * share.copies + share.drawn for share in self.shares)
+        # int32 where the pair numbers and the epoch's places fit: half the memory
+        self.dtype = np.int32 if max(self.pairs, sum(counts)) < 2**31 else np.int64
+
+    def members(self, generator: torch.Generator) -> np.ndarray:
+        """The kept-pair numbers of an epoch, a corpus after another, with repeats."""
+        parts = [np.zeros(0, self.dtype)]
+        for first, pairs, copies, drawn in self.shares:
+            parts += [np.arange(first, first + pairs, dtype=self.dtype)] * copies
+            if drawn:
+                chosen = random_order(pairs, generator)[:drawn].astype(self.dtype)
+                parts.append(chosen + self.dtype(first))
+        return np.concatenate(parts)
+
+
 class EpochBatches(Sequence):
     """An epoch's batches, in training order: each a list of kept-pair numbers."""
 
@@ -124,22 +162,35 @@ class TrainBatches:
     Batches are lists of numbers of the kept pairs (0 .. len - 1), as the trainer passes
     them back to `target_tokens` and `batch`."""
 
-    def __init__(self, pairs: TrainingPairs, max_len: int, batch_tokens: int, seed: int) -> None:
+    def __init__(
+        self,
+        pairs: TrainingPairs,
+        max_len: int,
+        batch_tokens: int,
+        seed: int,
+        weights: Sequence[float] | None = None,
+    ) -> None:
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
         self.pairs, self.max_len, self.batch_tokens, self.seed = pairs, max_len, batch_tokens, seed
         longest = [min(max_len, pairs.longest(side)) for side in ("src", "tgt")]
         self.shape = ShapeKeys(*longest)
         widths = np.zeros(max(longest) + 2, np.int64)
-        dropped, self.tokens, self.kept_count = [], np.zeros(2, np.int64), 0
+        dropped, self.tokens = [], np.zeros(2, np.int64)
+        kept_per_corpus = np.zeros(len(pairs.corpora), np.int64)
         for start, fits, src, tgt in self._kept_lengths():
             dropped.append(np.flatnonzero(~fits) + start)
             widths += np.bincount(np.maximum(src, tgt) + 1, minlength=len(widths))
             self.tokens += (src.sum(), tgt.sum())
-            self.kept_count += len(src)
+            kept_per_corpus[np.searchsorted(pairs.starts, start, side="right") - 1] += len(src)
         self.kept = KeptPairs(np.concatenate([np.zeros(0, np.int64), *dropped]))
+        self.kept_count = int(kept_per_corpus.sum())
         self.too_long = len(pairs) - self.kept_count
         self.bounds = batch_bounds(widths, batch_tokens)
+        self.mixture: CorpusMixture | None = None  # every pair once an epoch
+        if weights is not None and set(weights) != {1}:
+            self.mixture = CorpusMixture(kept_per_corpus, weights)
+        self.epoch_pairs = self.kept_count if self.mixture is None else self.mixture.pairs
 
     def _kept_lengths(self) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         """(first pair, which pairs fit data.max_len, their source and target lengths) of
@@ -173,13 +224,18 @@ class TrainBatches:
         # A fresh generator per epoch, so a resumed run regenerates the epoch and skips ahead.
         # Kept in [0, 2**63) because manual_seed rejects values outside 64 bits.
         generator.manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
-        ranked = self.shape.table is not None
-        order = stable_sort(
-            random_order(len(self), generator),
-            self.sort_keys(),
-            self.shape.count if ranked else None,
-        )
-        return EpochBatches(order, self.bounds, random_order(len(self.bounds) - 1, generator))
+        count = self.shape.count if self.shape.table is not None else None
+        if self.mixture is None:
+            order = stable_sort(random_order(len(self), generator), self.sort_keys(), count)
+            bounds = self.bounds
+        else:  # the epoch's own pairs, some of them more than once: sorted by their keys
+            members = self.mixture.members(generator)
+            members = members[random_order(len(members), generator)]
+            keys = self.sort_keys()[members]
+            places = np.arange(len(members), dtype=members.dtype)
+            order = members[stable_sort(places, keys, count)]
+            bounds = batch_bounds(self.shape.width_counts(keys), self.batch_tokens)
+        return EpochBatches(order, bounds, random_order(len(bounds) - 1, generator))
 
     def target_tokens(self, indices: list[int]) -> int:
         """Target tokens (+ EOS) of a batch: the loss normaliser, known without building it."""

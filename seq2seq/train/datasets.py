@@ -33,19 +33,21 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
     valid = read_parallel(data.valid, data.src, data.tgt)
     prepared = prepare_training_data(data, cfg.tokenizer, run.tokenizer, cfg.seed, log)
     pairs = TrainingPairs(prepared.corpora)
-    batches = TrainBatches(pairs, data.max_len, cfg.train.batch_tokens, cfg.seed)
+    batches = TrainBatches(pairs, data.max_len, cfg.train.batch_tokens, cfg.seed, data.weights)
     if not len(batches):
         raise UserError(
             f"no training pair is at most {data.max_len} pieces long; raise data.max_len"
         )
     tokenizer = prepared.tokenizer
+    mixed = "" if batches.mixture is None else f", {batches.epoch_pairs} an epoch by data.weights"
     log.info(
-        "train: %d pairs kept (%d with an empty side dropped, %d longer than %d pieces dropped); "
+        "train: %d pairs kept (%d with an empty side dropped, %d longer than %d pieces dropped)%s; "
         "valid: %d pairs; vocabulary: %d source, %d target",
         len(batches),
         sum(corpus.manifest["empty"] for corpus in prepared.corpora),
         batches.too_long,
         data.max_len,
+        mixed,
         len(valid),
         tokenizer.src_vocab_size,
         tokenizer.tgt_vocab_size,
