@@ -121,10 +121,11 @@ def profile_updates(trainer, batches: list[list[int]], rows: int) -> dict:
     on_gpu = trainer.device.type == "cuda"
     order = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"
     table = profiler.key_averages().table(sort_by=order, row_limit=rows)
-    print(f"profile of {len(batches)} updates:\n{table}", file=sys.stderr)
+    updates = len(batches) // getattr(trainer.cfg.train, "accumulate", 1)
+    print(f"profile of {updates} updates:\n{table}", file=sys.stderr)
     if not on_gpu:
         return {}
-    return {"gpu_profile": gpu_profile(profiler.events(), len(batches), seconds)}
+    return {"gpu_profile": gpu_profile(profiler.events(), updates, seconds)}
 
 
 def gpu_profile(events, updates: int, seconds: float) -> dict:
@@ -184,9 +185,12 @@ def training_batches(trainer, epochs: int, needed: int) -> list[list[int]]:
     return batches[:needed]
 
 
-def training_speed(trainer, timed: list[list[int]], seconds: float, precision: str) -> dict:
-    """Speeds, padding and model FLOP utilisation of `timed` updates that took `seconds`;
-    on a GPU also the utilisation against its bf16 peak and the peak memory allocated."""
+def training_speed(
+    trainer, timed: list[list[int]], updates: int, seconds: float, precision: str
+) -> dict:
+    """Speeds, padding and model FLOP utilisation of `updates` updates on the `timed`
+    batches that took `seconds`; on a GPU also the utilisation against its bf16 peak and
+    the peak memory allocated."""
     import torch
 
     built = [trainer.data.train.batch(b) for b in timed]
@@ -203,7 +207,7 @@ def training_speed(trainer, timed: list[list[int]], seconds: float, precision: s
         "seconds": round(seconds, 2),
         "target_tokens_per_s": round(speed, 1),
         "tokens_per_s": round((src + tgt) / seconds, 1),
-        "target_tokens_per_update": round(tgt / len(timed), 1),
+        "target_tokens_per_update": round(tgt / updates, 1),
         "padding_ratio": round(1 - (src + tgt) / padded, 4),
         "mflop_per_target_token": round(flops_per_target / 1e6, 3),
         "matmul_peak_gflops": round(peak, 1),
@@ -248,25 +252,27 @@ def measure_train(args: argparse.Namespace) -> dict:
     """Runs in its own process: build the run, warm up, time --steps updates."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg, trainer = new_trainer(args, tmp)
-        needed = args.warmup + args.steps + (args.profile and PROFILED_STEPS)
+        per = getattr(cfg.train, "accumulate", 1)  # batches an update (train.accumulate)
+        warmup, steps = args.warmup * per, args.steps * per
+        needed = warmup + steps + (args.profile and PROFILED_STEPS * per)
         batches = training_batches(trainer, cfg.train.max_epochs, needed)
         if args.compile:  # tried for issue 33: see docs/benchmarks.md
             import torch
 
             trainer.network = torch.compile(trainer.network, dynamic=True)
         started = time.perf_counter()
-        run_updates(trainer, batches[: args.warmup])
+        run_updates(trainer, batches[:warmup])
         synchronize(trainer.device.type)
         warmup_seconds = time.perf_counter() - started
-        timed = batches[args.warmup : args.warmup + args.steps]
+        timed = batches[warmup : warmup + steps]
         started = time.perf_counter()
         run_updates(trainer, timed)
         synchronize(trainer.device.type)
         seconds = time.perf_counter() - started
         profiled = {}
         if args.profile:
-            profiled = profile_updates(trainer, batches[args.warmup + args.steps :], args.profile)
-        speed = training_speed(trainer, timed, seconds, cfg.train.precision)
+            profiled = profile_updates(trainer, batches[warmup + steps :], args.profile)
+        speed = training_speed(trainer, timed, args.steps, seconds, cfg.train.precision)
     return {
         "mode": "train",
         "config": str(args.config),

@@ -75,6 +75,20 @@ def test_two_processes_match_one_and_resume_under_ddp(toy, tmp_path, arch, devic
         torch.testing.assert_close(two["model"][name], tensor, rtol=1e-4, atol=1e-5)
 
 
+
+def test_two_processes_accumulating_match_one(toy, tmp_path):
+    """train.accumulate under DDP: the ranks exchange gradients once an update, after its
+    last batch (without it they would drift apart, and rank 0's weights from one process's)."""
+    sets = [*SAME_MATH, "train.accumulate=3", "train.max_steps=3"]
+    single, double = tmp_path / "single", tmp_path / "double"
+    assert train(toy, single, *sets) == 0
+    done = torchrun(toy, double, *sets)
+    assert done.returncode == 0, done.stderr[-6000:]
+    one, two = final(single), final(double)
+    assert one["progress"]["batch_in_epoch"] == two["progress"]["batch_in_epoch"] == 9
+    for name, tensor in one["model"].items():
+        torch.testing.assert_close(two["model"][name], tensor, rtol=1e-4, atol=1e-5)
+
 def test_a_killed_worker_leaves_the_other_one_line(toy, tmp_path):
     """torchrun reports the killed worker; the surviving one says one line, no traceback."""
     run = tmp_path / "run"

@@ -52,13 +52,15 @@ def toy_batches(directory, n: int = 41) -> TrainBatches:
     return TrainBatches(pairs, max_len=100, batch_tokens=24, seed=3)
 
 
-def test_a_feed_prepares_the_epoch_from_where_it_resumes_each_rank_its_share(tmp_path):
+def test_a_feed_prepares_the_epoch_from_where_it_resumes_each_rank_its_share_by_update(tmp_path):
     data = toy_batches(tmp_path / "corpus")
     order = data.epoch(0)
     for rank in (0, 1):
         feed = BatchFeed(data, World(rank=rank, size=2), torch.device("cpu"), shapes=True)
-        prepared = list(feed.batches(order, 2))
-        assert [p.indices for p in prepared] == order[2:]
+        groups = list(feed.updates(order, 2, 3))  # three batches an update
+        assert [len(group) for group in groups[:-1]] == [3] * (len(groups) - 1)
+        prepared = [p for group in groups for p in group]
+        assert [p.indices for p in prepared] == order[2:] and 1 <= len(groups[-1]) <= 3
         for p in prepared:
             shard = p.indices[rank::2] or p.indices[:1]
             assert p.weight == (1.0 if p.indices[rank::2] else 0.0)

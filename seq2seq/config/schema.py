@@ -265,6 +265,13 @@ class ScheduleConfig(Section):
 
 class TrainConfig(Section):
     batch_tokens: PositiveInt = Field(4096, description="sentences x longer padded side")
+    accumulate: PositiveInt = Field(
+        1,
+        le=1024,
+        description="batches per update: their gradients are summed, the loss normalised by "
+        "all their target tokens, before one optimizer step (an update of N x batch_tokens "
+        "in the memory of one batch); steps count updates",
+    )
     max_epochs: PositiveInt = Field(30, description="budget: passes over the training data")
     max_steps: PositiveInt | None = Field(None, description="budget: updates; null: no limit")
     max_time: float | None = Field(

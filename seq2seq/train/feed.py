@@ -90,7 +90,11 @@ class BatchFeed:
         tokens = self.data.target_tokens(indices)
         return PreparedBatch(indices, tokens, weight, batch.to(self.device))
 
-    def batches(self, batches: list[list[int]], start: int) -> Iterator[PreparedBatch]:
-        """`batches[start:]` prepared, each when the loop asks for it: after it launched
-        the update before."""
-        return (self.prepare(indices) for indices in batches[start:])
+    def updates(
+        self, batches: list[list[int]], start: int, per_update: int
+    ) -> Iterator[list[PreparedBatch]]:
+        """`batches[start:]` prepared, `per_update` at a time (`train.accumulate`; the
+        epoch's last group may hold fewer), each group when the loop asks for it: after it
+        launched the update before."""
+        for first in range(start, len(batches), per_update):
+            yield [self.prepare(indices) for indices in batches[first : first + per_update]]

@@ -114,7 +114,7 @@ def expected_last_step(
     """The update at which the first budget to run out will end training, as far as can be
     told now: `max_steps`; `max_epochs` at `steps_per_epoch` updates an epoch; `max_time`
     at `steps_per_second` (None: not known yet). Early stopping cannot be foreseen."""
-    epoch_start = progress.step - progress.batch_in_epoch
+    epoch_start = progress.step - -(-progress.batch_in_epoch // train.accumulate)
     ends = [epoch_start + (train.max_epochs - progress.epoch) * steps_per_epoch]
     if train.max_steps is not None:
         ends.append(train.max_steps)

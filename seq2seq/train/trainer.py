@@ -60,7 +60,8 @@ class Trainer:
         # On one GPU the host never waits for the device within an update (update.py).
         deferred = defers_reading(device, self.world, self.scaler)
         graphs = deferred and device.type == "cuda" and cfg.train.cuda_graphs
-        graphs = graphs and model.graph_capturable
+        # A graph replays one batch's update; accumulating updates run op by op.
+        graphs = graphs and model.graph_capturable and cfg.train.accumulate == 1
         self.optimizer = build_optimizer(cfg.train.optimizer, model.parameters(), fused=deferred)
         setup = UpdateSetup(
             self.network, self.optimizer, self.scaler, self.world, device, self.precision,
@@ -194,27 +195,27 @@ class Trainer:
             return reason or "another process used up its budget"
         return None
 
-    def expected_last_step(self, steps_per_epoch: int, first_step: int) -> int:
+    def expected_last_step(self, batches: int, first_step: int) -> int:
         """For the progress bar: when the first budget will end this run, at this
-        session's speed so far."""
+        session's speed so far, for epochs of `batches` batches."""
         seconds = time.time() - self.clock[0]
         done = self.progress.step - first_step
         rate = done / seconds if done and seconds > 0 else None
-        return expected_last_step(
-            self.cfg.train, self.progress, self.elapsed(), steps_per_epoch, rate
-        )
+        updates = -(-batches // self.cfg.train.accumulate)
+        return expected_last_step(self.cfg.train, self.progress, self.elapsed(), updates, rate)
 
-    def train_step(self, prepared: PreparedBatch) -> None:
-        """One update on a prepared global batch; its outcome waits in the tally."""
+    def train_step(self, group: list[PreparedBatch]) -> None:
+        """One update on prepared global batches (`train.accumulate` of them, or fewer at
+        an epoch's end); its outcome waits in the tally."""
         self.schedule.apply(self.optimizer, self.progress.step + 1)
-        self.update(prepared.batch, prepared.tokens, prepared.weight)
-        self.unsettled_tokens += prepared.tokens
+        self.update(group)
+        self.unsettled_tokens += sum(prepared.tokens for prepared in group)
 
     def train_batches(self, batches: list[list[int]]) -> Settled:
         """Updates on these global batches, outside the loop's budgets and logs (for
         benchmarks) -> their tally."""
-        for prepared in self.feed.batches(batches, 0):
-            self.train_step(prepared)
+        for group in self.feed.updates(batches, 0, self.cfg.train.accumulate):
+            self.train_step(group)
             self.progress.step += 1
         return self.settle(TrainWindow())
 
@@ -282,9 +283,9 @@ class Trainer:
         while reason is None:
             batches = self.data.train.epoch(progress.epoch)
             bar.total = self.expected_last_step(len(batches), first_step)
-            for prepared in self.feed.batches(batches, progress.batch_in_epoch):
-                self.train_step(prepared)
-                progress.batch_in_epoch += 1
+            for group in self.feed.updates(batches, progress.batch_in_epoch, cfg.accumulate):
+                self.train_step(group)
+                progress.batch_in_epoch += len(group)
                 progress.step += 1
                 bar.update(1)
                 # The first update too: a new run says at once that it trains, and how fast.

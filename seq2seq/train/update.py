@@ -12,6 +12,7 @@ after update without waiting for the device, and the update can be a CUDA graph.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +20,7 @@ from torch import Tensor, nn
 
 from seq2seq.data.batching import Batch, padding_mask
 from seq2seq.train.distributed import World
+from seq2seq.train.feed import PreparedBatch
 from seq2seq.train.graphs import GraphedUpdates
 from seq2seq.train.loss import token_cross_entropy
 
@@ -147,14 +149,20 @@ class Update:
                 p.grad = torch.zeros_like(p)
             self.run = self.graphs = GraphedUpdates(self.compute, self.compute_eagerly)
 
-    def __call__(self, batch: Batch, tokens: int, weight: float) -> None:
+    def __call__(self, group: list[PreparedBatch]) -> None:
+        """One update on `group`: a batch, or `train.accumulate` batches whose gradients are
+        summed (their loss normalised by all their target tokens together)."""
         s = self.setup
+        tokens = sum(prepared.tokens for prepared in group)
         if s.deferred:
-            found_inf = self.run(batch, tokens)
+            if len(group) == 1:
+                found_inf = self.run(group[0].batch, tokens)
+            else:  # accumulating: never a graph
+                found_inf = (~self.accumulate(group, tokens)).float()
             s.optimizer.found_inf = found_inf  # the fused step skips on the device
             s.optimizer.step()
             return
-        ok = self.compute(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, tokens, weight)
+        ok = self.accumulate(group, tokens)
         if s.scaler.is_enabled():
             s.scaler.step(s.optimizer)  # no step, and a lower scale, on an overflow
             s.scaler.update()
@@ -176,17 +184,51 @@ class Update:
         weight: float,
     ) -> Tensor:
         """Forward, loss, backward and clipping, the outcome added to the tally -> whether
-        the step may be taken (a bool tensor on the device).
+        the step may be taken (a bool tensor on the device)."""
+        self.zero_gradients()
+        loss = self.backward(src, src_lengths, tgt_in, tgt_out, tokens, weight)
+        return self.finish(loss, tokens)
+
+    def accumulate(self, group: list[PreparedBatch], tokens: int) -> Tensor:
+        """`compute` over the batches of `group`, their gradients summed before clipping; in
+        DDP the ranks exchange them once, after the last batch."""
+        s = self.setup
+        self.zero_gradients()
+        losses = []
+        for number, prepared in enumerate(group):
+            last, batch = number == len(group) - 1, prepared.batch
+            quiet = s.network.no_sync() if s.world.distributed and not last else nullcontext()
+            with quiet:
+                loss = self.backward(
+                    batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, tokens,
+                    prepared.weight,
+                )  # fmt: skip
+            losses.append(loss.detach())
+        return self.finish(losses[0] if len(losses) == 1 else torch.stack(losses).sum(), tokens)
+
+    def zero_gradients(self) -> None:
+        if self.setup.graphs:
+            torch._foreach_zero_([p.grad for p in self.parameters])
+        else:
+            self.setup.optimizer.zero_grad(set_to_none=True)
+
+    def backward(
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        tokens: Tensor | int,
+        weight: float,
+    ) -> Tensor:
+        """Forward and backward of one batch, its gradient added to the parameters' -> its
+        loss over `tokens`, the target tokens of the whole update.
 
         Each rank computes its shard's summed loss over the global batch's target tokens,
         so the ranks' losses add up to the loss of the whole batch; DDP averages gradients
         over ranks, hence the backward of `world.size` times the shard loss.
         """
         s = self.setup
-        if s.graphs:
-            torch._foreach_zero_([p.grad for p in self.parameters])
-        else:
-            s.optimizer.zero_grad(set_to_none=True)
         mask = padding_mask(src_lengths, src.size(1))
         autocast = torch.autocast(
             s.device.type, s.precision, enabled=s.precision is not None, cache_enabled=not s.graphs
@@ -201,6 +243,12 @@ class Update:
             loss = loss + auxiliary
         loss = loss / tokens * weight
         s.scaler.scale(loss * s.world.size).backward()
+        return loss
+
+    def finish(self, loss: Tensor, tokens: Tensor | int) -> Tensor:
+        """Clipping, and the update's outcome added to the tally -> whether the step may be
+        taken."""
+        s = self.setup
         s.scaler.unscale_(s.optimizer)  # clip the true gradients
         norm = torch.nn.utils.clip_grad_norm_(
             self.parameters, s.clip_grad_norm or float("inf"), foreach=True
