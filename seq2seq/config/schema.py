@@ -283,6 +283,14 @@ class TrainConfig(Section):
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="the lr schedule")
     clip_grad_norm: float = Field(1.0, ge=0, le=1e6, description="0 disables clipping")
     label_smoothing: float = Field(0.1, ge=0, lt=1, description="of the cross-entropy loss")
+    ema_decay: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="an exponential moving average of the weights at this decay (0.999: about "
+        "the last 1,000 updates), which validation scores and checkpoints keep for "
+        "translation; null: the weights themselves",
+    )
     valid_every: PositiveInt = Field(500, description="updates between validations")
     attention_diagnostics: bool = Field(
         True,

@@ -13,14 +13,13 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import RunDir, load_model_weights, save_checkpoint, update_best
-from seq2seq.config import VALIDATION_LOSS, Config
+from seq2seq.config import Config
 from seq2seq.errors import UserError
-from seq2seq.evaluate import scores_line
-from seq2seq.files import atomic_write_bytes, atomic_write_text
+from seq2seq.files import atomic_write_bytes
 from seq2seq.models import Seq2Seq
-from seq2seq.plots import attention_figure, figure_png
 from seq2seq.train.datasets import Datasets
 from seq2seq.train.distributed import World, data_parallel
+from seq2seq.train.ema import WeightAverage
 from seq2seq.train.feed import BatchFeed, PreparedBatch
 from seq2seq.train.interrupt import StopSignals
 from seq2seq.train.logs import FILE_ONLY, TensorBoardLog, progress_bar
@@ -28,12 +27,7 @@ from seq2seq.train.loss import perplexity
 from seq2seq.train.optim import LearningRate, build_optimizer
 from seq2seq.train.progress import Progress, TrainWindow, budget_spent, expected_last_step
 from seq2seq.train.update import Settled, Update, UpdateSetup, defers_reading
-from seq2seq.train.validation import (
-    SHOWN_TRANSLATIONS,
-    ValidationResult,
-    Validator,
-    higher_is_better,
-)
+from seq2seq.train.validation import Validator, higher_is_better, report_validation
 
 
 class Trainer:
@@ -68,6 +62,10 @@ class Trainer:
             cfg.train.label_smoothing, cfg.train.clip_grad_norm, deferred, graphs,
         )  # fmt: skip
         self.update = Update(setup, in_a_row=0)
+        decay = cfg.train.ema_decay
+        self.average = None if decay is None else WeightAverage(model, decay)
+        # What validation scores and checkpoints keep for translation: the average, if any.
+        self.kept_model = model if self.average is None else self.average.averaged
         self.unsettled_tokens = 0  # target tokens of the updates since the last settle
         self.feed = BatchFeed(data.train, self.world, device, shapes=graphs)
         self.schedule = LearningRate(cfg.train.schedule, cfg.train.optimizer.lr)
@@ -92,7 +90,8 @@ class Trainer:
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         return {
-            "model": self.model.state_dict(),
+            "model": self.kept_model.state_dict(),
+            **({} if self.average is None else {"training_model": self.model.state_dict()}),
             "model_config": self.model_config(),
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
@@ -130,6 +129,9 @@ class Trainer:
     def restore(self, state: dict[str, Any], path: Path) -> None:
         """Continue from a resume checkpoint read from `path` (`last.pt`, or `previous.pt`
         when `last.pt` was unreadable: it is then overwritten, never kept as `previous`)."""
+        if self.average is not None:  # "model" holds the average, "training_model" the weights
+            load_model_weights(self.average.averaged, state, self.cfg.model, path)
+            state = {**state, "model": state.get("training_model", state["model"])}
         load_model_weights(self.model, state, self.cfg.model, path)
         self.last_is_loadable = path == self.run.checkpoint("last")
         if state.get("corpus", self.data.corpus_key) != self.data.corpus_key:
@@ -171,7 +173,7 @@ class Trainer:
         if any(s == step for _, s in best):
             path = self.run.checkpoint(f"step-{step}")
             state = {
-                "model": self.model.state_dict(),
+                "model": self.kept_model.state_dict(),
                 "model_config": self.model_config(),
                 "tokenizer": self.data.tokenizer.fingerprint,
             }
@@ -209,6 +211,8 @@ class Trainer:
         an epoch's end); its outcome waits in the tally."""
         self.schedule.apply(self.optimizer, self.progress.step + 1)
         self.update(group)
+        if self.average is not None:
+            self.average.update(self.progress.step + 1)
         self.unsettled_tokens += sum(prepared.tokens for prepared in group)
 
     def train_batches(self, batches: list[list[int]]) -> Settled:
@@ -347,7 +351,7 @@ class Trainer:
     def validate(self, board: TensorBoardLog) -> None:
         """Validate on rank 0; every rank then updates the same best-N, patience and schedule."""
         progress = self.progress
-        result = self.validator(self.model) if self.world.is_main else None
+        result = self.validator(self.kept_model) if self.world.is_main else None
         score = self.world.broadcast(
             None if result is None else result.metric(self.cfg.train.metric)
         )
@@ -365,31 +369,6 @@ class Trainer:
                 progress.attention.append((progress.step, result.attention))
         self.save_last()
         if result is not None:
-            self.report_validation(result, is_best, board)
-
-    def report_validation(
-        self, result: ValidationResult, is_best: bool, board: TensorBoardLog
-    ) -> None:
-        step = self.progress.step
-        atomic_write_text(
-            self.run.valid / f"step-{step}.hyp", "".join(line + "\n" for line in result.hypotheses)
-        )
-        self.log.info(
-            "validation at step %d: %s  loss %.4f  ppl %.2f%s",
-            step, scores_line(result.scores), result.loss, result.perplexity,
-            "  (new best)" if is_best else "",
-        )  # fmt: skip
-        shown = SHOWN_TRANSLATIONS
-        board.add_translations(
-            step, self.data.valid_src[:shown], self.data.valid_ref[:shown], result.hypotheses
-        )
-        for i, amap in enumerate(result.attention_maps):
-            png = figure_png(attention_figure(amap.weights, amap.src_pieces, amap.tgt_pieces))
-            board.add_png(step, f"attention/{i}", png)
-            atomic_write_bytes(self.run.attention / f"step-{step}-{i}.png", png)
-        board.add_attention_diagnostics(step, result.attention)
-        board.add(
-            step,
-            "valid",
-            {**result.scores, VALIDATION_LOSS: result.loss, "perplexity": result.perplexity},
-        )
+            report_validation(
+                result, self.progress.step, is_best, self.run, self.data, board, self.log
+            )

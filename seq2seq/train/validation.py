@@ -1,9 +1,11 @@
 """Validation: teacher-forced loss and perplexity, every metric of `evaluate.METRICS` on the
 greedy translations (detokenized), and the attention diagnostics
-(`train.attention_diagnostics`) over the whole validation set."""
+(`train.attention_diagnostics`) over the whole validation set; and where a validation's
+outcome goes (the log, the run directory, TensorBoard)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -11,13 +13,17 @@ from dataclasses import dataclass, field
 import torch
 
 from seq2seq.attention.diagnostics import measure_attention
+from seq2seq.checkpoint import RunDir
 from seq2seq.config import VALIDATION_LOSS, Config
 from seq2seq.data.batching import Batch, make_batch, token_batches
 from seq2seq.decode.line_translator import AttentionMap
 from seq2seq.decode.translate import Translator
-from seq2seq.evaluate import METRICS, score_corpus
+from seq2seq.evaluate import METRICS, score_corpus, scores_line
+from seq2seq.files import atomic_write_bytes, atomic_write_text
 from seq2seq.models import Seq2Seq
+from seq2seq.plots import attention_figure, figure_png
 from seq2seq.train.datasets import Datasets
+from seq2seq.train.logs import TensorBoardLog
 from seq2seq.train.loss import perplexity, token_cross_entropy
 
 HEATMAP_SENTENCES = 3  # the first non-empty validation sources, the same at every validation
@@ -97,3 +103,36 @@ class Validator:
         attention = measure_attention(model, self.pairs()) if diagnostics else {}
         model.train(was_training)
         return ValidationResult(loss, scores.values, hypotheses, maps, attention)
+
+
+def report_validation(
+    result: ValidationResult,
+    step: int,
+    is_best: bool,
+    run: RunDir,
+    data: Datasets,
+    board: TensorBoardLog,
+    log: logging.Logger,
+) -> None:
+    """A validation's translations (RUN/valid/step-N.hyp), its log line, its heatmaps
+    (RUN/attention/, TensorBoard) and its scores and diagnostics in TensorBoard."""
+    atomic_write_text(
+        run.valid / f"step-{step}.hyp", "".join(line + "\n" for line in result.hypotheses)
+    )
+    log.info(
+        "validation at step %d: %s  loss %.4f  ppl %.2f%s",
+        step, scores_line(result.scores), result.loss, result.perplexity,
+        "  (new best)" if is_best else "",
+    )  # fmt: skip
+    shown = SHOWN_TRANSLATIONS
+    board.add_translations(step, data.valid_src[:shown], data.valid_ref[:shown], result.hypotheses)
+    for i, amap in enumerate(result.attention_maps):
+        png = figure_png(attention_figure(amap.weights, amap.src_pieces, amap.tgt_pieces))
+        board.add_png(step, f"attention/{i}", png)
+        atomic_write_bytes(run.attention / f"step-{step}-{i}.png", png)
+    board.add_attention_diagnostics(step, result.attention)
+    board.add(
+        step,
+        "valid",
+        {**result.scores, VALIDATION_LOSS: result.loss, "perplexity": result.perplexity},
+    )
