@@ -37,24 +37,33 @@ class AttentionOutput(NamedTuple):
 _GPU_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
-def fused_attention(query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
-    """`F.scaled_dot_product_attention` (no dropout, no extra scale), with the kernels that
-    are fast for it here: on a GPU any but cuDNN's (`_GPU_KERNELS`); on the CPU the fused
-    one, except for a pass that needs gradients in bfloat16 or float16, where its backward
-    made a bf16 training step of the Multi30k Transformer recipe 1.2-1.3x slower
-    (docs/benchmarks.md) and PyTorch's math kernel, which computes in float32, is used."""
+def fused_attention(
+    query: Tensor, keys: Tensor, values: Tensor, mask: Tensor, dropout: float = 0.0
+) -> Tensor:
+    """`F.scaled_dot_product_attention` (no extra scale; `dropout` of the weights), with the
+    kernels that are fast for it here: on a GPU any but cuDNN's (`_GPU_KERNELS`); on the
+    CPU the fused one, except for a pass that needs gradients in bfloat16 or float16, where
+    its backward made a bf16 training step of the Multi30k Transformer recipe 1.2-1.3x
+    slower (docs/benchmarks.md) and PyTorch's math kernel, which computes in float32, is
+    used."""
     if query.device.type == "cuda":
         with sdpa_kernel(_GPU_KERNELS):
-            return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+            return F.scaled_dot_product_attention(
+                query, keys, values, attn_mask=mask, dropout_p=dropout
+            )
     slow_backward = (
         query.dtype in (torch.bfloat16, torch.float16)
         and torch.is_grad_enabled()
         and (query.requires_grad or keys.requires_grad or values.requires_grad)
     )
     if not slow_backward:
-        return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+        return F.scaled_dot_product_attention(
+            query, keys, values, attn_mask=mask, dropout_p=dropout
+        )
     with sdpa_kernel(SDPBackend.MATH):
-        return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+        return F.scaled_dot_product_attention(
+            query, keys, values, attn_mask=mask, dropout_p=dropout
+        )
 
 
 class AttentionRecorder(Protocol):
@@ -146,6 +155,13 @@ class Attention(nn.Module):
         self.normalizer = build_normalizer(cfg) if self.normalizes else None
         hard = self.normalizes and cfg.normalizer == "hard"
         self.choice = PositionChoice(cfg.hard, cfg.heads or 1) if hard else None
+        # Where the weights are formed (a multi-head wrapper leaves it to its score).
+        self.weight_dropout = cfg.dropout if self.normalizes else 0.0
+
+    @property
+    def training_dropout(self) -> float:
+        """The attention dropout of this pass: `cfg.dropout` while training, else 0."""
+        return self.weight_dropout if self.training else 0.0
 
     @property
     def fusable(self) -> bool:
@@ -236,7 +252,9 @@ class Attention(nn.Module):
         _, weights = self.energies_and_weights(query, prepared_keys, mask, positions)
         if self.choice is not None:
             weights = self.choice(weights)
-        return AttentionOutput(torch.bmm(weights, prepared_values), weights)
+        # The context reads the dropped weights; the weights returned stay a distribution.
+        read = F.dropout(weights, self.training_dropout) if self.training_dropout else weights
+        return AttentionOutput(torch.bmm(read, prepared_values), weights)
 
     def energies_and_weights(
         self, query: Tensor, prepared_keys: Tensor, mask: Tensor, positions: Tensor | None

@@ -86,8 +86,9 @@ class MultiHead(Attention):
             return x.view(x.size(0), x.size(1), self.heads, -1).transpose(1, 2)
 
         context = fused_attention(
-            heads_first(query), heads_first(keys), heads_first(values), mask.unsqueeze(1)
-        )
+            heads_first(query), heads_first(keys), heads_first(values), mask.unsqueeze(1),
+            self.inner.training_dropout,
+        )  # fmt: skip
         return context.transpose(1, 2).flatten(2)
 
     def attend(

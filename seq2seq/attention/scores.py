@@ -85,7 +85,9 @@ class ScaledDotAttention(DotAttention):
             )
         if self.recorder is not None:
             self.recorder.observe(self, query, prepared_keys, mask, positions)
-        context = fused_attention(self.tempered(query), prepared_keys, prepared_values, mask)
+        context = fused_attention(
+            self.tempered(query), prepared_keys, prepared_values, mask, self.training_dropout
+        )
         return AttentionOutput(context, None)
 
 

@@ -49,7 +49,7 @@ def _content_scores() -> list[str]:
 # hard: one position chosen from the softmax's distribution, seq2seq/attention/hard.py).
 Normalizer = Literal["softmax", "sparsemax", "entmax15", "entmax", "hard"]
 # Options every type reads: the normalizer and its own.
-_SHARED_OPTIONS = frozenset({"type", "heads", "normalizer", "alpha_per_head", "hard"})
+_SHARED_OPTIONS = frozenset({"type", "heads", "normalizer", "alpha_per_head", "hard", "dropout"})
 Estimator = Literal["exact", "reinforce", "gumbel"]
 
 
@@ -187,6 +187,14 @@ class AttentionConfig(Section):
         default_factory=HardAttentionConfig,
         description="normalizer hard: its estimator and inference rule",
     )
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="every type: while training, each weight zeroed with this probability "
+        "and the others scaled by 1 / (1 - p) before the weighted sum (attention dropout); "
+        "0: none",
+    )
 
     @field_validator("type")
     @classmethod
@@ -221,6 +229,15 @@ class AttentionConfig(Section):
             raise ValueError(
                 f"{self.type} attention does not read {given}; its options: {mine}; "
                 "remove the others"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _no_dropout_of_a_choice(self) -> AttentionConfig:
+        if self.dropout and self.normalizer == "hard":
+            raise ValueError(
+                f"dropout={self.dropout} would drop hard attention's chosen position (and break "
+                "its exact marginal); set dropout: 0 or another normalizer"
             )
         return self
 

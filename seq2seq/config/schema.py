@@ -159,7 +159,9 @@ class ModelConfig(Section):
     )
     # Fields that shape training only, not what the trained weights compute: a checkpoint
     # loads, and a run fine-tunes, under other values.
-    TRAINING_ONLY: ClassVar[frozenset[str]] = frozenset({"dropout"})
+    TRAINING_ONLY: ClassVar[frozenset[str]] = frozenset(
+        {"dropout", "attention.dropout", "self_attention.dropout"}
+    )
     # The attention sections each architecture reads (the others are not used).
     ATTENTION_SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
         "rnn": ("attention",),
