@@ -75,7 +75,6 @@ def test_two_processes_match_one_and_resume_under_ddp(toy, tmp_path, arch, devic
         torch.testing.assert_close(two["model"][name], tensor, rtol=1e-4, atol=1e-5)
 
 
-
 def test_two_processes_accumulating_match_one(toy, tmp_path):
     """train.accumulate under DDP: the ranks exchange gradients once an update, after its
     last batch (without it they would drift apart, and rank 0's weights from one process's)."""
@@ -88,6 +87,7 @@ def test_two_processes_accumulating_match_one(toy, tmp_path):
     assert one["progress"]["batch_in_epoch"] == two["progress"]["batch_in_epoch"] == 9
     for name, tensor in one["model"].items():
         torch.testing.assert_close(two["model"][name], tensor, rtol=1e-4, atol=1e-5)
+
 
 def test_a_killed_worker_leaves_the_other_one_line(toy, tmp_path):
     """torchrun reports the killed worker; the surviving one says one line, no traceback."""

@@ -13,12 +13,14 @@ ARCHS = ["rnn", "transformer"]
 # Every registered type, plus multi-head over a Bahdanau (before the cell) and a local score.
 ATTENTIONS = [(name, None) for name in attention_names()] + [("bahdanau", 2), ("local-p", 2)]
 ATTENTION_IDS = [name if heads is None else f"{name}-h{heads}" for name, heads in ATTENTIONS]
-# The variants each architecture has: the RNN's cell, the Transformer's norm placement.
+# The variants each architecture has: the RNN's cell, the Transformer's norm placement and
+# positions.
 VARIANTS = [
     ("rnn", {"cell": "lstm"}),
     ("rnn", {"cell": "gru"}),
     ("transformer", {"norm": "pre"}),
     ("transformer", {"norm": "post"}),
+    ("transformer", {"positions": "alibi"}),
 ]
 VARIANT_IDS = [f"{arch}-{next(iter(option.values()))}" for arch, option in VARIANTS]
 

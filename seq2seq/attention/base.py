@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from seq2seq.attention.alibi import DistanceBias
 from seq2seq.attention.hard import PositionChoice
 from seq2seq.attention.normalizers import Normalizer, build_normalizer
 from seq2seq.config import ATTENTION_TYPES, AttentionConfig
@@ -157,6 +158,20 @@ class Attention(nn.Module):
         self.choice = PositionChoice(cfg.hard, cfg.heads or 1) if hard else None
         # Where the weights are formed (a multi-head wrapper leaves it to its score).
         self.weight_dropout = cfg.dropout if self.normalizes else 0.0
+        # ALiBi (`model.positions: alibi`): set by the Transformer on its self-attention's
+        # normalizing modules, a bias on the energies by the query-key distance. (An
+        # instance attribute: a class default would hide the submodule assigned later.)
+        self.position_bias: DistanceBias | None = None
+
+    def fused_mask(
+        self, mask: Tensor, positions: Tensor | None, keys: int, dtype: torch.dtype
+    ) -> Tensor:
+        """What `fused_attention` takes as its mask: `mask` itself, or with a position
+        bias the bias at the allowed keys and -inf at the others, in the query's `dtype`."""
+        if self.position_bias is None:
+            return mask
+        bias = self.position_bias(positions, keys).masked_fill(~mask, float("-inf"))
+        return bias.to(dtype)
 
     @property
     def training_dropout(self) -> float:
@@ -263,6 +278,8 @@ class Attention(nn.Module):
         attention: the distribution its choice draws from)."""
         allowed = self.allowed(query, mask, positions)
         energies = self.score(query, prepared_keys)
+        if self.position_bias is not None:
+            energies = energies + self.position_bias(positions, energies.size(-1))
         weights = self.normalizer(energies.masked_fill(~allowed, float("-inf")))
         return energies, self.shape_weights(weights, query, mask, positions)
 

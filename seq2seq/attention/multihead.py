@@ -79,14 +79,25 @@ class MultiHead(Attention):
     def prepare_values(self, values: Tensor) -> Tensor:
         return self.value_proj(values)
 
-    def fused_heads(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+    def fused_heads(
+        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor, positions: Tensor | None
+    ) -> Tensor:
         """Scaled-dot heads of projected (B, T, H * d) inputs, without weights -> (B, Tq, H * d)."""
 
         def heads_first(x: Tensor) -> Tensor:  # a (B, H, T, d) view
             return x.view(x.size(0), x.size(1), self.heads, -1).transpose(1, 2)
 
+        allowed = mask.unsqueeze(1)  # one mask for every head
+        if self.inner.position_bias is not None:  # a bias per head: (B, H, Tq, Tk)
+            per_row = self.inner.fused_mask(
+                mask.repeat_interleave(self.heads, dim=0),
+                positions.repeat_interleave(self.heads, dim=0),
+                keys.size(1),
+                query.dtype,
+            )
+            allowed = per_row.view(query.size(0), self.heads, *per_row.shape[1:])
         context = fused_attention(
-            heads_first(query), heads_first(keys), heads_first(values), mask.unsqueeze(1),
+            heads_first(query), heads_first(keys), heads_first(values), allowed,
             self.inner.training_dropout,
         )  # fmt: skip
         return context.transpose(1, 2).flatten(2)
@@ -104,7 +115,7 @@ class MultiHead(Attention):
         fused = type(inner) is ScaledDotAttention and self.fusable and inner.recorder is None
         if not need_weights and fused:
             query = inner.tempered(self.query_proj(query))
-            context = self.fused_heads(query, prepared_keys, prepared_values, mask)
+            context = self.fused_heads(query, prepared_keys, prepared_values, mask, positions)
             return AttentionOutput(self.out_proj(context), None)
         heads = self.heads
         context, weights = self.inner.attend(

@@ -145,6 +145,12 @@ class ModelConfig(Section):
     bidirectional: bool = Field(True, description="rnn: a bidirectional encoder")
     ff_dim: PositiveInt = Field(512, description="transformer: feed-forward inner size")
     norm: Literal["pre", "post"] = Field("pre", description="transformer: layer-norm placement")
+    positions: Literal["sinusoidal", "alibi"] = Field(
+        "sinusoidal",
+        description="transformer: sinusoidal: sinusoids added to the embeddings (Vaswani et "
+        "al.); alibi: none there, each self-attention head's energies biased by -m_h |i - j| "
+        "instead (Press et al., 2022; docs/attention.md)",
+    )
     dropout: float = Field(0.3, ge=0, lt=1, description="dropout probability")
     tied_embeddings: bool = Field(False, description="share target embedding and output layer")
     shared_embeddings: bool = Field(
@@ -211,6 +217,15 @@ class ModelConfig(Section):
             raise ValueError(
                 f"tied_embeddings needs embed_dim == hidden_dim "
                 f"(got {self.embed_dim} and {self.hidden_dim})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _positions_are_the_transformers(self) -> ModelConfig:
+        if self.arch == "rnn" and self.positions != "sinusoidal":
+            raise ValueError(
+                f"positions={self.positions} is the Transformer's; the RNN reads positions "
+                "through its recurrence: remove it or set arch: transformer"
             )
         return self
 

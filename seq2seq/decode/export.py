@@ -55,6 +55,11 @@ def unexportable(cfg: Config) -> str | None:
     model = cfg.model
     if not issubclass(ARCHITECTURES[model.arch], TransformerSeq2Seq):
         return f"model.arch is {model.arch}; CTranslate2 runs Transformer models only"
+    if model.positions != "sinusoidal":
+        return (
+            f"model.positions is {model.positions}; the exported Transformer adds sinusoidal "
+            "positions: translate with the PyTorch engine instead"
+        )
     sections = model.attention_sections()
     for name, section in sections.items():
         if section.normalizer != "softmax":

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from seq2seq.attention import Attention, build_attention
+from seq2seq.attention import Attention, MultiHead, build_attention
+from seq2seq.attention.alibi import DistanceBias
 from seq2seq.attention.hard import attending_softly, choice_loss
 from seq2seq.config import ModelConfig
 from seq2seq.models.base import Memory, Seq2Seq, Step
@@ -103,9 +104,12 @@ def sinusoids(length: int, dim: int) -> Tensor:
 
 
 class Embedding(nn.Module):
-    """Token embedding times sqrt(d), plus sinusoidal positions, then dropout."""
+    """Token embedding times sqrt(d), plus sinusoidal positions (unless `add_positions` is
+    false: ALiBi's positions are in the attention), then dropout."""
 
-    def __init__(self, vocab_size: int, dim: int, pad_id: int, dropout: float) -> None:
+    def __init__(
+        self, vocab_size: int, dim: int, pad_id: int, dropout: float, add_positions: bool = True
+    ) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
         nn.init.normal_(self.tokens.weight, std=dim**-0.5)
@@ -113,6 +117,7 @@ class Embedding(nn.Module):
             self.tokens.weight[pad_id].zero_()
         self.scale = math.sqrt(dim)
         self.register_buffer("positions", sinusoids(1024, dim), persistent=False)
+        self.add_positions = add_positions
         self.dropout = Dropout(dropout)
 
     def forward(self, tokens: Tensor, positions: Tensor, length: int) -> Tensor:
@@ -123,7 +128,10 @@ class Embedding(nn.Module):
         if length > self.positions.size(0):
             table = sinusoids(2 * length, self.positions.size(1))
             self.positions = table.to(self.positions.device)
-        return self.dropout(self.tokens(tokens) * self.scale + self.positions[positions])
+        embedded = self.tokens(tokens) * self.scale
+        if self.add_positions:
+            embedded = embedded + self.positions[positions]
+        return self.dropout(embedded)
 
 
 class Sublayer(nn.Module):
@@ -246,9 +254,9 @@ class DecoderLayer(nn.Module):
 class TransformerSeq2Seq(Seq2Seq):
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int) -> None:
         super().__init__()
-        dim = cfg.hidden_dim
-        self.src_embed = Embedding(src_vocab, dim, pad_id, cfg.dropout)
-        self.tgt_embed = Embedding(tgt_vocab, dim, pad_id, cfg.dropout)
+        dim, sinusoidal = cfg.hidden_dim, cfg.positions == "sinusoidal"
+        self.src_embed = Embedding(src_vocab, dim, pad_id, cfg.dropout, sinusoidal)
+        self.tgt_embed = Embedding(tgt_vocab, dim, pad_id, cfg.dropout, sinusoidal)
         if cfg.shared_embeddings:
             self.src_embed.tokens.weight = self.tgt_embed.tokens.weight
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
@@ -264,6 +272,12 @@ class TransformerSeq2Seq(Seq2Seq):
                     nn.init.xavier_uniform_(module.weight)
         if cfg.tied_embeddings:
             self.output.weight = self.tgt_embed.tokens.weight
+        if cfg.positions == "alibi":
+            heads = cfg.heads(cfg.self_attention)
+            for layer in [*self.encoder_layers, *self.decoder_layers]:
+                attention = layer.self_attention
+                scorer = attention.inner if isinstance(attention, MultiHead) else attention
+                scorer.position_bias = DistanceBias(heads)
         self.dim = dim
         # An attention that reads tensors on the host (sparsemax's backward) is not captured.
         self.graph_capturable = all(
