@@ -116,7 +116,8 @@ class Embedding(nn.Module):
         with torch.no_grad():
             self.tokens.weight[pad_id].zero_()
         self.scale = math.sqrt(dim)
-        self.register_buffer("positions", sinusoids(1024, dim), persistent=False)
+        table = sinusoids(1024 if add_positions else 0, dim)
+        self.register_buffer("positions", table, persistent=False)
         self.add_positions = add_positions
         self.dropout = Dropout(dropout)
 
@@ -125,13 +126,13 @@ class Embedding(nn.Module):
 
         `length` comes from tensor shapes, so checking the table needs no device sync.
         """
+        embedded = self.tokens(tokens) * self.scale
+        if not self.add_positions:
+            return self.dropout(embedded)
         if length > self.positions.size(0):
             table = sinusoids(2 * length, self.positions.size(1))
             self.positions = table.to(self.positions.device)
-        embedded = self.tokens(tokens) * self.scale
-        if self.add_positions:
-            embedded = embedded + self.positions[positions]
-        return self.dropout(embedded)
+        return self.dropout(embedded + self.positions[positions])
 
 
 class Sublayer(nn.Module):
