@@ -1,6 +1,7 @@
 import math
 
 import pytest
+from cli_helpers import run_cli
 
 from seq2seq.config import ScheduleConfig
 from seq2seq.train.optim import LearningRate
@@ -33,3 +34,28 @@ def test_plateau_lowers_the_rate_after_patience_and_keeps_its_state():
 def test_min_lr_floor_after_warmup():
     lr = LearningRate(ScheduleConfig(type="inverse_sqrt", warmup_steps=1, min_lr=1e-4), 1e-3)
     assert lr.at(10**8) == pytest.approx(1e-4)
+
+
+def test_cosine_falls_from_the_peak_to_min_lr_at_the_last_step():
+    cfg = ScheduleConfig(type="cosine", warmup_steps=100, min_lr=1e-5)
+    lr = LearningRate(cfg, 1e-3, last_step=1100)
+    assert lr.at(50) == pytest.approx(5e-4)  # the warm-up as in every schedule
+    assert lr.at(100) == pytest.approx(1e-3)
+    assert lr.at(600) == pytest.approx((1e-3 + 1e-5) / 2)  # halfway down the cosine
+    assert lr.at(350) == pytest.approx(1e-5 + (1e-3 - 1e-5) * (1 + math.cos(math.pi / 4)) / 2)
+    assert lr.at(1100) == lr.at(5000) == pytest.approx(1e-5)
+    rates = [lr.at(step) for step in range(100, 1101, 50)]
+    assert rates == sorted(rates, reverse=True)
+    with pytest.raises(ValueError):
+        LearningRate(cfg, 1e-3, last_step=None)
+
+
+def test_a_cosine_schedule_without_its_last_step_is_one_line(toy, capsys):
+    sets = ["--set", "train.schedule.type=cosine", "--set", "train.schedule.warmup_steps=10"]
+    for budget, shown in [([], "None"), (["--set", "train.max_steps=10"], "10")]:
+        assert run_cli("config", "--config", toy / "run.yaml", *sets, *budget) == 2
+        line = capsys.readouterr().err
+        assert line.count("\n") == 1 and f"train.max_steps, which is {shown}" in line
+    assert (
+        run_cli("config", "--config", toy / "run.yaml", *sets, "--set", "train.max_steps=11") == 0
+    )

@@ -270,14 +270,17 @@ class OptimizerConfig(Section):
 
 
 class ScheduleConfig(Section):
-    type: Literal["constant", "plateau", "inverse_sqrt"] = Field(
+    type: Literal["constant", "plateau", "inverse_sqrt", "cosine"] = Field(
         "constant",
-        description="plateau: cut on a validation plateau; inverse_sqrt: lr / sqrt(step)",
+        description="plateau: cut on a validation plateau; inverse_sqrt: lr / sqrt(step); "
+        "cosine: from lr down to min_lr along half a cosine, ending at train.max_steps",
     )
     warmup_steps: int = Field(0, ge=0, description="linear warm-up from 0 to lr")
     factor: float = Field(0.5, gt=0, lt=1, description="plateau: lr multiplier on a plateau")
     patience: int = Field(2, ge=0, description="plateau: validations without improvement")
-    min_lr: float = Field(1e-6, ge=0, le=10, description="plateau: the lr is not cut below this")
+    min_lr: float = Field(
+        1e-6, ge=0, le=10, description="after warm-up the lr is never below this (cosine: its end)"
+    )
 
 
 class TrainConfig(Section):
@@ -354,6 +357,18 @@ class TrainConfig(Section):
         description="fine-tune: start from this run directory's best checkpoint (or this "
         ".pt file in a run) and its tokenizer, with a fresh optimizer, schedule and step count",
     )
+
+    @model_validator(mode="after")
+    def _cosine_needs_its_end(self) -> TrainConfig:
+        if self.schedule.type != "cosine":
+            return self
+        if self.max_steps is None or self.max_steps <= self.schedule.warmup_steps:
+            raise ValueError(
+                f"schedule.type cosine decays until train.max_steps, which is "
+                f"{self.max_steps} with {self.schedule.warmup_steps} warm-up steps; set "
+                "max_steps above warmup_steps"
+            )
+        return self
 
     @field_validator("max_time", mode="before")
     @classmethod

@@ -32,11 +32,19 @@ class LearningRate:
     `constant`: warm up linearly to the base rate, then hold it. `inverse_sqrt`: warm up,
     then decay with 1/sqrt(step) (Vaswani et al., 2017). `plateau`: constant, multiplied
     by `factor` whenever the validation metric fails to improve `patience` times in a row.
+    `cosine`: warm up, then (Loshchilov and Hutter, 2017, without restarts)
+
+        lr_t = min_lr + (lr - min_lr) (1 + cos(pi (t - warmup) / (last - warmup))) / 2,
+
+    `last` being `last_step` (train.max_steps), after which it stays at min_lr.
     """
 
-    def __init__(self, cfg: ScheduleConfig, base_lr: float) -> None:
+    def __init__(self, cfg: ScheduleConfig, base_lr: float, last_step: int | None = None) -> None:
+        if cfg.type == "cosine" and (last_step is None or last_step <= cfg.warmup_steps):
+            raise ValueError(f"a cosine schedule needs a last step after warm-up, not {last_step}")
         self.cfg = cfg
         self.base_lr = base_lr
+        self.last_step = last_step
         self.scale = 1.0
         self.best: float | None = None
         self.bad = 0
@@ -46,6 +54,10 @@ class LearningRate:
         factor = min(1.0, step / warmup) if warmup else 1.0
         if self.cfg.type == "inverse_sqrt" and step > warmup:
             factor = math.sqrt(max(warmup, 1) / step)
+        if self.cfg.type == "cosine" and step > warmup:
+            done = min(1.0, (step - warmup) / (self.last_step - warmup))
+            low = self.cfg.min_lr / self.base_lr
+            factor = low + (1 - low) * (1 + math.cos(math.pi * done)) / 2
         return max(self.base_lr * factor * self.scale, self.cfg.min_lr if step > warmup else 0.0)
 
     def apply(self, optimizer: torch.optim.Optimizer, step: int) -> float:

@@ -68,7 +68,9 @@ class Trainer:
         self.kept_model = model if self.average is None else self.average.averaged
         self.unsettled_tokens = 0  # target tokens of the updates since the last settle
         self.feed = BatchFeed(data.train, self.world, device, shapes=graphs)
-        self.schedule = LearningRate(cfg.train.schedule, cfg.train.optimizer.lr)
+        self.schedule = LearningRate(
+            cfg.train.schedule, cfg.train.optimizer.lr, cfg.train.max_steps
+        )
         self.validator = Validator(cfg, data, device)
         self.progress = Progress()
         self.higher_is_better = higher_is_better(cfg.train.metric)
