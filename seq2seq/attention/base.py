@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from seq2seq.attention.alibi import DistanceBias
 from seq2seq.attention.hard import PositionChoice
 from seq2seq.attention.normalizers import Normalizer, build_normalizer
+from seq2seq.attention.positions import PositionBias
 from seq2seq.config import ATTENTION_TYPES, AttentionConfig
 
 
@@ -158,10 +158,10 @@ class Attention(nn.Module):
         self.choice = PositionChoice(cfg.hard, cfg.heads or 1) if hard else None
         # Where the weights are formed (a multi-head wrapper leaves it to its score).
         self.weight_dropout = cfg.dropout if self.normalizes else 0.0
-        # ALiBi (`model.positions: alibi`): set by the Transformer on its self-attention's
-        # normalizing modules, a bias on the energies by the query-key distance. (An
+        # `model.positions` alibi or relative: set by the Transformer on its self-attention's
+        # normalizing modules, a bias on the energies by position (positions.py). (An
         # instance attribute: a class default would hide the submodule assigned later.)
-        self.position_bias: DistanceBias | None = None
+        self.position_bias: PositionBias | None = None
 
     def fused_mask(
         self, mask: Tensor, positions: Tensor | None, keys: int, dtype: torch.dtype

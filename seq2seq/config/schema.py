@@ -145,11 +145,12 @@ class ModelConfig(Section):
     bidirectional: bool = Field(True, description="rnn: a bidirectional encoder")
     ff_dim: PositiveInt = Field(512, description="transformer: feed-forward inner size")
     norm: Literal["pre", "post"] = Field("pre", description="transformer: layer-norm placement")
-    positions: Literal["sinusoidal", "alibi"] = Field(
+    positions: Literal["sinusoidal", "alibi", "relative"] = Field(
         "sinusoidal",
         description="transformer: sinusoidal: sinusoids added to the embeddings (Vaswani et "
         "al.); alibi: none there, each self-attention head's energies biased by -m_h |i - j| "
-        "instead (Press et al., 2022; docs/attention.md)",
+        "instead (Press et al., 2022); relative: by a learned bias per relative-position "
+        "bucket (T5) (docs/attention.md)",
     )
     dropout: float = Field(0.3, ge=0, lt=1, description="dropout probability")
     tied_embeddings: bool = Field(False, description="share target embedding and output layer")

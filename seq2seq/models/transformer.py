@@ -29,8 +29,8 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.attention import Attention, MultiHead, build_attention
-from seq2seq.attention.alibi import DistanceBias
 from seq2seq.attention.hard import attending_softly, choice_loss
+from seq2seq.attention.positions import DistanceBias, PositionBias, RelativeBias
 from seq2seq.config import ModelConfig
 from seq2seq.models.base import Memory, Seq2Seq, Step
 from seq2seq.models.dropout import Dropout
@@ -273,18 +273,29 @@ class TransformerSeq2Seq(Seq2Seq):
                     nn.init.xavier_uniform_(module.weight)
         if cfg.tied_embeddings:
             self.output.weight = self.tgt_embed.tokens.weight
-        if cfg.positions == "alibi":
-            heads = cfg.heads(cfg.self_attention)
-            for layer in [*self.encoder_layers, *self.decoder_layers]:
-                attention = layer.self_attention
-                scorer = attention.inner if isinstance(attention, MultiHead) else attention
-                scorer.position_bias = DistanceBias(heads)
+        if cfg.positions != "sinusoidal":
+            self.set_position_bias(cfg)
         self.dim = dim
         # An attention that reads tensors on the host (sparsemax's backward) is not captured.
         self.graph_capturable = all(
             m.graph_safe for m in self.modules() if isinstance(m, Attention)
         )
         self.choice_loss = choice_loss(cfg.attention, reaches_later=True)
+
+    def set_position_bias(self, cfg: ModelConfig) -> None:
+        """ALiBi's or T5's bias on the self-attention energies of every layer (T5's table
+        shared by the layers of a stack; ALiBi's holds no parameter)."""
+        heads = cfg.heads(cfg.self_attention)
+        for layers, bidirectional in ((self.encoder_layers, True), (self.decoder_layers, False)):
+            bias: PositionBias = (
+                DistanceBias(heads)
+                if cfg.positions == "alibi"
+                else RelativeBias(heads, bidirectional)
+            )
+            for layer in layers:
+                attention = layer.self_attention
+                scorer = attention.inner if isinstance(attention, MultiHead) else attention
+                scorer.position_bias = bias
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Memory:
         steps = torch.arange(src.size(1), device=src.device).expand_as(src)

@@ -1,6 +1,6 @@
-"""ALiBi (`model.positions: alibi`): the slopes and the bias by hand, the fused kernels
-equal to the weights' path, the Transformer's cache and batching with it, and what is
-refused."""
+"""Positions as a bias on the self-attention energies (`model.positions: alibi` and
+`relative`): the slopes, buckets and biases by hand, the fused kernels equal to the
+weights' path, the Transformer's cache and batching with them, and what is refused."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ from test_cli import parameters
 from test_models import batch, tiny
 
 from seq2seq.attention import build_attention
-from seq2seq.attention.alibi import DistanceBias, alibi_slopes
+from seq2seq.attention.positions import (
+    DistanceBias,
+    RelativeBias,
+    alibi_slopes,
+    relative_buckets,
+)
 from seq2seq.config import AttentionConfig, config_from_dict
 from seq2seq.decode.export import unexportable
 from seq2seq.decode.search import beam_search, output_limits
@@ -55,10 +60,55 @@ def test_the_fused_kernels_add_the_bias_as_the_weights_path_does(name, heads) ->
     assert not torch.allclose(attention(query, keys, keys, mask, positions).context, slow.context)
 
 
-def test_an_alibi_transformer_decodes_a_sentence_alone_as_in_a_padded_batch() -> None:
-    # (Its cache against teacher forcing: test_models.py's variant transformer-alibi.)
-    model = tiny("transformer", "bahdanau", positions="alibi")
+def test_t5_buckets_by_hand() -> None:
+    relative = torch.tensor([0, 1, -1, -7, -8, -15, -16, -127, -128, -1000, 3, 500])
+    both = relative_buckets(relative, True, 32, 128).tolist()
+    # Both directions: 16 buckets each, the future's after the past's; exact below 8.
+    assert both[:5] == [0, 17, 1, 7, 8] and both[9] == 15 and both[11] == 31
+    assert both[5] == 8 + int(8 * torch.log(torch.tensor(15 / 8)) / torch.log(torch.tensor(16.0)))
+    past = relative_buckets(relative, False, 32, 128).tolist()
+    # The past only: 32 buckets, exact below 16; the future falls into bucket 0.
+    assert past[:5] == [0, 0, 1, 7, 8] and past[6] == 16 and past[9] == 31 and past[10] == 0
+
+
+def test_t5_bias_reads_the_table_of_each_head() -> None:
+    bias = RelativeBias(heads=2, bidirectional=True)
+    torch.nn.init.normal_(bias.table.weight)
+    positions = torch.tensor([[0, 3], [2, 1]]).repeat_interleave(2, dim=0)  # rows b * 2 + h
+    found = bias(positions, keys=4)
+    for row in range(4):
+        for i in range(2):
+            for j in range(4):
+                bucket = relative_buckets(torch.tensor(j) - positions[row, i], True, 32, 128)
+                assert found[row, i, j] == bias.table.weight[bucket, row % 2]
+
+
+def test_a_learned_relative_bias_decodes_by_cache_as_teacher_forced() -> None:
+    # (ALiBi's: test_models.py's variant transformer-alibi, for every attention type.)
+    model = tiny("transformer", "bahdanau", positions="relative")
     assert not model.src_embed.add_positions
+    tables = [n for n, _ in model.named_parameters(remove_duplicate=True) if "table" in n]
+    assert len(tables) == 2  # one per stack, shared by its layers
+    for name, weights in model.named_parameters():
+        if "table" in name:
+            torch.nn.init.normal_(weights)  # a learned bias, not the zeros it starts from
+    src, mask, tgt = batch()
+    with torch.no_grad():
+        full = model(src, mask, tgt).log_softmax(-1)
+        memory = model.encode(src, mask)
+        state = model.init_state(memory)
+        for t in range(tgt.size(1)):
+            step = model.decode_step(memory, state, tgt[:, t])
+            state = step.state
+            torch.testing.assert_close(step.log_probs, full[:, t], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("positions", ["alibi", "relative"])
+def test_a_sentence_decodes_alone_as_in_a_padded_batch(positions) -> None:
+    model = tiny("transformer", "bahdanau", positions=positions)
+    for name, weights in model.named_parameters():
+        if "table" in name:
+            torch.nn.init.normal_(weights)
     src, mask, _ = batch()
     lengths = mask[:, 0].sum(-1)
     limits = output_limits(lengths, 2.0, 2)
@@ -69,14 +119,16 @@ def test_an_alibi_transformer_decodes_a_sentence_alone_as_in_a_padded_batch() ->
         assert [h.tokens for h in alone] == [h.tokens for h in together[row]]
 
 
-def test_an_alibi_run_trains_and_resumes_exactly(toy, tmp_path) -> None:
-    sets = ["model.arch=transformer", "model.positions=alibi", "model.ff_dim=32"]
+@pytest.mark.parametrize("positions", ["alibi", "relative"])
+def test_a_run_with_a_position_bias_trains_and_resumes_exactly(toy, tmp_path, positions) -> None:
+    sets = ["model.arch=transformer", f"model.positions={positions}", "model.ff_dim=32"]
     straight, resumed = train_straight_and_resumed(
         toy, tmp_path, *sets, "train.valid_every=2", steps=4, stop=2
     )
     a, b = parameters(straight), parameters(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert not any("position_bias" in name for name in a)  # derived, not saved
+    saved = [name for name in a if "position_bias" in name]
+    assert bool(saved) == (positions == "relative")  # ALiBi's is derived, T5's learned
 
 
 def test_the_rnn_and_export_refuse_alibi_in_one_line(toy, capsys) -> None:

@@ -1,0 +1,103 @@
+"""Positions as a bias on the self-attention's energies instead of embeddings
+(`model.positions`): ALiBi's fixed one by distance, or T5's learned one by relative
+position. Either is added to the energies of query position i at key position j, per
+head, before the normalizer, whatever the attention type.
+
+ALiBi (Press et al., 2022): head h of H adds -m_h |i - j|, the slopes a geometric
+sequence: m_h = 2^(-8h/H) for h = 1..H where H is a power of 2; otherwise those of the
+power of 2 below H, then every other slope of the one above, as the paper does. A head
+with a large slope attends near itself, one with a small slope far. The bias takes no
+parameters and depends on the distance only, so it is the same for a sentence longer
+than any seen in training (the paper's extrapolation).
+
+T5 (Raffel et al., 2020): head h adds b_h(bucket(j - i)), a learned scalar per head and
+bucket of the relative position: exact for small distances, logarithmic up to 128 (the
+same bucket beyond), in both directions in the encoder and towards the past in the
+decoder; one table per stack, shared by its layers, as T5 does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+def alibi_slopes(heads: int) -> list[float]:
+    """The H slopes m_h, largest first."""
+
+    def geometric(n: int) -> list[float]:  # n a power of 2
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    below = 2 ** int(math.floor(math.log2(heads)))
+    if below == heads:
+        return geometric(heads)
+    return geometric(below) + geometric(2 * below)[0::2][: heads - below]
+
+
+class DistanceBias(nn.Module):
+    """-m_h |i - j| for the rows of an attention's batch, which interleave H heads (row
+    b * H + h holds head h of item b, as `MultiHead` folds them)."""
+
+    def __init__(self, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        # Derived from the config, so not saved: checkpoints stay those of the model.
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(heads)), persistent=False)
+
+    def forward(self, positions: Tensor, keys: int) -> Tensor:
+        """`positions` (B * H, Tq): each query's position; the keys are at 0 .. keys - 1
+        -> the bias (B * H, Tq, keys)."""
+        distance = (positions.unsqueeze(-1) - torch.arange(keys, device=positions.device)).abs()
+        slopes = self.slopes.repeat(positions.size(0) // self.heads)
+        return distance.to(slopes.dtype) * -slopes[:, None, None]
+
+
+def relative_buckets(relative: Tensor, bidirectional: bool, buckets: int, far: int) -> Tensor:
+    """T5's bucket of each relative position (key minus query): exact up to half the
+    buckets of a direction, logarithmic beyond, up to `far`; both directions (the
+    encoder) or the past only (the decoder, whose future is masked anyway)."""
+    offset = torch.zeros_like(relative)
+    if bidirectional:
+        buckets //= 2
+        offset = (relative > 0).long() * buckets
+        distance = relative.abs()
+    else:
+        distance = (-relative).clamp(min=0)
+    exact = buckets // 2
+    logarithmic = (
+        exact
+        + (
+            torch.log(distance.float().clamp(min=1) / exact)
+            / math.log(far / exact)
+            * (buckets - exact)
+        ).long()
+    )
+    logarithmic = logarithmic.clamp(max=buckets - 1)
+    return offset + torch.where(distance < exact, distance, logarithmic)
+
+
+class RelativeBias(nn.Module):
+    """A learned bias per head and relative-position bucket (Raffel et al., 2020: T5),
+    one table shared by the self-attention of every layer of a stack, for the rows of an
+    attention's batch, which interleave H heads."""
+
+    def __init__(self, heads: int, bidirectional: bool, buckets: int = 32, far: int = 128) -> None:
+        super().__init__()
+        self.heads, self.bidirectional, self.buckets, self.far = heads, bidirectional, buckets, far
+        self.table = nn.Embedding(buckets, heads)
+        nn.init.zeros_(self.table.weight)  # starts as no bias: positions are learned
+
+    def forward(self, positions: Tensor, keys: int) -> Tensor:
+        """`positions` (B * H, Tq): each query's position; keys at 0 .. keys - 1 -> the bias
+        (B * H, Tq, keys)."""
+        queries = positions[:: self.heads]  # the same for every head of an item
+        relative = torch.arange(keys, device=positions.device) - queries.unsqueeze(-1)
+        bucket = relative_buckets(relative, self.bidirectional, self.buckets, self.far)
+        bias = self.table(bucket).permute(0, 3, 1, 2)  # (B, H, Tq, Tk)
+        return bias.flatten(0, 1)
+
+
+# What an attention module adds to its energies by position (`Attention.position_bias`).
+PositionBias = DistanceBias | RelativeBias
