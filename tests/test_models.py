@@ -21,6 +21,7 @@ VARIANTS = [
     ("transformer", {"norm": "pre"}),
     ("transformer", {"norm": "post"}),
     ("transformer", {"positions": "alibi"}),
+    ("transformer", {"positions": "rotary"}),
 ]
 VARIANT_IDS = [f"{arch}-{next(iter(option.values()))}" for arch, option in VARIANTS]
 

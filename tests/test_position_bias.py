@@ -1,6 +1,6 @@
-"""Positions as a bias on the self-attention energies (`model.positions: alibi` and
-`relative`): the slopes, buckets and biases by hand, the fused kernels equal to the
-weights' path, the Transformer's cache and batching with them, and what is refused."""
+"""Positions in the self-attention (`model.positions: alibi`, `relative`, `rotary`): the
+slopes, buckets, biases and rotations by hand, the fused kernels equal to the weights'
+path, the Transformer's cache and batching with them, and what is refused."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from seq2seq.attention import build_attention
 from seq2seq.attention.positions import (
     DistanceBias,
     RelativeBias,
+    Rotation,
     alibi_slopes,
     relative_buckets,
 )
@@ -42,12 +43,32 @@ def test_the_bias_of_each_head_is_minus_its_slope_times_the_distance() -> None:
                 assert found[row, i, j].item() == pytest.approx(expected)
 
 
+def test_a_rotation_keeps_norms_and_makes_dot_products_relative() -> None:
+    rotate = Rotation(8)
+    q, k = torch.randn(3, 8), torch.randn(3, 8)
+    at = torch.tensor([0, 5, 9])
+    assert torch.equal(rotate(q, torch.zeros(3)), q)  # position 0: as it is
+    torch.testing.assert_close(rotate(q, at).norm(dim=-1), q.norm(dim=-1))
+    i, j = torch.tensor([2, 7, 11]), torch.tensor([4, 1, 11])
+    products = (rotate(q, i) * rotate(k, j)).sum(-1)
+    shifted = (rotate(q, i + 13) * rotate(k, j + 13)).sum(-1)
+    torch.testing.assert_close(shifted, products)  # j - i alone counts
+    assert not torch.allclose(products, (q * k).sum(-1))
+
+
+POSITIONS_OF = {
+    "alibi": lambda scorer, heads: setattr(scorer, "position_bias", DistanceBias(heads)),
+    "rotary": lambda scorer, heads: setattr(scorer, "position_rotation", Rotation(16 // heads)),
+}
+
+
+@pytest.mark.parametrize("positions", ["alibi", "rotary"])
 @pytest.mark.parametrize("name, heads", [("scaled-dot", 1), ("scaled-dot", 4), ("multihead", 4)])
-def test_the_fused_kernels_add_the_bias_as_the_weights_path_does(name, heads) -> None:
+def test_the_fused_kernels_take_positions_as_the_weights_path_does(name, heads, positions) -> None:
     torch.manual_seed(0)
     attention = build_attention(AttentionConfig(type=name), 16, 16, heads=heads).eval()
     scorer = attention.inner if heads > 1 else attention
-    scorer.position_bias = DistanceBias(heads)
+    POSITIONS_OF[positions](scorer, heads)
     query, keys = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
     mask = torch.ones(2, 5, 5, dtype=torch.bool).tril()  # causal, as in the decoder
     mask[1, :, 3:] = False
@@ -56,7 +77,7 @@ def test_the_fused_kernels_add_the_bias_as_the_weights_path_does(name, heads) ->
     fast = attention(query, keys, keys, mask, positions, need_weights=False)
     assert fast.weights is None
     torch.testing.assert_close(fast.context, slow.context, atol=1e-5, rtol=1e-5)
-    scorer.position_bias = None  # and the bias does change the context
+    scorer.position_bias = scorer.position_rotation = None  # and the positions do count
     assert not torch.allclose(attention(query, keys, keys, mask, positions).context, slow.context)
 
 
@@ -119,23 +140,29 @@ def test_a_sentence_decodes_alone_as_in_a_padded_batch(positions) -> None:
         assert [h.tokens for h in alone] == [h.tokens for h in together[row]]
 
 
-@pytest.mark.parametrize("positions", ["alibi", "relative"])
-def test_a_run_with_a_position_bias_trains_and_resumes_exactly(toy, tmp_path, positions) -> None:
+@pytest.mark.parametrize("positions", ["alibi", "relative", "rotary"])
+def test_a_run_with_positions_in_attention_trains_and_resumes_exactly(toy, tmp_path, positions):
     sets = ["model.arch=transformer", f"model.positions={positions}", "model.ff_dim=32"]
     straight, resumed = train_straight_and_resumed(
         toy, tmp_path, *sets, "train.valid_every=2", steps=4, stop=2
     )
     a, b = parameters(straight), parameters(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    saved = [name for name in a if "position_bias" in name]
-    assert bool(saved) == (positions == "relative")  # ALiBi's is derived, T5's learned
+    saved = [name for name in a if "position_" in name]
+    assert bool(saved) == (positions == "relative")  # only T5's is learned
 
 
-def test_the_rnn_and_export_refuse_alibi_in_one_line(toy, capsys) -> None:
-    sets = ["--set", "model.positions=alibi"]  # the toy config's RNN
-    assert run_cli("config", "--config", toy / "run.yaml", *sets) == 2
-    line = capsys.readouterr().err
-    assert line.count("\n") == 1 and "positions=alibi is the Transformer's" in line
+def test_the_rnn_export_and_non_dot_types_refuse_them_in_one_line(toy, capsys) -> None:
+    transformer = ["--set", "model.arch=transformer", "--set", "model.positions=rotary"]
+    cases = {
+        ("--set", "model.positions=alibi"): "positions=alibi is the Transformer's",  # an RNN
+        (*transformer, "--set", "model.self_attention.type=bahdanau"): "does not: use one of",
+        (*transformer, "--set", "model.self_attention.heads=16"): "a self-attention head has 1 ",
+    }
+    for sets, error in cases.items():
+        assert run_cli("config", "--config", toy / "run.yaml", *sets) == 2
+        line = capsys.readouterr().err
+        assert line.count("\n") == 1 and error in line
     data = {"src": "de", "tgt": "en", "train": "t", "valid": "v"}
     model = {"arch": "transformer", "positions": "alibi"}
     problem = unexportable(config_from_dict({"data": data, "model": model}))

@@ -21,7 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seq2seq.attention.hard import PositionChoice
 from seq2seq.attention.normalizers import Normalizer, build_normalizer
-from seq2seq.attention.positions import PositionBias
+from seq2seq.attention.positions import PositionBias, Rotation
 from seq2seq.config import ATTENTION_TYPES, AttentionConfig
 
 
@@ -162,6 +162,8 @@ class Attention(nn.Module):
         # normalizing modules, a bias on the energies by position (positions.py). (An
         # instance attribute: a class default would hide the submodule assigned later.)
         self.position_bias: PositionBias | None = None
+        # `model.positions: rotary`: the queries and keys rotated by position, likewise.
+        self.position_rotation: Rotation | None = None
 
     def fused_mask(
         self, mask: Tensor, positions: Tensor | None, keys: int, dtype: torch.dtype
@@ -172,6 +174,17 @@ class Attention(nn.Module):
             return mask
         bias = self.position_bias(positions, keys).masked_fill(~mask, float("-inf"))
         return bias.to(dtype)
+
+    def rotated(
+        self, query: Tensor, keys: Tensor, positions: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """The query and keys as the energies compare them: rotated by their positions
+        (`model.positions: rotary`; keys at 0 .. Tk - 1), or as they are."""
+        rotate = self.position_rotation
+        if rotate is None:
+            return query, keys
+        places = torch.arange(keys.size(-2), device=keys.device)
+        return rotate(query, positions), rotate(keys, places)
 
     @property
     def training_dropout(self) -> float:
@@ -277,7 +290,7 @@ class Attention(nn.Module):
         """The energies score(q, k) (B, Tq, Tk), before masking, and the weights (hard
         attention: the distribution its choice draws from)."""
         allowed = self.allowed(query, mask, positions)
-        energies = self.score(query, prepared_keys)
+        energies = self.score(*self.rotated(query, prepared_keys, positions))
         if self.position_bias is not None:
             energies = energies + self.position_bias(positions, energies.size(-1))
         weights = self.normalizer(energies.masked_fill(~allowed, float("-inf")))

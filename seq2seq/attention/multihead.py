@@ -96,10 +96,12 @@ class MultiHead(Attention):
                 query.dtype,
             )
             allowed = per_row.view(query.size(0), self.heads, *per_row.shape[1:])
+        query, keys = heads_first(query), heads_first(keys)
+        if self.inner.position_rotation is not None:  # every head at its item's positions
+            query, keys = self.inner.rotated(query, keys, positions.unsqueeze(1))
         context = fused_attention(
-            heads_first(query), heads_first(keys), heads_first(values), allowed,
-            self.inner.training_dropout,
-        )  # fmt: skip
+            query, keys, heads_first(values), allowed, self.inner.training_dropout
+        )
         return context.transpose(1, 2).flatten(2)
 
     def attend(

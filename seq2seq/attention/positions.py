@@ -1,7 +1,8 @@
-"""Positions as a bias on the self-attention's energies instead of embeddings
-(`model.positions`): ALiBi's fixed one by distance, or T5's learned one by relative
-position. Either is added to the energies of query position i at key position j, per
-head, before the normalizer, whatever the attention type.
+"""Positions in the self-attention instead of the embeddings (`model.positions`): as a
+bias on the energies of query position i at key position j, per head, before the
+normalizer, whatever the attention type (ALiBi's fixed one by distance, T5's learned one
+by relative position); or as a rotation of the queries and keys of the types whose
+energies are their dot products (RoPE, `Rotation`).
 
 ALiBi (Press et al., 2022): head h of H adds -m_h |i - j|, the slopes a geometric
 sequence: m_h = 2^(-8h/H) for h = 1..H where H is a power of 2; otherwise those of the
@@ -101,3 +102,25 @@ class RelativeBias(nn.Module):
 
 # What an attention module adds to its energies by position (`Attention.position_bias`).
 PositionBias = DistanceBias | RelativeBias
+
+
+class Rotation(nn.Module):
+    """RoPE (Su et al., 2021): the query at position i and the key at position j rotated,
+    each pair of dimensions (2k, 2k + 1) by the angle i theta_k (j theta_k), theta_k =
+    10000^(-2k/d), so that their dot product depends on j - i only. For the types whose
+    energies are dot products of the query and the prepared key."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        if dim % 2:
+            raise ValueError(f"rotary positions rotate pairs of dimensions; {dim} is odd")
+        rates = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+        self.register_buffer("rates", rates, persistent=False)
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        """`x` (..., T, d) at `positions` (..., T) -> x rotated, in x's dtype."""
+        angles = positions.unsqueeze(-1).to(self.rates.dtype) * self.rates  # (..., T, d/2)
+        cos, sin = angles.cos(), angles.sin()
+        even, odd = x[..., 0::2].float(), x[..., 1::2].float()
+        rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+        return rotated.flatten(-2).to(x.dtype)

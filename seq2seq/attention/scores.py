@@ -85,11 +85,9 @@ class ScaledDotAttention(DotAttention):
             )
         if self.recorder is not None:
             self.recorder.observe(self, query, prepared_keys, mask, positions)
-        query = self.tempered(query)
-        allowed = self.fused_mask(mask, positions, prepared_keys.size(1), query.dtype)
-        context = fused_attention(
-            query, prepared_keys, prepared_values, allowed, self.training_dropout
-        )
+        query, keys = self.rotated(self.tempered(query), prepared_keys, positions)
+        allowed = self.fused_mask(mask, positions, keys.size(1), query.dtype)
+        context = fused_attention(query, keys, prepared_values, allowed, self.training_dropout)
         return AttentionOutput(context, None)
 
 

@@ -145,12 +145,18 @@ class ModelConfig(Section):
     bidirectional: bool = Field(True, description="rnn: a bidirectional encoder")
     ff_dim: PositiveInt = Field(512, description="transformer: feed-forward inner size")
     norm: Literal["pre", "post"] = Field("pre", description="transformer: layer-norm placement")
-    positions: Literal["sinusoidal", "alibi", "relative"] = Field(
+    positions: Literal["sinusoidal", "alibi", "relative", "rotary"] = Field(
         "sinusoidal",
         description="transformer: sinusoidal: sinusoids added to the embeddings (Vaswani et "
         "al.); alibi: none there, each self-attention head's energies biased by -m_h |i - j| "
         "instead (Press et al., 2022); relative: by a learned bias per relative-position "
-        "bucket (T5) (docs/attention.md)",
+        "bucket (T5); rotary: its queries and keys rotated by position (RoPE; dot-product "
+        "self-attention types) (docs/attention.md)",
+    )
+    # The self-attention types whose energies are dot products of the query and the
+    # prepared key, which rotary positions rotate.
+    ROTATABLE: ClassVar[frozenset[str]] = frozenset(
+        {"dot", "scaled-dot", "multihead", "cosine", "general"}
     )
     dropout: float = Field(0.3, ge=0, lt=1, description="dropout probability")
     tied_embeddings: bool = Field(False, description="share target embedding and output layer")
@@ -227,6 +233,20 @@ class ModelConfig(Section):
             raise ValueError(
                 f"positions={self.positions} is the Transformer's; the RNN reads positions "
                 "through its recurrence: remove it or set arch: transformer"
+            )
+        kind = self.self_attention.type
+        if self.positions == "rotary" and kind not in self.ROTATABLE:
+            raise ValueError(
+                f"positions=rotary rotates queries and keys that a dot product compares; "
+                f"self_attention.type {kind} does not: use one of "
+                f"{', '.join(sorted(self.ROTATABLE))}, or positions alibi or relative"
+            )
+        heads = self.heads(self.self_attention) if self.positions == "rotary" else 1
+        head = self.hidden_dim // heads
+        if self.positions == "rotary" and head % 2 and not self.hidden_dim % heads:
+            raise ValueError(
+                f"positions=rotary rotates pairs of dimensions; a self-attention head has "
+                f"{head} (hidden_dim / heads): make it even"
             )
         return self
 

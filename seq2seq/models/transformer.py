@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from seq2seq.attention import Attention, MultiHead, build_attention
 from seq2seq.attention.hard import attending_softly, choice_loss
-from seq2seq.attention.positions import DistanceBias, PositionBias, RelativeBias
+from seq2seq.attention.positions import DistanceBias, PositionBias, RelativeBias, Rotation
 from seq2seq.config import ModelConfig
 from seq2seq.models.base import Memory, Seq2Seq, Step
 from seq2seq.models.dropout import Dropout
@@ -284,18 +284,20 @@ class TransformerSeq2Seq(Seq2Seq):
 
     def set_position_bias(self, cfg: ModelConfig) -> None:
         """ALiBi's or T5's bias on the self-attention energies of every layer (T5's table
-        shared by the layers of a stack; ALiBi's holds no parameter)."""
+        shared by the layers of a stack; ALiBi's holds no parameter), or RoPE's rotation
+        of its queries and keys."""
         heads = cfg.heads(cfg.self_attention)
+        rotation = Rotation(cfg.hidden_dim // heads) if cfg.positions == "rotary" else None
         for layers, bidirectional in ((self.encoder_layers, True), (self.decoder_layers, False)):
-            bias: PositionBias = (
-                DistanceBias(heads)
-                if cfg.positions == "alibi"
-                else RelativeBias(heads, bidirectional)
-            )
+            bias: PositionBias | None = None
+            if cfg.positions == "alibi":
+                bias = DistanceBias(heads)
+            elif cfg.positions == "relative":
+                bias = RelativeBias(heads, bidirectional)
             for layer in layers:
                 attention = layer.self_attention
                 scorer = attention.inner if isinstance(attention, MultiHead) else attention
-                scorer.position_bias = bias
+                scorer.position_bias, scorer.position_rotation = bias, rotation
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Memory:
         steps = torch.arange(src.size(1), device=src.device).expand_as(src)
