@@ -25,6 +25,12 @@ import torch
 from torch import Tensor, nn
 
 
+def frequencies(dim: int) -> Tensor:
+    """theta_k = 10000^(-2k/d) for k = 0 .. d/2 - 1: the rates of the sinusoidal positions
+    (Vaswani et al.) and of RoPE's rotations."""
+    return torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+
+
 def alibi_slopes(heads: int) -> list[float]:
     """The H slopes m_h, largest first."""
 
@@ -67,15 +73,9 @@ def relative_buckets(relative: Tensor, bidirectional: bool, buckets: int, far: i
     else:
         distance = (-relative).clamp(min=0)
     exact = buckets // 2
-    logarithmic = (
-        exact
-        + (
-            torch.log(distance.float().clamp(min=1) / exact)
-            / math.log(far / exact)
-            * (buckets - exact)
-        ).long()
-    )
-    logarithmic = logarithmic.clamp(max=buckets - 1)
+    ratio = distance.float().clamp(min=1) / exact
+    steps = (torch.log(ratio) / math.log(far / exact) * (buckets - exact)).long()
+    logarithmic = (exact + steps).clamp(max=buckets - 1)
     return offset + torch.where(distance < exact, distance, logarithmic)
 
 
@@ -114,8 +114,7 @@ class Rotation(nn.Module):
         super().__init__()
         if dim % 2:
             raise ValueError(f"rotary positions rotate pairs of dimensions; {dim} is odd")
-        rates = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
-        self.register_buffer("rates", rates, persistent=False)
+        self.register_buffer("rates", frequencies(dim), persistent=False)
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """`x` (..., T, d) at `positions` (..., T) -> x rotated, in x's dtype."""

@@ -30,7 +30,13 @@ from torch import Tensor, nn
 
 from seq2seq.attention import Attention, MultiHead, build_attention
 from seq2seq.attention.hard import attending_softly, choice_loss
-from seq2seq.attention.positions import DistanceBias, PositionBias, RelativeBias, Rotation
+from seq2seq.attention.positions import (
+    DistanceBias,
+    PositionBias,
+    RelativeBias,
+    Rotation,
+    frequencies,
+)
 from seq2seq.config import ModelConfig
 from seq2seq.models.base import Memory, Seq2Seq, Step
 from seq2seq.models.dropout import Dropout
@@ -96,7 +102,7 @@ INITIAL_CACHE_LENGTH = 32
 def sinusoids(length: int, dim: int) -> Tensor:
     """(length, dim) sinusoidal position encodings: sin and cos of pos / 10000^(2i/dim)."""
     position = torch.arange(length, dtype=torch.float32).unsqueeze(1)
-    rate = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    rate = frequencies(dim)
     table = torch.zeros(length, dim)
     table[:, 0::2] = torch.sin(position * rate)
     table[:, 1::2] = torch.cos(position * rate)[:, : dim // 2]
