@@ -192,3 +192,25 @@ def test_sparse_and_hard_attention_train_in_bf16_on_the_gpu_resume_exactly_and_t
     command = ("translate", "--run", straight, "--input", source, "--output", out, "--beam", 3)
     assert run_cli(*command, "--device", "cuda") == 0
     assert out.read_text().count("\n") == len(SOURCES)
+
+
+@pytest.mark.parametrize(
+    "arch, sets",
+    [
+        ("transformer", ["model.positions=alibi", "model.self_attention.dropout=0.1"]),
+        ("transformer", ["model.positions=rotary", "train.ema_decay=0.9"]),
+        ("transformer", ["model.positions=relative", "train.accumulate=2"]),
+        ("rnn", ["model.attention.dropout=0.1", "train.ema_decay=0.9"]),
+    ],
+)  # fmt: skip
+def test_positions_dropout_averages_and_accumulation_on_the_gpu(toy, tmp_path, arch, sets):
+    """What came after the last GPU lease (session 32): each trains in bf16 there (the
+    Transformer's single-batch updates as CUDA graphs, no capture failing) and resumes
+    exactly."""
+    settings = ("train.device=cuda", "train.precision=bf16", f"model.arch={arch}",
+                "train.valid_every=8", *sets)  # fmt: skip
+    straight, resumed = train_straight_and_resumed(toy, tmp_path, *settings, steps=16, stop=8)
+    a, b = (torch.load(r / "checkpoints/last.pt", weights_only=True) for r in (straight, resumed))
+    for key in ("model", "training_model") if "training_model" in a else ("model",):
+        assert all(torch.equal(a[key][k], b[key][k]) for k in a[key])
+    assert "CUDA graphs off" not in (straight / "train.log").read_text()
