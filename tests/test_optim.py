@@ -52,7 +52,7 @@ def test_cosine_falls_from_the_peak_to_min_lr_at_the_last_step():
 
 def test_a_cosine_schedule_without_its_last_step_is_one_line(toy, capsys):
     sets = ["--set", "train.schedule.type=cosine", "--set", "train.schedule.warmup_steps=10"]
-    for budget, shown in [([], "None"), (["--set", "train.max_steps=10"], "10")]:
+    for budget, shown in [([], "null"), (["--set", "train.max_steps=10"], "10")]:
         assert run_cli("config", "--config", toy / "run.yaml", *sets, *budget) == 2
         line = capsys.readouterr().err
         assert line.count("\n") == 1 and f"train.max_steps, which is {shown}" in line

@@ -88,9 +88,11 @@ class DataConfig(Section):
     @model_validator(mode="after")
     def _a_weight_per_corpus(self) -> DataConfig:
         if self.weights is not None and len(self.weights) != len(self.train_prefixes):
+            corpora = len(self.train_prefixes)
             raise ValueError(
-                f"weights has {len(self.weights)} values for {len(self.train_prefixes)} "
-                "training corpora (data.train); give one weight per prefix, in its order"
+                f"weights has {len(self.weights)} values for {corpora} training "
+                f"{'corpus' if corpora == 1 else 'corpora'} (data.train); give one weight per "
+                "prefix, in its order"
             )
         return self
 
@@ -386,8 +388,8 @@ class TrainConfig(Section):
         if self.max_steps is None or self.max_steps <= self.schedule.warmup_steps:
             raise ValueError(
                 f"schedule.type cosine decays until train.max_steps, which is "
-                f"{self.max_steps} with {self.schedule.warmup_steps} warm-up steps; set "
-                "max_steps above warmup_steps"
+                f"{'null' if self.max_steps is None else self.max_steps} with "
+                f"{self.schedule.warmup_steps} warm-up steps; set max_steps above warmup_steps"
             )
         return self
 
