@@ -236,16 +236,22 @@ class ModelConfig(Section):
                 f"positions={self.positions} is the Transformer's; the RNN reads positions "
                 "through its recurrence: remove it or set arch: transformer"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _rotary_fits_the_self_attention(self) -> ModelConfig:
+        if self.positions != "rotary":
+            return self
         kind = self.self_attention.type
-        if self.positions == "rotary" and kind not in self.ROTATABLE:
+        if kind not in self.ROTATABLE:
             raise ValueError(
                 f"positions=rotary rotates queries and keys that a dot product compares; "
                 f"self_attention.type {kind} does not: use one of "
                 f"{', '.join(sorted(self.ROTATABLE))}, or positions alibi or relative"
             )
-        heads = self.heads(self.self_attention) if self.positions == "rotary" else 1
+        heads = self.heads(self.self_attention)
         head = self.hidden_dim // heads
-        if self.positions == "rotary" and head % 2 and not self.hidden_dim % heads:
+        if head % 2 and not self.hidden_dim % heads:  # (heads that do not divide: below)
             raise ValueError(
                 f"positions=rotary rotates pairs of dimensions; a self-attention head has "
                 f"{head} (hidden_dim / heads): make it even"
