@@ -57,22 +57,28 @@ def batch():
     return src, padding_mask(lengths, 6), torch.randint(4, 40, (3, 5))
 
 
-@pytest.mark.parametrize("attention, heads", ATTENTIONS, ids=ATTENTION_IDS)
-@pytest.mark.parametrize("arch, variant", VARIANTS, ids=VARIANT_IDS)
-def test_step_by_step_decoding_equals_teacher_forcing(arch, variant, attention, heads):
-    # For the Transformer this is the KV cache against the causal full pass.
-    model = tiny(arch, attention, heads, **variant)
+def steps_checked_against_teacher_forcing(model) -> list:
+    """The decoding steps of `batch()`'s targets, each checked against the teacher-forced
+    pass (for the Transformer: the KV cache against the causal full pass)."""
     src, mask, tgt = batch()
+    steps = []
     with torch.no_grad():
         full = model(src, mask, tgt).log_softmax(-1)
         memory = model.encode(src, mask)
         state = model.init_state(memory)
         for t in range(tgt.size(1)):
-            step = model.decode_step(memory, state, tgt[:, t])
-            state = step.state
-            torch.testing.assert_close(step.log_probs, full[:, t], atol=1e-5, rtol=1e-5)
-            assert step.attention.shape[-1] == 6 and step.attention.dim() in (2, 3)
-            assert torch.all(step.attention[2, ..., 2:] == 0)  # padding gets no attention
+            steps.append(model.decode_step(memory, state, tgt[:, t]))
+            state = steps[-1].state
+            torch.testing.assert_close(steps[-1].log_probs, full[:, t], atol=1e-5, rtol=1e-5)
+    return steps
+
+
+@pytest.mark.parametrize("attention, heads", ATTENTIONS, ids=ATTENTION_IDS)
+@pytest.mark.parametrize("arch, variant", VARIANTS, ids=VARIANT_IDS)
+def test_step_by_step_decoding_equals_teacher_forcing(arch, variant, attention, heads):
+    for step in steps_checked_against_teacher_forcing(tiny(arch, attention, heads, **variant)):
+        assert step.attention.shape[-1] == 6 and step.attention.dim() in (2, 3)
+        assert torch.all(step.attention[2, ..., 2:] == 0)  # padding gets no attention
 
 
 @pytest.mark.parametrize("attention, heads", ATTENTIONS, ids=ATTENTION_IDS)

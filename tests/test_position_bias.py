@@ -8,7 +8,7 @@ import pytest
 import torch
 from cli_helpers import run_cli, train_straight_and_resumed
 from test_cli import parameters
-from test_models import batch, tiny
+from test_models import batch, steps_checked_against_teacher_forcing, tiny
 
 from seq2seq.attention import build_attention
 from seq2seq.attention.positions import (
@@ -104,32 +104,27 @@ def test_t5_bias_reads_the_table_of_each_head() -> None:
                 assert found[row, i, j] == bias.table.weight[bucket, row % 2]
 
 
+def learned_tables(model) -> list[torch.Tensor]:
+    """T5's tables of `model` (shared ones once), drawn at random: a learned bias, not the
+    zeros a table starts from."""
+    tables = [w for name, w in model.named_parameters() if "table" in name]
+    for weights in tables:
+        torch.nn.init.normal_(weights)
+    return tables
+
+
 def test_a_learned_relative_bias_decodes_by_cache_as_teacher_forced() -> None:
     # (ALiBi's: test_models.py's variant transformer-alibi, for every attention type.)
     model = tiny("transformer", "bahdanau", positions="relative")
     assert not model.src_embed.add_positions
-    tables = [n for n, _ in model.named_parameters(remove_duplicate=True) if "table" in n]
-    assert len(tables) == 2  # one per stack, shared by its layers
-    for name, weights in model.named_parameters():
-        if "table" in name:
-            torch.nn.init.normal_(weights)  # a learned bias, not the zeros it starts from
-    src, mask, tgt = batch()
-    with torch.no_grad():
-        full = model(src, mask, tgt).log_softmax(-1)
-        memory = model.encode(src, mask)
-        state = model.init_state(memory)
-        for t in range(tgt.size(1)):
-            step = model.decode_step(memory, state, tgt[:, t])
-            state = step.state
-            torch.testing.assert_close(step.log_probs, full[:, t], atol=1e-5, rtol=1e-5)
+    assert len(learned_tables(model)) == 2  # one per stack, shared by its layers
+    steps_checked_against_teacher_forcing(model)
 
 
 @pytest.mark.parametrize("positions", ["alibi", "relative"])
 def test_a_sentence_decodes_alone_as_in_a_padded_batch(positions) -> None:
     model = tiny("transformer", "bahdanau", positions=positions)
-    for name, weights in model.named_parameters():
-        if "table" in name:
-            torch.nn.init.normal_(weights)
+    learned_tables(model)
     src, mask, _ = batch()
     lengths = mask[:, 0].sum(-1)
     limits = output_limits(lengths, 2.0, 2)
