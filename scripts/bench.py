@@ -166,6 +166,9 @@ def parse_arguments() -> argparse.Namespace:
     decode.add_argument("--limit", type=POSITIVE, help="only the first N lines")
     decode.add_argument("--length-penalty", type=float, help="default: the run's decode one")
     decode.add_argument(
+        "--coverage-penalty", type=float, help="beta; default: the run's decode one"
+    )
+    decode.add_argument(
         "--stopping", choices=["beam", "early", "exact"],
         help="torch: default: the run's decode.stopping (CTranslate2 stops as beam does)",
     )  # fmt: skip

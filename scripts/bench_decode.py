@@ -33,6 +33,8 @@ def load_translator(
     }  # fmt: skip
     if args.stopping is not None:  # older commits know early and exact only
         options["stopping"] = args.stopping
+    if args.coverage_penalty is not None:  # older commits lack it
+        options["coverage_penalty"] = args.coverage_penalty
     if engine.startswith("torch"):
         from seq2seq.decode.translate import Translator
 
@@ -150,6 +152,8 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
         "batch_tokens": batch_tokens_of(translator),
         "length_penalty": translator.decode.length_penalty,
     }
+    if args.coverage_penalty is not None:
+        result["coverage_penalty"] = args.coverage_penalty
     if engine.startswith("torch"):  # CTranslate2 has its own rule (docs/decoding.md)
         result["stopping"] = translator.decode.stopping
     if dropped:

@@ -54,10 +54,11 @@ def test_train_takes_the_config_as_an_argument_or_an_option(toy, tmp_path, capsy
 def test_translate_and_evaluate_share_the_decoding_options(trained, toy, tmp_path, capsys):
     source, reference = toy / "data/test.src", toy / "data/test.tgt"
     options = ("--beam", "2", "--length-penalty", "0", "--batch-tokens", "50",
-               "--device", "cpu", "--checkpoint", "last")  # fmt: skip
+               "--coverage-penalty", "0.5", "--device", "cpu", "--checkpoint", "last")  # fmt: skip
     output = tmp_path / "out.txt"
     assert run_cli("translate", "--run", trained, "-i", source, "-o", output, *options) == 0
-    translator = Translator.load(trained, "last", "cpu", beam=2, length_penalty=0)
+    translator = Translator.load(trained, "last", "cpu", beam=2, length_penalty=0,
+                                 coverage_penalty=0.5)  # fmt: skip
     assert read_lines(output) == translator.translate(read_lines(source))
     capsys.readouterr()
     assert run_cli("evaluate", "--run", trained, "--src", source, "--ref", reference,
@@ -72,6 +73,10 @@ def test_translate_and_evaluate_share_the_decoding_options(trained, toy, tmp_pat
     "args, fragment",
     [
         (("--hyp", "H", "--run", "R"), "--hyp scores a translation as it is"),
+        # A decoding option would do nothing: named, not ignored (0 is given too).
+        (("--hyp", "H", "--length-penalty", "0"), "nothing decodes; drop --length-penalty"),
+        (("--hyp", "H", "--coverage-penalty", "1"), "nothing decodes; drop --coverage-penalty"),
+        (("--hyp", "H", "--threads", "1"), "nothing decodes; drop --threads"),
         ((), "pass --run RUN and --src FILE to translate, or --hyp FILE"),
     ],
 )

@@ -65,15 +65,19 @@ def test_beam_search_agrees_hypothesis_for_hypothesis(transformer, toy, tmp_path
     babbles to the cap)."""
     assert run_cli("export", "--run", transformer, "--output", tmp_path / "ct2") == 0
     sources = read_lines(toy / "data/test.src")
-    for alpha in (0.0, 1.0):
-        options = {"beam": 5, "length_penalty": alpha, "min_len": 0}
+    found = {}
+    for alpha, beta in ((0.0, 0.0), (1.0, 0.0), (1.0, 1.0)):  # beta: the coverage penalty
+        options = {"beam": 5, "length_penalty": alpha, "coverage_penalty": beta, "min_len": 0}
         ours = Translator.load(transformer, **options).hypotheses(sources, nbest=3)
         theirs = CTranslate2Translator.load(tmp_path / "ct2", **options).hypotheses(
             sources, nbest=3
         )
-        assert [[h.tokens for h in hyps] for hyps in theirs] == [
-            [h.tokens for h in hyps] for hyps in ours
-        ]
+        found[alpha, beta] = [[h.tokens for h in hyps] for hyps in ours]
+        assert [[h.tokens for h in hyps] for hyps in theirs] == found[alpha, beta]
+        assert [h.score for hyps in theirs for h in hyps] == pytest.approx(
+            [h.score for hyps in ours for h in hyps], abs=1e-4
+        )
+    assert found[1.0, 1.0] != found[1.0, 0.0]  # the coverage penalty changed some ranking
 
 
 @pytest.mark.parametrize("transformer", ["pre"], indirect=True)
@@ -175,6 +179,17 @@ def test_a_tampered_export_is_one_line(transformer, tmp_path, capsys):
         assert "seq2seq.json is not what `seq2seq export` wrote" in err
         assert fragment in err, err
 
+    # Exported before the coverage penalty read every head: refused with the penalty only.
+    del settings["alignment_heads"]
+    (exported / "seq2seq.json").write_text(json.dumps(settings))
+    assert run_cli("translate", "--engine", "ctranslate2", "--run", exported, "-i", source) == 0
+    capsys.readouterr()
+    args = ("translate", "--engine", "ctranslate2", "--run", exported, "-i", source)
+    assert run_cli(*args, "--coverage-penalty", "0.2") == 2
+    err = capsys.readouterr().err.strip()
+    assert "before its coverage penalty read every head's attention; export the run again" in err
+    assert "\n" not in err
+
     (exported / "seq2seq.json").write_text(json.dumps({**settings, "tokenizer": "0" * 16}))
     damages = [
         (lambda: None, "tokenizer is not the tokenizer exported with the model"),
@@ -203,7 +218,7 @@ def test_bench_decodes_with_both_engines_side_by_side(load_script, transformer, 
     args = argparse.Namespace(
         run=[transformer], checkpoint="best", input=toy / "data/test.src",
         ref=toy / "data/test.tgt", limit=None, threads=1, batch_tokens=None, length_penalty=None,
-        stopping=None, device="cpu",
+        stopping=None, coverage_penalty=None, device="cpu",
     )  # fmt: skip
     measured = [
         bench.measure_decode(args, engine, 1, bench.export_for(args, engine, tmp_path))

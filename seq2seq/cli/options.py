@@ -77,6 +77,15 @@ LengthPenalty = Annotated[
         "decode.length_penalty",
     ),
 ]
+CoveragePenalty = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        metavar="BETA",
+        help="add BETA x sum of log(min(attention a source piece got, 1)) to each score, 0 = "
+        "none; default: the run's decode.coverage_penalty",
+    ),
+]
 BatchTokens = Annotated[
     int | None,
     typer.Option(min=1, help="padded source tokens x beam per batch; default: decode.batch_tokens"),

@@ -16,6 +16,7 @@ from seq2seq.cli.options import (
     Beam,
     Checkpoint,
     Checkpoints,
+    CoveragePenalty,
     Device,
     DeviceChoice,
     Engine,
@@ -89,6 +90,7 @@ def translate(
         int, typer.Option(min=1, help="write the N best: LINE<TAB>SCORE<TAB>TEXT, N per line")
     ] = 1,
     length_penalty: LengthPenalty = None,
+    coverage_penalty: CoveragePenalty = None,
     no_repeat_ngram: NoRepeatNgram = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
@@ -114,7 +116,7 @@ def translate(
     to that; stderr counts and names such lines. On a terminal, stdin is translated
     interactively: one line in, one translation out.
     """
-    options = _decoding(beam, length_penalty, batch_tokens, no_repeat_ngram)
+    options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram)
     options |= {"sample": sample, "temperature": temperature, "top_k": top_k,
                 "top_p": top_p, "seed": seed}  # fmt: skip
     with _within_memory(beam, batch_tokens):
@@ -153,6 +155,7 @@ def _translate_input(
 def _decoding(
     beam: int | None,
     length_penalty: float | None,
+    coverage_penalty: float | None,
     batch_tokens: int | None,
     no_repeat_ngram: int | None,
 ) -> dict:
@@ -160,9 +163,18 @@ def _decoding(
     return {
         "beam": beam,
         "length_penalty": length_penalty,
+        "coverage_penalty": coverage_penalty,
         "batch_tokens": batch_tokens,
         "no_repeat_ngram": no_repeat_ngram,
     }
+
+
+def _refuse_given(why: str, options: dict) -> None:
+    """One line naming the first of `options` given (not None or False) where `why` says it
+    would do nothing."""
+    given = [name for name, value in options.items() if value is not None and value is not False]
+    if given:
+        raise UserError(f"{why}; drop --{given[0].replace('_', '-')}")
 
 
 def _translator(
@@ -239,6 +251,7 @@ def evaluate(
     checkpoint: Checkpoints = None,
     beam: Beam = None,
     length_penalty: LengthPenalty = None,
+    coverage_penalty: CoveragePenalty = None,
     no_repeat_ngram: NoRepeatNgram = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
@@ -254,11 +267,11 @@ def evaluate(
     references = _read_lines(ref)
     if not references:
         raise UserError(f"{ref} is empty: nothing to score; give one reference per line")
+    options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram)
     if hyp is not None:
-        if run or src is not None:
-            raise UserError("--hyp scores a translation as it is; drop --run and --src")
-        if int8:
-            raise UserError("--hyp scores a translation as it is: nothing decodes; drop --int8")
+        given = {"run": run or None, "src": src, "checkpoint": checkpoint, **options}
+        given |= {"device": device, "threads": threads, "int8": int8}
+        _refuse_given("--hyp scores a translation as it is: nothing decodes", given)
         hypotheses = _read_lines(hyp)
     elif not run or src is None:
         raise UserError("pass --run RUN and --src FILE to translate, or --hyp FILE to score")
@@ -269,7 +282,6 @@ def evaluate(
                 f"{src} has {len(sources)} lines but {ref} has {len(references)}; "
                 "give one reference per source line"
             )
-        options = _decoding(beam, length_penalty, batch_tokens, no_repeat_ngram)
         with _within_memory(beam, batch_tokens):
             translator = _translator(
                 Engine.torch, run, checkpoint, device, threads, None, options, int8

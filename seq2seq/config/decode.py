@@ -31,6 +31,14 @@ class DecodeConfig(Section):
         description="alpha: score = log P / length ** alpha (the length counts EOS; as "
         "CTranslate2's); 0: log P",
     )
+    coverage_penalty: float = Field(
+        0.0,
+        ge=0,
+        le=100,
+        description="beta: each finished score adds beta x the sum over source positions of "
+        "log(min(attention paid them, 1)), heads averaged, a position never attended left "
+        "out (GNMT's, as CTranslate2's); 0: off",
+    )
     min_len: int = Field(1, ge=0, description="output tokens before EOS is allowed")
     max_len_ratio: float = Field(
         2.0, gt=0, le=100, description="output limit: ratio x source + offset"

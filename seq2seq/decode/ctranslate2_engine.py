@@ -37,6 +37,10 @@ class ExportSettings(BaseModel):
     decode: DecodeConfig
     max_source: PositiveInt
     tokenizer: str | None = None  # its fingerprint (None: exported before it was recorded)
+    # The heads whose attention CTranslate2 averages for the coverage penalty: every head
+    # of the last layer's cross-attention, as this project's search (None: exported
+    # before it was recorded, with CTranslate2's default of the first head alone)
+    alignment_heads: PositiveInt | None = None
 
 
 def _read_settings(directory: Path) -> ExportSettings:
@@ -60,10 +64,16 @@ def _read_settings(directory: Path) -> ExportSettings:
 
 class CTranslate2Translator(LineTranslator):
     def __init__(
-        self, engine: Any, tokenizer: Tokenizer, decode: DecodeConfig, max_source: int | None
+        self,
+        engine: Any,
+        tokenizer: Tokenizer,
+        decode: DecodeConfig,
+        max_source: int | None,
+        every_head: bool = True,
     ) -> None:
         super().__init__(tokenizer, decode, max_source, on_gpu=engine.device == "cuda")
         self.engine = engine
+        self.every_head = every_head  # its attention averages every head (ExportSettings)
 
     @classmethod
     def load(
@@ -85,7 +95,8 @@ class CTranslate2Translator(LineTranslator):
             ) from None
         tokenizer = _load_tokenizer(directory, settings)
         options = decode_options(settings.decode, decode)
-        return cls(engine, tokenizer, options, settings.max_source)
+        every_head = settings.alignment_heads is not None
+        return cls(engine, tokenizer, options, settings.max_source, every_head)
 
     def search(
         self,
@@ -97,12 +108,9 @@ class CTranslate2Translator(LineTranslator):
         prefixes: list[Prefix | None] | None = None,
     ) -> list[list[Hypothesis]]:
         """CTranslate2's search (never with attention), one call per output limit in the
-        batch: its limit is per call, and this project's search gives each sentence its own."""
-        if decode.sample:
-            raise UserError(
-                "sampling draws with the PyTorch engine only (its draws do not depend on the "
-                "batch); translate the run directory with --engine torch"
-            )
+        batch (`_calls`): its limit is per call, and this project's search gives each
+        sentence its own."""
+        self._refuse_what_it_cannot(decode)
         prefixes = prefixes or [None] * len(src_ids)
         targets = _target_prefixes(self.tokenizer, prefixes)
         limits = output_limits(
@@ -113,14 +121,15 @@ class CTranslate2Translator(LineTranslator):
         pieces = torch.tensor([0 if p is None else len(p.ids) for p in prefixes], dtype=torch.long)
         limits = fitted_limits(limits, pieces).tolist()
         found: list[list[Hypothesis]] = [[] for _ in src_ids]
-        for limit in sorted(set(limits)):
-            group = [i for i, own in enumerate(limits) if own == limit]
+        for group in _calls(limits, alone=decode.coverage_penalty > 0):
+            limit = limits[group[0]]
             results = self.engine.translate_batch(
                 [self.tokenizer.src_pieces_from_ids(src_ids[i]) for i in group],
                 [targets[i] for i in group],
                 beam_size=decode.beam,
                 num_hypotheses=nbest,
                 length_penalty=decode.length_penalty,
+                coverage_penalty=decode.coverage_penalty,
                 min_decoding_length=decode.min_len,
                 no_repeat_ngram_size=decode.no_repeat_ngram,
                 max_decoding_length=limit - 1,  # tokens before EOS; ours counts EOS
@@ -133,6 +142,28 @@ class CTranslate2Translator(LineTranslator):
                     for tokens, score in zip(result.hypotheses, result.scores, strict=True)
                 ]
         return found
+
+    def _refuse_what_it_cannot(self, decode: DecodeConfig) -> None:
+        """One line for the decoding options this engine cannot follow as the PyTorch one does."""
+        if decode.sample:
+            raise UserError(
+                "sampling draws with the PyTorch engine only (its draws do not depend on the "
+                "batch); translate the run directory with --engine torch"
+            )
+        if decode.coverage_penalty and not self.every_head:
+            raise UserError(
+                "this model was exported before its coverage penalty read every head's "
+                "attention; export the run again, or translate the run directory"
+            )
+
+
+def _calls(limits: list[int], alone: bool) -> list[list[int]]:
+    """The sentences (indices into `limits`) of each call: those of one output limit, or
+    each `alone`, as CTranslate2's coverage penalty needs (in a batch it moves with the
+    other sentences: a sentence's score went from -12.4 alone to -26.4 among 9 others)."""
+    if alone:
+        return [[i] for i in range(len(limits))]
+    return [[i for i, own in enumerate(limits) if own == limit] for limit in sorted(set(limits))]
 
 
 def _target_prefixes(tokenizer: Tokenizer, prefixes: list[Prefix | None]) -> list[list[str] | None]:

@@ -112,6 +112,7 @@ def export_ctranslate2(
         "decode": cfg.decode.model_dump(),
         "max_source": max_source_pieces(cfg),
         "tokenizer": tokenizer.fingerprint,
+        "alignment_heads": cfg.model.heads(cfg.model.attention),
     }
 
     def write(tmp: Path) -> None:
@@ -131,8 +132,12 @@ def _spec(model: TransformerSeq2Seq, cfg: Config, tokenizer: Tokenizer):
     from ctranslate2.specs import TransformerSpec
 
     heads, pre_norm = cfg.model.heads(cfg.model.attention), cfg.model.norm == "pre"
+    # Its returned attention (the coverage penalty's) averages the last layer's heads, as ours.
     spec = TransformerSpec.from_config(
-        (cfg.model.encoder_layers, cfg.model.decoder_layers), heads, pre_norm=pre_norm
+        (cfg.model.encoder_layers, cfg.model.decoder_layers),
+        heads,
+        pre_norm=pre_norm,
+        alignment_heads=heads,
     )
     # Positions for the longest source and the longest output its limit allows.
     source = max_source_pieces(cfg) + 1

@@ -4,22 +4,27 @@ The B sentences x K beams of a batch are B*K rows of one decoder batch (the firs
 from BOS alone, has one row per sentence), which share their sentence's encoded source
 (`Memory.beam`). At each step every live row proposes its V continuations, and each
 sentence takes the 2K best of its K*V by summed log-probability. Those of the K best
-that end in EOS are finished, scored with the length penalty
+that end in EOS are finished, scored with the length penalty and, when asked, the
+coverage penalty
 
-    score = log P(y) / lp(y),  lp(y) = |y| ** alpha  (|y| counts the EOS),
+    score = log P(y) / lp(y) + cp(y),  lp(y) = |y| ** alpha  (|y| counts the EOS),
+    cp(y) = beta * sum over the source positions j with c_j > 0 of log(min(c_j, 1)),
 
-and the K best that do not end are the next step's K open hypotheses, so the beam stays
-K wide (CTranslate2's and fairseq's search; with K = 1, greedy search exactly: it ends at
-its first EOS). Log-probabilities only fall, so an open hypothesis scores at most
-log P / lp(longest allowed length), and a sentence is done by its stopping rule: `exact`
-once no open hypothesis could beat the n best finished even there; `early` once none
-would if it ended at the next step, log P / lp(|y| + 1); `beam` (the default, as in
+where c_j is the attention that y's steps paid position j, heads averaged: GNMT's
+penalty as CTranslate2 computes it, with the step that chose EOS and the source's EOS,
+and without the positions never attended (padding; exact zeros of sparse attention). The
+K best that do not end are the next step's K open hypotheses, so the beam stays K wide
+(CTranslate2's and fairseq's search; with K = 1, greedy search exactly: it ends at its
+first EOS). Log-probabilities only fall and cp <= 0, so an open hypothesis scores at
+most log P / lp(longest allowed length), and a sentence is done by its stopping rule:
+`exact` once no open hypothesis could beat the n best finished even there; `early` once
+none would if it ended at the next step, log P / lp(|y| + 1); `beam` (the default, as in
 CTranslate2 and fairseq) once K hypotheses have finished (for alpha > 0), or sooner
 where `exact` would stop. With alpha = 0 the three are one rule; for alpha > 0 `early`
 may miss a hypothesis that would only win by growing much longer, and `beam` one that
-would finish after K others. Rows reorder their decoder state by index
-(`index_select`); done sentences leave the batch at once; finished hypotheses are read
-back through back-pointers at the end.
+would finish after K others. Rows reorder their decoder state by index (`index_select`);
+done sentences leave the batch at once; finished hypotheses are read back through
+back-pointers at the end.
 """
 
 from __future__ import annotations
@@ -69,30 +74,29 @@ def beam_search(
     no_repeat_ngram: int = 0,
     sampler: Sampler | None = None,
     prefixes: Prefixes | None = None,
+    coverage_penalty: float = 0.0,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each sentence, best first.
 
-    `max_lengths` (B,) caps each output (EOS included; EOS is forced at the cap);
-    `min_length` tokens come before EOS may (unless the cap comes first). Without
-    `attention`, no step forms or keeps attention weights it need not. `stopping`: when
-    a sentence is done (see the module's docstring). `no_repeat_ngram` n > 0: no output
-    repeats an n-gram (`repeats`). With a `sampler`, a sentence's `beam` slots are samples.
-    With `prefixes`, each output starts with its sentence's (`prefix`).
-    """
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
+    `max_lengths` (B,) caps each output (EOS included, and forced at the cap); `min_length`
+    tokens come before EOS may (unless the cap comes first). Without `attention`, no step
+    forms or keeps weights it need not. `stopping` (when a sentence is done) and
+    `coverage_penalty` (beta of cp): see the module's docstring. `no_repeat_ngram` n > 0:
+    no output repeats an n-gram (`repeats`). With a `sampler`, a sentence's `beam` slots
+    are samples; with `prefixes`, each output starts with its sentence's (`prefix`)."""
     max_lengths = max_lengths.clamp(max=EXACT_LONGEST) if stopping == "exact" else max_lengths
     beams = _first_beams(model, src, src_mask, max_lengths, bos_id, beam, nbest, alpha, prefixes)
-    beams.history = src.new_empty(src.size(0), 0) if no_repeat_ngram else None
+    beams.track(src, no_repeat_ngram, coverage_penalty)
     trail = Trail([], [], [], [])
     previous_slots: Tensor | None = None  # what `Trail.previous_slots` records
     finished: list[list[tuple[float, int, int]]] = [[] for _ in range(src.size(0))]
     for t in range(int(beams.max_lengths.max())):
-        step = beams.decode(model, attention)
+        step = beams.decode(model, attention or beams.coverage is not None)
         log_probs = beams.allowed(step, t, t < min_length, eos_id, no_repeat_ngram)
         top_scores, origin, token = _choose(beams, log_probs, t, beam, sampler)
         at_eos = (token == eos_id).view_as(top_scores)
-        _record_finished(finished, beams, top_scores, at_eos, beam, t, alpha)
+        cp = beams.cover(step, origin, coverage_penalty)
+        _record_finished(finished, beams, top_scores, at_eos, beam, t, alpha, cp)
         trail.append(token, origin, step.attention if attention else None, previous_slots)
         beams.scores, slots = _open_slots(top_scores, at_eos, beam)
         done = beams.done(t, alpha, stopping)
@@ -127,6 +131,9 @@ class _Beams:
     origins: Tensor | None  # (A*K,) the row of `state` each row extends; None: its own
     prev: Tensor  # (A*K,) the token each row feeds the decoder next
     history: Tensor | None = None  # (A*K, t) each row's output so far, when blocking repeats
+    # (A*K, S) the attention each row's hypothesis has paid each source position so far,
+    # when penalising coverage
+    coverage: Tensor | None = None
     prefixes: Prefixes | None = None  # by sentence (`sentences`), when outputs have prefixes
 
     @property
@@ -152,6 +159,23 @@ class _Beams:
         if prefix is not None:
             prefix.keep_to_(log_probs)
         return log_probs
+
+    def track(self, src: Tensor, no_repeat_ngram: int, coverage_penalty: float) -> None:
+        """Start the records of each row that the search needs: its output so far, to
+        block repeats, and the attention it has paid, for the coverage penalty."""
+        self.history = src.new_empty(src.size(0), 0) if no_repeat_ngram else None
+        self.coverage = src.new_zeros(src.shape, dtype=torch.float) if coverage_penalty else None
+
+    def cover(self, step: Step, origin: Tensor, beta: float) -> Tensor | None:
+        """Add the step's attention to each row's `coverage`, and return the coverage
+        penalty (A*C,) of each of the step's candidates (`origin`: the row each extends)
+        were it to end here. None without a coverage penalty."""
+        if self.coverage is None:
+            return None
+        weights = step.attention.float()
+        self.coverage = self.coverage + (weights.mean(1) if weights.dim() == 3 else weights)
+        clipped = self.coverage.clamp(max=1.0).log()
+        return beta * torch.where(self.coverage > 0, clipped, 0.0).sum(-1)[origin]
 
     def at_cap(self, t: int) -> Tensor:
         """(A*K,) whether each row's output reaches its cap with the token of step `t`."""
@@ -186,6 +210,7 @@ class _Beams:
             rows if self.origins is None else self.origins[rows],
             self.prev[rows],
             None if self.history is None else self.history[rows],
+            None if self.coverage is None else self.coverage[rows],
             self.prefixes,
         )
 
@@ -203,6 +228,8 @@ def _first_beams(
 ) -> _Beams:
     """The beams before the first step: every sentence with one slot, at score 0, and its
     output limit raised where its prefix would not fit."""
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
     batch, device = src.size(0), src.device
     memory = model.encode(src, src_mask)
     max_lengths = max_lengths.to(device)
@@ -276,18 +303,23 @@ def _record_finished(
     beam: int,
     t: int,
     alpha: float,
+    penalties: Tensor | None,
 ) -> None:
     """Add the candidates (A, C) that finish at step `t`, those among the K = `beam` best
     that end in EOS (`at_eos`), to their sentence's `finished` as (score, step, slot),
-    score = log P / lp(t + 1), to `beams.count` and to `beams.best_finished`. An EOS below
-    the K best does not finish, as in CTranslate2: K better candidates go on."""
+    score = log P / lp(t + 1) + their coverage `penalties` (A*C,) if any, to `beams.count`
+    and to `beams.best_finished`. An EOS below the K best does not finish, as in
+    CTranslate2: K better candidates go on."""
     ends = at_eos & top_scores.isfinite()
     ends[:, beam:] = False
     ended = ends.nonzero()  # the step's one wait for the device, where none ends too
     if not len(ended):
         return
     lengths = torch.full_like(top_scores, t + 1.0)
-    final = torch.where(ends, top_scores / length_penalty(lengths, alpha), -torch.inf)
+    final = top_scores / length_penalty(lengths, alpha)
+    if penalties is not None:
+        final = final + penalties.view_as(final)
+    final = torch.where(ends, final, -torch.inf)
     width = top_scores.size(1)
     sentence, a, k = beams.sentences[ended[:, 0]], ended[:, 0], ended[:, 1]
     read = torch.stack([sentence.double(), final[ends].double(), (a * width + k).double()])
@@ -335,10 +367,20 @@ def _next_beams(
     # With one beam every slot extends its own row: nothing to move.
     origins = origin if beam > 1 else None
     memory = beams.memory if beams.memory.beam == beam else beams.memory.widened(beam)
-    history = beams.history
+    history, coverage = beams.history, beams.coverage
     if history is not None:
         history = torch.cat([history[origin], token.unsqueeze(1)], dim=1)
-    beams = replace(beams, memory=memory, state=state, origins=origins, prev=token, history=history)
+    if coverage is not None:
+        coverage = coverage[origin]
+    beams = replace(
+        beams,
+        memory=memory,
+        state=state,
+        origins=origins,
+        prev=token,
+        history=history,
+        coverage=coverage,
+    )
     if not any_done:
         return beams, slots
     kept = (~done).nonzero().squeeze(1)

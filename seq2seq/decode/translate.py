@@ -89,9 +89,9 @@ class Translator(LineTranslator):
         are). On the CPU the linear layers' weights are prepacked for oneDNN
         (`packed_weights`), or with `int8` made int8 (`int8_weights`; with no `device`, int8
         decodes on the CPU whatever the run's device). `decode` sets fields of the run's
-        decode section for every call (beam, length_penalty, min_len, max_len_ratio,
-        max_len_offset, batch_tokens, stopping, no_repeat_ngram); a field given None keeps
-        the run's value.
+        decode section for every call (beam, length_penalty, coverage_penalty, min_len,
+        max_len_ratio, max_len_offset, batch_tokens, stopping, no_repeat_ngram); a field
+        given None keeps the run's value.
         """
         runs, checkpoints = check_load_arguments(run_dir, checkpoint, device, int8)
         if threads is not None:
@@ -211,6 +211,7 @@ class Translator(LineTranslator):
             no_repeat_ngram=decode.no_repeat_ngram,
             sampler=sampler,
             prefixes=prefixed,
+            coverage_penalty=decode.coverage_penalty,
         )
 
     @cached_property
