@@ -78,6 +78,10 @@ def test_beam_search_agrees_hypothesis_for_hypothesis(transformer, toy, tmp_path
             [h.score for hyps in ours for h in hyps], abs=1e-4
         )
     assert found[1.0, 1.0] != found[1.0, 0.0]  # the coverage penalty changed some ranking
+    # Minimum Bayes risk chooses among the same n-best lists: the same choices.
+    options = {"beam": 5, "min_len": 0, "mbr": 5}
+    ours = Translator.load(transformer, **options).translate(sources)
+    assert CTranslate2Translator.load(tmp_path / "ct2", **options).translate(sources) == ours
 
 
 @pytest.mark.parametrize("transformer", ["pre"], indirect=True)

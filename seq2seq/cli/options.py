@@ -122,6 +122,20 @@ Seed = Annotated[
     int | None,
     typer.Option(min=0, help="with --sample: with each line's index, seeds its draws; default 1"),
 ]
+Mbr = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        metavar="N",
+        help="minimum Bayes risk: output, of N candidates (the beam's N best, or N samples "
+        "with --sample), the one of highest mean --mbr-utility against all N; 0: off; "
+        "default: decode.mbr",
+    ),
+]
+MbrUtility = Annotated[
+    str | None,
+    typer.Option(metavar="METRIC", help="with --mbr: chrf (the default) or bleu"),
+]
 PrefixFile = Annotated[
     Path | None,
     typer.Option(

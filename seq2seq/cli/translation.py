@@ -22,6 +22,8 @@ from seq2seq.cli.options import (
     Engine,
     Int8,
     LengthPenalty,
+    Mbr,
+    MbrUtility,
     NoRepeatNgram,
     PrefixFile,
     Quantization,
@@ -107,6 +109,8 @@ def translate(
     top_k: TopK = None,
     top_p: TopP = None,
     seed: Seed = None,
+    mbr: Mbr = None,
+    mbr_utility: MbrUtility = None,
     prefix_file: PrefixFile = None,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
@@ -118,7 +122,7 @@ def translate(
     """
     options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram)
     options |= {"sample": sample, "temperature": temperature, "top_k": top_k,
-                "top_p": top_p, "seed": seed}  # fmt: skip
+                "top_p": top_p, "seed": seed, "mbr": mbr, "mbr_utility": mbr_utility}  # fmt: skip
     with _within_memory(beam, batch_tokens):
         translator = _translator(
             engine, run, checkpoint, device, threads, alignments, options, int8

@@ -16,6 +16,8 @@ SAMPLING_OPTIONS = ("temperature", "top_k", "top_p")  # what only sampling reads
 
 # When beam search ends a sentence (decode.stopping; seq2seq.decode.search).
 Stopping = Literal["beam", "early", "exact"]
+# What minimum Bayes risk maximises (decode.mbr_utility; seq2seq.decode.mbr).
+Utility = Literal["chrf", "bleu"]
 
 
 class DecodeConfig(Section):
@@ -80,6 +82,26 @@ class DecodeConfig(Section):
     seed: int = Field(
         1, ge=0, le=2**31 - 1, description="sampling: with the line's index, seeds its draws"
     )
+
+    mbr: int = Field(
+        0,
+        ge=0,
+        le=MAX_BEAM,
+        description="minimum Bayes risk: of N candidates (the beam's N best, or with sample "
+        "N samples), output the one of highest mean mbr_utility against all N; 0: off",
+    )
+    mbr_utility: Utility = Field("chrf", description="mbr: the sentence-level metric it uses")
+
+    @model_validator(mode="after")
+    def _mbr_has_its_candidates(self) -> DecodeConfig:
+        if self.mbr and not self.sample and self.beam < self.mbr:
+            raise ValueError(
+                f"mbr {self.mbr} chooses among a beam's {self.mbr} best; set beam to at least "
+                f"{self.mbr}, or sample true"
+            )
+        if not self.mbr and self.mbr_utility != DecodeConfig.model_fields["mbr_utility"].default:
+            raise ValueError("mbr_utility shapes minimum Bayes risk; set mbr N, or leave it out")
+        return self
 
     @model_validator(mode="after")
     def _sampling_options_need_sampling(self) -> DecodeConfig:

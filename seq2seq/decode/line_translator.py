@@ -23,6 +23,7 @@ from seq2seq.decode.inputs import (
     check_option_kinds,
     check_prefixes,
 )
+from seq2seq.decode.mbr import mbr_order
 from seq2seq.decode.prefix import (
     Prefix,
     output_texts,
@@ -163,7 +164,8 @@ class LineTranslator:
         **decode: Any,
     ) -> list[list[Translation]]:
         """The `nbest` best hypotheses of each line with their scores, tokens and, if
-        `attention`, attention weights (else None: the search is faster without), best first;
+        `attention`, attention weights (else None: the search is faster without), best first
+        (with `decode.mbr`, distinct and in the order of minimum Bayes risk, `mbr`);
         [] for a blank line (whatever its prefix). `decode`, `progress` and `prefixes` as in
         `translate`. `skip`: lines `i` for which `skip(i)` holds when their batch comes are
         not searched (they get []): how the server stops decoding a request that gave up.
@@ -173,8 +175,7 @@ class LineTranslator:
         check_prefixes(prefixes, len(lines))
         check_nbest(nbest)
         options = decode_options(self.decode, decode)
-        if nbest > options.beam and not options.sample:
-            raise UserError(f"nbest {nbest} needs a beam at least as wide; set beam={nbest}")
+        _check_nbest_fits(nbest, options)
         given = read_prefixes(self.tokenizer, prefixes, len(lines))
         numbers = range(len(lines)) if line_numbers is None else line_numbers
         outputs: list[list[Translation]] = [[] for _ in lines]
@@ -183,7 +184,8 @@ class LineTranslator:
         limit = self.max_source
         cut = [limit is not None and len(ids) > limit for ids in src_ids]
         src_ids = [ids[:limit] for ids in src_ids]
-        width = nbest if options.sample else options.beam  # the rows of a source
+        candidates = options.mbr or nbest  # what a line's search finds
+        width = candidates if options.sample else options.beam  # the rows of a source
         budget = max(self.batch_tokens(options) // width, 1)
         # disable=None: tqdm stays quiet where stderr is not a terminal.
         with tqdm(total=len(lines), unit="sent", disable=None if progress else True) as bar:
@@ -192,23 +194,35 @@ class LineTranslator:
                 wanted = [i for i in group if skip is None or not skip(keep[i])]
                 at = [keep[i] for i in wanted]  # their lines
                 found = self.search(
-                    [src_ids[i] for i in wanted], nbest, options, attention,
+                    [src_ids[i] for i in wanted], candidates, options, attention,
                     [numbers[j] for j in at], [given[j] for j in at],
                 ) if wanted else []  # fmt: skip
                 for i, line, hyps in zip(wanted, at, found, strict=True):
-                    outputs[line] = self._translations(hyps, given[line], cut[i])
+                    outputs[line] = self._translations(hyps, given[line], cut[i], options)[:nbest]
                 bar.update(len(group))
         return outputs
 
     def _translations(
-        self, found: list[Hypothesis], prefix: Prefix | None, cut: bool
+        self, found: list[Hypothesis], prefix: Prefix | None, cut: bool, options: DecodeConfig
     ) -> list[Translation]:
-        """A line's hypotheses as `Translation`s, their text starting with its prefix, if any."""
+        """A line's hypotheses as `Translation`s, their text starting with its prefix, if
+        any; with `options.mbr`, its distinct texts in the order of minimum Bayes risk."""
         texts = output_texts(self.tokenizer, prefix, [h.tokens for h in found])
-        return [
+        translations = [
             Translation(text, h.score, h.tokens, h.attention, cut)
             for text, h in zip(texts, found, strict=True)
         ]
+        if options.mbr:
+            translations = [translations[i] for i in mbr_order(texts, options.mbr_utility)]
+        return translations
+
+
+def _check_nbest_fits(nbest: int, options: DecodeConfig) -> None:
+    """One line where the search cannot find `nbest` hypotheses a line."""
+    if options.mbr and nbest > options.mbr:
+        raise UserError(f"nbest {nbest} needs as many candidates; set mbr={nbest} or more")
+    if nbest > options.beam and not options.sample:
+        raise UserError(f"nbest {nbest} needs a beam at least as wide; set beam={nbest}")
 
 
 def decode_options(base: DecodeConfig, changes: dict[str, Any]) -> DecodeConfig:

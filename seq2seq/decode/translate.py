@@ -90,8 +90,8 @@ class Translator(LineTranslator):
         (`packed_weights`), or with `int8` made int8 (`int8_weights`; with no `device`, int8
         decodes on the CPU whatever the run's device). `decode` sets fields of the run's
         decode section for every call (beam, length_penalty, coverage_penalty, min_len,
-        max_len_ratio, max_len_offset, batch_tokens, stopping, no_repeat_ngram); a field
-        given None keeps the run's value.
+        max_len_ratio, max_len_offset, batch_tokens, stopping, no_repeat_ngram, mbr, ...);
+        a field given None keeps the run's value.
         """
         runs, checkpoints = check_load_arguments(run_dir, checkpoint, device, int8)
         if threads is not None:
