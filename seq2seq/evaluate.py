@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import sacrebleu.metrics.base
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from seq2seq.errors import UserError
+from seq2seq.significance import (
+    Comparison,
+    compare,
+    holm,
+    resample_system,
+    sentence_resamples,
+)
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,39 @@ def score_corpus(hypotheses: list[str], references: list[str]) -> Scores:
         values[metric.key] = round(scorer.corpus_score(hypotheses, [references]).score, 2)
         signatures[metric.key] = str(scorer.get_signature())
     return Scores(values, signatures)
+
+
+# Bootstrap resamples of a comparison of translations (`compare_to_first`), and their seed:
+# the same files give the same intervals.
+RESAMPLES = 1000
+RESAMPLE_SEED = 12345
+
+
+def compare_to_first(
+    systems: list[list[str]], references: list[str]
+) -> list[dict[str, Comparison]]:
+    """Each of `systems[1:]` (translations of the same sentences) against `systems[0]`, on
+    every metric of METRICS: the difference, its interval and p from a paired bootstrap
+    over the test sentences (`significance.compare`, each system one seed: it counts the
+    chance of which sentences were tested, not of which model was trained), p adjusted by
+    Holm over the systems compared, metric by metric."""
+    for hypotheses in systems:
+        _check_aligned(hypotheses, references)
+    rng = np.random.default_rng(RESAMPLE_SEED)
+    counts = sentence_resamples(len(references), RESAMPLES, rng)
+    found: list[dict[str, Comparison]] = [{} for _ in systems[1:]]
+    for metric in METRICS:
+        resampled = [
+            resample_system(
+                [0], [metric.sentence_statistics(h, references)], metric.score_sums, counts
+            )
+            for h in systems
+        ]
+        compared = [compare(resampled[0], r, rng, metric.higher_is_better) for r in resampled[1:]]
+        adjusted = holm([c.p for c in compared])
+        for own, comparison, p in zip(found, compared, adjusted, strict=True):
+            own[metric.key] = replace(comparison, p_holm=p)
+    return found
 
 
 def length_buckets(edges: tuple[int, ...]) -> list[str]:

@@ -86,3 +86,23 @@ def test_evaluate_needs_a_model_or_a_translation(tmp_path, monkeypatch, args, fr
     monkeypatch.chdir(tmp_path)
     assert run_cli("evaluate", "--ref", "ref", *args) == 2
     assert fragment in capsys.readouterr().err
+
+
+def test_evaluate_compares_several_translations_with_the_first(tmp_path, capsys):
+    reference = tmp_path / "ref.txt"
+    lines = [f"the {i} cats sat on {i + 1} mats" for i in range(30)]
+    reference.write_text("".join(line + "\n" for line in lines))
+    (tmp_path / "a.txt").write_text("".join(line[:9] + "\n" for line in lines))
+    (tmp_path / "b.txt").write_text("".join(line + "\n" for line in lines))
+    files = ("--ref", reference, "--hyp", tmp_path / "a.txt", "--hyp", tmp_path / "b.txt")
+    assert run_cli("evaluate", *files) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith(f"{tmp_path / 'b.txt'}: BLEU 100.00")
+    assert out[2].startswith(f"  against {tmp_path / 'a.txt'}: BLEU +")
+    assert "paired bootstrap over the 30 sentences" in out[3]
+    assert run_cli("evaluate", *files, "--json") == 0
+    first, second = json.loads(capsys.readouterr().out)
+    assert "against_first" not in first and second["bleu"] == 100.0
+    assert second["against_first"]["bleu"]["difference"] == pytest.approx(100 - first["bleu"])
+    assert run_cli("evaluate", *files, "--beam", "3") == 2
+    assert "nothing decodes; drop --beam" in capsys.readouterr().err

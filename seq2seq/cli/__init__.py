@@ -2,8 +2,8 @@
 
 `app.py` holds the Typer app and the entry point, which turns every problem into one line;
 the commands add themselves to it: `training.py` (train, config, average, sweep),
-`translation.py` (translate, evaluate, export, plot-attention, serve), `scoring.py`
-(score) and `inspection.py` (inspect).
+`translation.py` (translate, export, plot-attention, serve), `scoring.py` (evaluate,
+score) and `inspection.py` (inspect).
 """
 
 import os

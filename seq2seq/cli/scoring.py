@@ -1,24 +1,171 @@
-"""`score`: the model's log-probability of given translations (forced decoding)."""
+"""`evaluate`: translations scored against references (and compared with each other);
+`score`: the model's log-probability of given translations (forced decoding)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from seq2seq.cli.app import app
 from seq2seq.cli.options import (
     BatchTokens,
+    Beam,
     Checkpoints,
+    CoveragePenalty,
     DeviceChoice,
     Engine,
+    Int8,
     LengthPenalty,
+    NoRepeatNgram,
     Runs,
     Threads,
 )
 from seq2seq.errors import UserError
+
+if TYPE_CHECKING:
+    from seq2seq.evaluate import Scores
+    from seq2seq.significance import Comparison
+
+
+@app.command()
+def evaluate(
+    ref: Annotated[Path, typer.Option("--ref", help="reference translations, one per line")],
+    run: Runs = None,
+    src: Annotated[
+        Path | None, typer.Option("--src", help="source sentences, one per line (with --run)")
+    ] = None,
+    hyp: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--hyp",
+            metavar="FILE",
+            help="score this translation instead (no model); repeat it to compare the "
+            "others with the first",
+        ),
+    ] = None,
+    checkpoint: Checkpoints = None,
+    beam: Beam = None,
+    length_penalty: LengthPenalty = None,
+    coverage_penalty: CoveragePenalty = None,
+    no_repeat_ngram: NoRepeatNgram = None,
+    batch_tokens: BatchTokens = None,
+    device: DeviceChoice = None,
+    threads: Threads = None,
+    int8: Int8 = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Score a translation against --ref: BLEU, chrF and TER with sacrebleu signatures.
+    Either --run and --src (translate the source, with the decoding options), or --hyp
+    (a translation made elsewhere; several: each compared with the first, by a paired
+    bootstrap over the sentences)."""
+    from seq2seq.cli.translation import _decoding, _read_lines, _translator, _within_memory
+
+    references = _read_lines(ref)
+    if not references:
+        raise UserError(f"{ref} is empty: nothing to score; give one reference per line")
+    options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram)
+    if hyp:
+        given = {"run": run or None, "src": src, "checkpoint": checkpoint, **options}
+        given |= {"device": device, "threads": threads, "int8": int8}
+        _score_files(hyp, references, given, as_json)
+        return
+    if not run or src is None:
+        raise UserError("pass --run RUN and --src FILE to translate, or --hyp FILE to score")
+    sources = _aligned_lines(src, ref, len(references), "reference")
+    with _within_memory(beam, batch_tokens):
+        translator = _translator(
+            Engine.torch, run, checkpoint, device, threads, None, options, int8
+        )
+        hypotheses = translator.translate(sources, progress=True)
+    _print_scores([str(src)], [hypotheses], references, as_json)
+
+
+def _aligned_lines(src: Path, ref: Path, references: int, what: str) -> list[str]:
+    """The lines of `src`, which must be as many as the `references` lines of `ref`."""
+    from seq2seq.cli.translation import _read_lines
+
+    sources = _read_lines(src)
+    if len(sources) != references:
+        raise UserError(
+            f"{src} has {len(sources)} lines but {ref} has {references}; give one {what} per "
+            "source line"
+        )
+    return sources
+
+
+def _refuse_given(why: str, options: dict) -> None:
+    """One line naming the first of `options` given (not None or False) where `why` says it
+    would do nothing."""
+    given = [name for name, value in options.items() if value is not None and value is not False]
+    if given:
+        raise UserError(f"{why}; drop --{given[0].replace('_', '-')}")
+
+
+def _score_files(paths: list[Path], references: list[str], given: dict, as_json: bool) -> None:
+    """Translations made elsewhere scored as they are: an option that would decode is refused."""
+    from seq2seq.cli.translation import _read_lines
+
+    _refuse_given("--hyp scores a translation as it is: nothing decodes", given)
+    _print_scores([str(p) for p in paths], [_read_lines(p) for p in paths], references, as_json)
+
+
+def _print_scores(
+    names: list[str], systems: list[list[str]], references: list[str], as_json: bool
+) -> None:
+    """Each system's scores; with several, each compared with the first (one line each, or
+    with `as_json` one JSON object; a list of them for several)."""
+    from seq2seq.evaluate import compare_to_first, score_corpus
+
+    scores = [score_corpus(hypotheses, references) for hypotheses in systems]
+    if len(systems) == 1:
+        print(json.dumps(scores[0].to_dict()) if as_json else str(scores[0]))
+        return
+    comparisons = [{}, *compare_to_first(systems, references)]
+    if as_json:
+        found = zip(names, scores, comparisons, strict=True)
+        print(json.dumps([_as_json(*one) for one in found]))
+        return
+    for name, own, against in zip(names, scores, comparisons, strict=True):
+        print(f"{name}: {own}")
+        if against:
+            print(f"  against {names[0]}: {_differences(against)}")
+    print(_comparison_note(len(references), len(systems) - 1))
+
+
+def _as_json(name: str, scores: Scores, against: dict[str, Comparison]) -> dict:
+    differences = {
+        key: {"difference": c.difference, "low": c.low, "high": c.high, "p": c.p_holm}
+        for key, c in against.items()
+    }
+    return {"hyp": name, **scores.to_dict(), **({"against_first": differences} if against else {})}
+
+
+def _differences(against: dict[str, Comparison]) -> str:
+    """ "BLEU +0.49 [-0.09, +1.05] p 0.198  chrF ..." in the table's order."""
+    from seq2seq.evaluate import METRICS
+
+    return "  ".join(
+        f"{m.title} {c.difference:+.2f} [{c.low:+.2f}, {c.high:+.2f}] p {c.p_holm:.3f}"
+        for m in METRICS
+        for c in [against[m.key]]
+    )
+
+
+def _comparison_note(sentences: int, compared: int) -> str:
+    from seq2seq.evaluate import RESAMPLES
+    from seq2seq.significance import CONFIDENCE
+
+    holm = f", Holm-adjusted over the {compared} compared" if compared > 1 else ""
+    return (
+        f"(differences with their {CONFIDENCE:.0%} intervals and two-sided p{holm}: a paired "
+        f"bootstrap over the {sentences:,} sentences, {RESAMPLES:,} resamples; it counts which "
+        "sentences were tested, not which model was trained: compare seeds with `seq2seq "
+        "sweep`)"
+    )
 
 
 @app.command()
@@ -42,12 +189,8 @@ def score(
     from seq2seq.cli.translation import _read_lines, _translator, _within_memory
     from seq2seq.files import atomic_write_text
 
-    sources, references = _read_lines(src), _read_lines(ref)
-    if len(sources) != len(references):
-        raise UserError(
-            f"{src} has {len(sources)} lines but {ref} has {len(references)}; "
-            "give one translation per source line"
-        )
+    references = _read_lines(ref)
+    sources = _aligned_lines(src, ref, len(references), "translation")
     options = {"length_penalty": length_penalty, "batch_tokens": batch_tokens}
     with _within_memory(None, batch_tokens):
         translator = _translator(Engine.torch, run, checkpoint, device, threads, None, options)

@@ -3,7 +3,6 @@ and `serve`."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -27,7 +26,6 @@ from seq2seq.cli.options import (
     NoRepeatNgram,
     PrefixFile,
     Quantization,
-    Runs,
     Sample,
     Seed,
     Temperature,
@@ -173,14 +171,6 @@ def _decoding(
     }
 
 
-def _refuse_given(why: str, options: dict) -> None:
-    """One line naming the first of `options` given (not None or False) where `why` says it
-    would do nothing."""
-    given = [name for name, value in options.items() if value is not None and value is not False]
-    if given:
-        raise UserError(f"{why}; drop --{given[0].replace('_', '-')}")
-
-
 def _translator(
     engine: Engine,
     runs: list[Path],
@@ -240,59 +230,6 @@ def export(
 
     export_ctranslate2(run, output, quantization.value, checkpoint)
     print(f"exported {run} to {output} ({quantization.value})", file=sys.stderr)
-
-
-@app.command()
-def evaluate(
-    ref: Annotated[Path, typer.Option("--ref", help="reference translations, one per line")],
-    run: Runs = None,
-    src: Annotated[
-        Path | None, typer.Option("--src", help="source sentences, one per line (with --run)")
-    ] = None,
-    hyp: Annotated[
-        Path | None, typer.Option("--hyp", help="score this translation instead (no model)")
-    ] = None,
-    checkpoint: Checkpoints = None,
-    beam: Beam = None,
-    length_penalty: LengthPenalty = None,
-    coverage_penalty: CoveragePenalty = None,
-    no_repeat_ngram: NoRepeatNgram = None,
-    batch_tokens: BatchTokens = None,
-    device: DeviceChoice = None,
-    threads: Threads = None,
-    int8: Int8 = False,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
-) -> None:
-    """Score a translation against --ref: BLEU, chrF and TER with sacrebleu signatures.
-    Either --run and --src (translate the source, with the decoding options), or --hyp
-    (a translation made elsewhere)."""
-    from seq2seq.evaluate import score_corpus
-
-    references = _read_lines(ref)
-    if not references:
-        raise UserError(f"{ref} is empty: nothing to score; give one reference per line")
-    options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram)
-    if hyp is not None:
-        given = {"run": run or None, "src": src, "checkpoint": checkpoint, **options}
-        given |= {"device": device, "threads": threads, "int8": int8}
-        _refuse_given("--hyp scores a translation as it is: nothing decodes", given)
-        hypotheses = _read_lines(hyp)
-    elif not run or src is None:
-        raise UserError("pass --run RUN and --src FILE to translate, or --hyp FILE to score")
-    else:
-        sources = _read_lines(src)
-        if len(sources) != len(references):
-            raise UserError(
-                f"{src} has {len(sources)} lines but {ref} has {len(references)}; "
-                "give one reference per source line"
-            )
-        with _within_memory(beam, batch_tokens):
-            translator = _translator(
-                Engine.torch, run, checkpoint, device, threads, None, options, int8
-            )
-            hypotheses = translator.translate(sources, progress=True)
-    scores = score_corpus(hypotheses, references)
-    print(json.dumps(scores.to_dict()) if as_json else str(scores))
 
 
 @app.command("plot-attention")
