@@ -67,8 +67,8 @@ def test_translations_are_compared_with_the_first():
     """A copy of the first: no difference, p 1. Half the lines made right: better on every
     metric (TER falls), the observed difference inside its interval, p below 0.05 after
     Holm's adjustment, which never lowers a p."""
-    base = [poor if i % 4 else ref for i, (ref, poor) in enumerate(zip(REFERENCES, POOR))]
-    better = [ref if i % 2 else own for i, (ref, own) in enumerate(zip(REFERENCES, base))]
+    base = [POOR[i] if i % 4 else ref for i, ref in enumerate(REFERENCES)]
+    better = [ref if i % 2 else base[i] for i, ref in enumerate(REFERENCES)]
     same, improved = compare_to_first([base, list(base), better], REFERENCES)
     assert all(c.difference == 0 and c.p_holm == 1 for c in same.values())
     for metric in METRICS:

@@ -19,8 +19,9 @@ from seq2seq.errors import UserError
 P = torch.tensor([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])
 
 
-def kept(log_probs, temperature=1.0, top_k=0, top_p=1.0):
-    return truncated(log_probs.unsqueeze(0), temperature, top_k, top_p)[0].isfinite().nonzero()
+def kept(log_probs, temperature=1.0, top_k=0, top_p=1.0, epsilon=0.0):
+    q = truncated(log_probs.unsqueeze(0), temperature, top_k, top_p, epsilon)
+    return q[0].isfinite().nonzero()
 
 
 def test_top_k_and_top_p_keep_exactly_the_tokens_they_name():
@@ -32,16 +33,21 @@ def test_top_k_and_top_p_keep_exactly_the_tokens_they_name():
     assert kept(log_p, top_k=2, top_p=0.7).view(-1).tolist() == [0, 1]  # k first
     ties = torch.tensor([0.1, 0.3, 0.3, 0.3]).log()
     assert len(kept(ties, top_k=2)) == 2  # exactly k, ties or not
+    assert kept(log_p, epsilon=0.12).view(-1).tolist() == [0, 1, 2]  # p >= 0.12
+    assert kept(log_p, epsilon=0.5).view(-1).tolist() == [0]  # the most probable stays
+    # After the temperature: at T = 2 q is sqrt(p) renormalised, its last two 0.107, 0.088.
+    assert kept(log_p, temperature=2.0, epsilon=0.08).view(-1).tolist() == [0, 1, 2, 3, 4, 5]
+    assert kept(log_p, temperature=2.0, epsilon=0.1).view(-1).tolist() == [0, 1, 2, 3, 4]
     tempered = truncated(log_p.unsqueeze(0), 2.0, 0, 1.0).softmax(-1)[0]
     assert tempered == pytest.approx(P.sqrt() / P.sqrt().sum(), abs=1e-6)
 
 
-def first_token_distribution(model, src, mask, temperature, top_k, top_p):
+def first_token_distribution(model, src, mask, temperature, top_k, top_p, epsilon=0.0):
     """q of the first token, from the model's own step, as the module defines it."""
     with torch.no_grad():
         memory = model.encode(src, mask)
         step = model.decode_step(memory, model.init_state(memory), torch.tensor([BOS]))
-    return truncated(step.log_probs.float(), temperature, top_k, top_p).softmax(-1)[0]
+    return truncated(step.log_probs.float(), temperature, top_k, top_p, epsilon).softmax(-1)[0]
 
 
 def chi_square_p_value(counts, expected):
@@ -56,14 +62,17 @@ def chi_square_p_value(counts, expected):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("options", [(1.0, 0, 1.0), (0.7, 5, 1.0), (1.5, 0, 0.8)])
+@pytest.mark.parametrize(
+    "options", [(1.0, 0, 1.0, 0.0), (0.7, 5, 1.0, 0.0), (1.5, 0, 0.8, 0.0), (1.0, 0, 1.0, 0.03)]
+)
 def test_draws_follow_the_models_distribution(arch, options):
     model, draws = tiny(arch), 4000
     src, mask = source((5,))
     q = first_token_distribution(model, src, mask, *options)
-    temperature, top_k, top_p = options
+    temperature, top_k, top_p, epsilon = options
     sampler = Sampler.for_lines(list(range(draws)), 1, 2, 0, torch.device("cpu"),
-                                temperature=temperature, top_k=top_k, top_p=top_p)  # fmt: skip
+                                temperature=temperature, top_k=top_k, top_p=top_p,
+                                epsilon=epsilon)  # fmt: skip
     found = beam_search(model, src.expand(draws, -1), mask.expand(draws, -1, -1),
                         torch.full((draws,), 2), BOS, EOS, sampler=sampler)  # fmt: skip
     first = torch.tensor([h[0].tokens[0] if h[0].tokens else EOS for h in found])

@@ -79,7 +79,14 @@ def test_prefixes_and_samples_are_the_translators(client, translator):
     found = [[h["text"] for h in line["hypotheses"]] for line in body["translations"]]
     assert found == translator.translate(LINES, beam=3, nbest=2, prefixes=prefixes)
     assert all(text.startswith(prefixes[3]) for text in found[3])
-    sample = {"sample": True, "seed": 7, "nbest": 3, "top_k": 20, "temperature": 1.5}
+    sample = {
+        "sample": True,
+        "seed": 7,
+        "nbest": 3,
+        "top_k": 20,
+        "temperature": 1.5,
+        "epsilon": 0.01,
+    }
     body = client.post("/translate", json={"text": LINES, **sample}).json()
     found = [[h["text"] for h in line["hypotheses"]] for line in body["translations"]]
     assert body["beam"] == 1 and found == translator.translate(LINES, **sample)
@@ -232,7 +239,7 @@ def test_a_body_not_sent_as_json_is_415_saying_so(client, content_type):
             {"text": ["a"], "x" * 5000: 1, "y": 2},
             422,
             f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, beam, nbest, attention, "
-            "prefix, sample, temperature, top_k, top_p, seed",
+            "prefix, sample, temperature, top_k, top_p, epsilon, seed",
         ),
     ],
     ids=["8 wrong lines", "1,000 lines", "a 5,000-character field"],

@@ -114,6 +114,12 @@ Temperature = Annotated[
 TopK = Annotated[
     int | None, typer.Option(min=0, help="with --sample: only the K most probable; 0: all")
 ]
+Epsilon = Annotated[
+    float | None,
+    typer.Option(
+        help="with --sample: only the pieces of probability at least E, 0 <= E < 1; default 0"
+    ),
+]
 TopP = Annotated[
     float | None,
     typer.Option(help="with --sample: the nucleus of mass P, 0 < P <= 1; default 1"),

@@ -19,6 +19,7 @@ from seq2seq.cli.options import (
     Device,
     DeviceChoice,
     Engine,
+    Epsilon,
     Int8,
     LengthPenalty,
     Mbr,
@@ -106,6 +107,7 @@ def translate(
     temperature: Temperature = None,
     top_k: TopK = None,
     top_p: TopP = None,
+    epsilon: Epsilon = None,
     seed: Seed = None,
     mbr: Mbr = None,
     mbr_utility: MbrUtility = None,
@@ -119,8 +121,9 @@ def translate(
     interactively: one line in, one translation out.
     """
     options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram)
-    options |= {"sample": sample, "temperature": temperature, "top_k": top_k,
-                "top_p": top_p, "seed": seed, "mbr": mbr, "mbr_utility": mbr_utility}  # fmt: skip
+    options |= {"sample": sample, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+                "epsilon": epsilon, "seed": seed}  # fmt: skip
+    options |= {"mbr": mbr, "mbr_utility": mbr_utility}
     with _within_memory(beam, batch_tokens):
         translator = _translator(
             engine, run, checkpoint, device, threads, alignments, options, int8

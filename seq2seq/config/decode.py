@@ -11,7 +11,7 @@ from seq2seq.config.section import Section
 # Wider beams find no better translations (they grow shorter) and cost memory in
 # proportion: a beam of 100,000 took 5 GB for one line.
 MAX_BEAM = 256
-SAMPLING_OPTIONS = ("temperature", "top_k", "top_p")  # what only sampling reads
+SAMPLING_OPTIONS = ("temperature", "epsilon", "top_k", "top_p")  # what only sampling reads
 
 
 # When beam search ends a sentence (decode.stopping; seq2seq.decode.search).
@@ -72,6 +72,13 @@ class DecodeConfig(Section):
     temperature: float = Field(
         1.0, gt=0, le=100, description="sampling: p ** (1 / temperature), renormalised"
     )
+    epsilon: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="sampling: only the tokens of probability at least epsilon (after the "
+        "temperature; the most probable always stays); 0: all",
+    )
     top_k: int = Field(0, ge=0, description="sampling: only the k most probable tokens; 0: all")
     top_p: float = Field(
         1.0,
@@ -82,7 +89,6 @@ class DecodeConfig(Section):
     seed: int = Field(
         1, ge=0, le=2**31 - 1, description="sampling: with the line's index, seeds its draws"
     )
-
     mbr: int = Field(
         0,
         ge=0,

@@ -5,8 +5,10 @@ At each step a row's next token is drawn from its log-probabilities made
 
     q(y) ~ p(y) ** (1 / temperature),
 
-then kept to the `top_k` most probable tokens (0: all) and then to the nucleus, the fewest
-most probable whose mass under q reaches `top_p` (Holtzman et al., 2020), renormalised. The
+then kept to the tokens whose probability under q is at least `epsilon` (Hewitt et al.,
+2022; the most probable always stays), to the `top_k` most probable (0: all) and then to
+the nucleus, the fewest most probable whose mass under q reaches `top_p` (Holtzman et al.,
+2020), renormalised. The
 draw inverts q's cumulative distribution at a uniform number u: the first token whose
 cumulative mass exceeds u. Each line's numbers come from its own generator, seeded with the
 seed and the line's index, so a line draws the same sample whatever batch it is in; they
@@ -18,6 +20,7 @@ model's own log P / lp, as in beam search (not q's).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,10 +28,16 @@ import torch
 from torch import Tensor
 
 
-def truncated(log_probs: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
+def truncated(
+    log_probs: Tensor, temperature: float, top_k: int, top_p: float, epsilon: float = 0.0
+) -> Tensor:
     """(rows, V) log q up to a constant per row: -inf outside the kept tokens (module)."""
     logits = log_probs / temperature
     vocab = logits.size(-1)
+    if epsilon > 0:
+        improbable = logits.log_softmax(-1) < math.log(epsilon)
+        improbable &= logits < logits.amax(-1, keepdim=True)
+        logits = logits.masked_fill(improbable, float("-inf"))
     if 0 < top_k < vocab:
         kept = logits.topk(top_k, dim=-1).indices  # exactly k, ties or not
         mask = torch.ones_like(logits, dtype=torch.bool).scatter_(-1, kept, False)
@@ -60,6 +69,7 @@ class Sampler:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    epsilon: float = 0.0
 
     @classmethod
     def for_lines(
@@ -87,7 +97,7 @@ class Sampler:
         if width != samples:  # the first step: one row per sentence, N slots
             origin = origin.repeat_interleave(samples)
         log_probs = log_probs[origin] if width != samples else log_probs
-        logits = truncated(log_probs, self.temperature, self.top_k, self.top_p)
+        logits = truncated(log_probs, self.temperature, self.top_k, self.top_p, self.epsilon)
         token = draw(logits, self.uniforms[sentences, :, t].reshape(-1))
         picked = log_probs.gather(1, token.unsqueeze(1)).squeeze(1)
         return (scores.view(-1)[origin] + picked).view(active, samples), origin, token

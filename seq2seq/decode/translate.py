@@ -193,7 +193,7 @@ class Translator(LineTranslator):
             sampler = Sampler.for_lines(
                 lines if lines is not None else list(range(len(src_ids))), nbest,
                 int(limits.max()), decode.seed, self.device, temperature=decode.temperature,
-                top_k=decode.top_k, top_p=decode.top_p,
+                top_k=decode.top_k, top_p=decode.top_p, epsilon=decode.epsilon,
             )  # fmt: skip
         return beam_search(
             self.model,

@@ -132,6 +132,10 @@ def check_search(
         )  # fmt: skip
     if nbest > beam and not options.sample:
         raise HTTPException(422, f"nbest: {nbest} needs a beam at least as wide ({beam})")
+    if options.mbr and nbest > options.mbr:
+        raise HTTPException(
+            422, f"nbest: {nbest} is more than the run's decode.mbr candidates ({options.mbr})"
+        )
     chosen = {name: getattr(options, name) for name in names}
     return SearchOptions(nbest=nbest, attention=request.attention, **chosen)
 

@@ -43,6 +43,7 @@ class SearchOptions:
     temperature: float
     top_k: int
     top_p: float
+    epsilon: float
     seed: int
 
     @classmethod
@@ -73,6 +74,9 @@ class TranslateRequest(BaseModel):
     temperature: float | None = Field(None, description="sampling: p ** (1 / temperature)")
     top_k: int | None = Field(None, description="sampling: the k most probable pieces only")
     top_p: float | None = Field(None, description="sampling: the nucleus of mass p only")
+    epsilon: float | None = Field(
+        None, description="sampling: the pieces of probability at least epsilon only"
+    )
     seed: int | None = Field(None, description="sampling: seeds each line's draws with its index")
 
 
