@@ -407,3 +407,16 @@ def test_serve_without_the_extra_a_taken_port_or_a_bad_run_is_one_line(
     assert run_cli("serve", "--run", trained) == 2
     err = capsys.readouterr().err.strip()
     assert "pip install -e '.[serve]'" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_run_that_decodes_by_mbr_serves_its_choices(trained):
+    """The run's decode.mbr reaches the server: its choices, and one line for more
+    hypotheses than it has candidates."""
+    translator = Translator.load(trained, mbr=3)
+    with client_of(translator) as client:
+        body = client.post("/translate", json={"text": LINES, "nbest": 2}).json()
+        found = [[h["text"] for h in line["hypotheses"]] for line in body["translations"]]
+        assert found == translator.translate(LINES, nbest=2)
+        answer = client.post("/translate", json={"text": LINES, "nbest": 4})
+        assert answer.status_code == 422
+        assert answer.json()["error"] == "nbest: 4 is more than the run's decode.mbr candidates (3)"
