@@ -34,5 +34,5 @@ def mbr_order(texts: list[str], utility: Utility) -> list[int]:
     score = UTILITIES[utility]()
     counts = Counter(texts)
     first = {text: texts.index(text) for text in counts}
-    expected = {h: sum(n * score(h, y) for y, n in counts.items()) for h in counts}
-    return sorted(first.values(), key=lambda i: -expected[texts[i]])
+    total = {h: sum(n * score(h, y) for y, n in counts.items()) for h in counts}  # N x mean
+    return sorted(first.values(), key=lambda i: -total[texts[i]])

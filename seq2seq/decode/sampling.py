@@ -8,11 +8,11 @@ At each step a row's next token is drawn from its log-probabilities made
 then kept to the tokens whose probability under q is at least `epsilon` (Hewitt et al.,
 2022; the most probable always stays), to the `top_k` most probable (0: all) and then to
 the nucleus, the fewest most probable whose mass under q reaches `top_p` (Holtzman et al.,
-2020), renormalised. The
-draw inverts q's cumulative distribution at a uniform number u: the first token whose
-cumulative mass exceeds u. Each line's numbers come from its own generator, seeded with the
-seed and the line's index, so a line draws the same sample whatever batch it is in; they
-are drawn before the search and stay on the device, so a step reads nothing back.
+2020), renormalised. The draw inverts q's cumulative distribution at a uniform number u:
+the first token whose cumulative mass exceeds u. Each line's numbers come from its own
+generator, seeded with the seed and the line's index, so a line draws the same sample
+whatever batch it is in; they are drawn before the search and stay on the device, so a
+step reads nothing back.
 
 N samples of a line are N rows that each extend only themselves; a sample's score is the
 model's own log P / lp, as in beam search (not q's).
