@@ -225,3 +225,21 @@ def test_settings_recorded_before_a_field_existed_still_match(joint, tmp_path) -
     assert trained_settings(old) == cfg.model_dump()
     (old / "tokenizer.json").write_text(json.dumps({**settings, "vocab_size": 7}))
     assert trained_settings(old) != cfg.model_dump()
+
+
+@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+def test_byte_fallback_spells_an_unseen_character_in_bytes(toy, tmp_path, model_type):
+    """Characters the training data never had: <unk> without byte_fallback; with it their
+    UTF-8 bytes, both ways, so a translation can write them."""
+    unseen = "toto Zürich 東京 🙂"
+    found = {}
+    for fallback in (False, True):
+        cfg = TokenizerConfig(model_type=model_type, vocab_size=400, byte_fallback=fallback)
+        directory = tmp_path / f"{model_type}-{fallback}"
+        tokenizer = train_tokenizer(cfg, toy["train.src"], toy["train.tgt"], directory)
+        found[fallback] = ids = tokenizer.encode_tgt([unseen])[0]
+        if fallback:
+            assert UNK_ID not in ids and tokenizer.decode_tgt([ids]) == [unseen]
+            assert len(ids) >= len(tokenizer.encode_tgt(["toto Zrich  "])[0]) + 12  # 12 bytes
+        assert trained_settings(directory)["byte_fallback"] is fallback
+    assert found[False].count(UNK_ID) >= 3

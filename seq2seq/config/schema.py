@@ -124,11 +124,16 @@ class TokenizerConfig(Section):
     character_coverage: float = Field(
         1.0, gt=0, le=1, description="share of characters covered; rarer ones become <unk>"
     )
+    byte_fallback: bool = Field(
+        False,
+        description="a character outside the vocabulary becomes its UTF-8 bytes (256 pieces "
+        "of the vocabulary), not <unk>, and translations can write it",
+    )
     model: str | None = Field(
         None,
         description="use this SentencePiece model instead of training one: a .model file (both "
         "sides), or a directory with joint.model or src.model and tgt.model; model_type, "
-        "vocab_size and character_coverage are then not read",
+        "vocab_size, character_coverage and byte_fallback are then not read",
     )
 
 

@@ -167,6 +167,7 @@ def _train_model(cfg: TokenizerConfig, lines: Iterable[str], seed: int) -> bytes
             model_type=cfg.model_type,
             vocab_size=cfg.vocab_size,
             character_coverage=cfg.character_coverage,
+            byte_fallback=cfg.byte_fallback,
             # A small corpus may not support vocab_size pieces; take what it supports.
             hard_vocab_limit=False,
             pad_id=PAD_ID,
