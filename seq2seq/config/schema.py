@@ -386,6 +386,12 @@ class TrainConfig(Section):
         "and replay each shape's update as a CUDA graph (docs/training.md); false: launch it "
         "op by op",
     )
+    checkpoint_activations: bool = Field(
+        False,
+        description="transformer: keep each layer's input alone in the forward pass and "
+        "recompute the rest in the backward pass (torch.utils.checkpoint): less memory for "
+        "more compute, the same gradients; no CUDA graphs",
+    )
     init_from: str | None = Field(
         None,
         description="fine-tune: start from this run directory's best checkpoint (or this "
@@ -440,6 +446,22 @@ class Config(Section):
             raise ValueError(
                 "model.shared_embeddings needs one vocabulary for both languages; "
                 "set tokenizer.joint: true"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _recomputed_layers_are_transformers(self) -> Config:
+        if not self.train.checkpoint_activations:
+            return self
+        if self.model.arch != "transformer":
+            raise ValueError(
+                "train.checkpoint_activations recomputes the Transformer's layers, and the "
+                "RNN has none to recompute; set it false"
+            )
+        if "hard" in (self.model.attention.normalizer, self.model.self_attention.normalizer):
+            raise ValueError(
+                "train.checkpoint_activations would draw hard attention's positions anew when "
+                "it recomputes a layer (from a generator of its own); set it false"
             )
         return self
 

@@ -8,10 +8,11 @@ touches nothing else, so greedy and beam search serve every architecture.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from seq2seq.attention import Attention, AttentionOutput
 from seq2seq.attention.hard import ChoiceLoss, choices, drawing
@@ -112,6 +113,9 @@ class Seq2Seq(nn.Module):
     # Whether a training update of one batch shape can be captured as a CUDA graph and
     # replayed for any batch of that shape: nothing in it reads the batch on the host.
     graph_capturable = True
+    # Whether training recomputes each layer's activations in the backward pass instead of
+    # keeping them (train.checkpoint_activations; `run_layer`): the trainer sets it.
+    checkpoint_activations = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -122,6 +126,14 @@ class Seq2Seq(nn.Module):
         # baseline is soft.
         self.choice_loss: ChoiceLoss | None = None
         self.baseline_logits: Tensor | None = None
+
+    def run_layer(self, layer: nn.Module, *args: Any) -> Any:
+        """`layer(*args)`; where training checkpoints activations, through
+        torch.utils.checkpoint, which keeps the inputs alone and recomputes the rest in the
+        backward pass (with the same dropout masks: it replays the random generators)."""
+        if self.checkpoint_activations and self.training and torch.is_grad_enabled():
+            return checkpoint(layer, *args, use_reentrant=False)
+        return layer(*args)
 
     def source_positions(self, steps: Tensor) -> Tensor:
         """Target steps (B, T) long -> the source positions they map to (B, T) float."""

@@ -309,7 +309,7 @@ class TransformerSeq2Seq(Seq2Seq):
         steps = torch.arange(src.size(1), device=src.device).expand_as(src)
         x = self.src_embed(src, steps, src.size(1))
         for layer in self.encoder_layers:
-            x = layer(x, src_mask, steps)
+            x = self.run_layer(layer, x, src_mask, steps)
         x = self.encoder_norm(x)
         # Each decoder layer's cross-attention prepares the keys and values once, here;
         # they are stacked on dim 1 so that the memory stays batch-first.
@@ -334,7 +334,8 @@ class TransformerSeq2Seq(Seq2Seq):
         source_positions = self.source_positions(steps)
         weights = None
         for i, layer in enumerate(self.decoder_layers):
-            x, weights = layer(
+            x, weights = self.run_layer(
+                layer,
                 x,
                 self_mask,
                 steps,

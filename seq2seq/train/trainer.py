@@ -54,8 +54,11 @@ class Trainer:
         # On one GPU the host never waits for the device within an update (update.py).
         deferred = defers_reading(device, self.world, self.scaler)
         graphs = deferred and device.type == "cuda" and cfg.train.cuda_graphs
-        # A graph replays one batch's update; accumulating updates run op by op.
+        # A graph replays one batch's update; accumulating updates run op by op, and so do
+        # recomputed layers (whose replay of the random generators a capture refuses).
         graphs = graphs and model.graph_capturable and cfg.train.accumulate == 1
+        graphs = graphs and not cfg.train.checkpoint_activations
+        model.checkpoint_activations = cfg.train.checkpoint_activations
         self.optimizer = build_optimizer(cfg.train.optimizer, model.parameters(), fused=deferred)
         setup = UpdateSetup(
             self.network, self.optimizer, self.scaler, self.world, device, self.precision,
