@@ -201,6 +201,7 @@ def test_sparse_and_hard_attention_train_in_bf16_on_the_gpu_resume_exactly_and_t
         ("transformer", ["model.positions=rotary", "train.ema_decay=0.9"]),
         ("transformer", ["model.positions=relative", "train.accumulate=2"]),
         ("rnn", ["model.attention.dropout=0.1", "train.ema_decay=0.9"]),
+        ("transformer", ["train.checkpoint_activations=true", "model.attention.dropout=0.1"]),
     ],
 )  # fmt: skip
 def test_positions_dropout_averages_and_accumulation_on_the_gpu(toy, tmp_path, arch, sets):
