@@ -61,8 +61,11 @@ def test_two_processes_match_one_and_resume_under_ddp(toy, tmp_path, arch, devic
         if arch == "transformer"
         else ["train.max_steps=4"]
     )
+    # The Transformer's processes recompute their layers' activations (the same gradients):
+    # checkpointed layers under DDP.
+    recompute = ["train.checkpoint_activations=true"] if arch == "transformer" else []
     for budget in budgets:
-        done = torchrun(toy, double, *SAME_MATH, *model, budget)
+        done = torchrun(toy, double, *SAME_MATH, *model, *recompute, budget)
         assert done.returncode == 0, done.stderr[-6000:]
     log = (double / "train.log").read_text()
     assert "2 process(es)" in log and ("resumed" in log) == (len(budgets) == 2)
