@@ -32,11 +32,14 @@ class Metric:
     higher_is_better: bool
     signature_key: str  # its signature's key in scores.json
 
-    def sentence_statistics(self, hypotheses: list[str], references: list[str]) -> np.ndarray:
-        """(sentences, k): each sentence's sufficient statistics (n-gram matches, edits...),
-        whose sum over any sample of sentences gives that sample's corpus score."""
-        _check_aligned(hypotheses, references)
-        return np.array(self.make()._extract_corpus_statistics(hypotheses, [references]), float)
+    def sentence_statistics(
+        self, hypotheses: list[str], references: list[str], *more: list[str]
+    ) -> np.ndarray:
+        """(sentences, k): each sentence's sufficient statistics (n-gram matches, edits...)
+        against its reference (and its reference in each of `more`), whose sum over any
+        sample of sentences gives that sample's corpus score."""
+        streams = _aligned_streams(hypotheses, references, more)
+        return np.array(self.make()._extract_corpus_statistics(hypotheses, streams), float)
 
     def score_sums(self, sums: np.ndarray) -> np.ndarray:
         """(m, k) summed statistics -> (m,) corpus scores, by sacrebleu's own formula."""
@@ -94,13 +97,25 @@ def _check_aligned(hypotheses: list[str], references: list[str]) -> None:
         )
 
 
-def score_corpus(hypotheses: list[str], references: list[str]) -> Scores:
-    """Score detokenized hypotheses against one detokenized reference each."""
-    _check_aligned(hypotheses, references)
+def _aligned_streams(
+    hypotheses: list[str], references: list[str], more: tuple[list[str], ...]
+) -> list[list[str]]:
+    """sacrebleu's reference streams: `references` and each of `more`, checked line-aligned
+    with `hypotheses`."""
+    streams = [references, *more]
+    for stream in streams:
+        _check_aligned(hypotheses, stream)
+    return streams
+
+
+def score_corpus(hypotheses: list[str], references: list[str], *more: list[str]) -> Scores:
+    """Score detokenized hypotheses against one detokenized reference each, or several
+    (`more`: a second reference of each, a third...)."""
+    streams = _aligned_streams(hypotheses, references, more)
     values, signatures = {}, {}
     for metric in METRICS:
         scorer = metric.make()
-        values[metric.key] = round(scorer.corpus_score(hypotheses, [references]).score, 2)
+        values[metric.key] = round(scorer.corpus_score(hypotheses, streams).score, 2)
         signatures[metric.key] = str(scorer.get_signature())
     return Scores(values, signatures)
 
@@ -112,22 +127,22 @@ RESAMPLE_SEED = 12345
 
 
 def compare_to_first(
-    systems: list[list[str]], references: list[str]
+    systems: list[list[str]], references: list[str], *more: list[str]
 ) -> list[dict[str, Comparison]]:
     """Each of `systems[1:]` (translations of the same sentences) against `systems[0]`, on
     every metric of METRICS: the difference, its interval and p from a paired bootstrap
     over the test sentences (`significance.compare`, each system one seed: it counts the
     chance of which sentences were tested, not of which model was trained), p adjusted by
-    Holm over the systems compared, metric by metric."""
+    Holm over the systems compared, metric by metric; `more` as in `score_corpus`."""
     for hypotheses in systems:
-        _check_aligned(hypotheses, references)
+        _aligned_streams(hypotheses, references, more)
     rng = np.random.default_rng(RESAMPLE_SEED)
     counts = sentence_resamples(len(references), RESAMPLES, rng)
     found: list[dict[str, Comparison]] = [{} for _ in systems[1:]]
     for metric in METRICS:
         resampled = [
             resample_system(
-                [0], [metric.sentence_statistics(h, references)], metric.score_sums, counts
+                [0], [metric.sentence_statistics(h, references, *more)], metric.score_sums, counts
             )
             for h in systems
         ]

@@ -106,3 +106,17 @@ def test_evaluate_compares_several_translations_with_the_first(tmp_path, capsys)
     assert second["against_first"]["bleu"]["difference"] == pytest.approx(100 - first["bleu"])
     assert run_cli("evaluate", *files, "--beam", "3") == 2
     assert "nothing decodes; drop --beam" in capsys.readouterr().err
+
+
+def test_evaluate_reads_several_references(tmp_path, capsys):
+    lines = [f"the {i} cats sat on {i + 1} mats" for i in range(30)]
+    other = [f"{i} cats were on {i + 1} mats" for i in range(30)]
+    for name, text in (("a", lines), ("b", other), ("hyp", other), ("short", other[:5])):
+        (tmp_path / name).write_text("".join(line + "\n" for line in text))
+    refs = ("--ref", tmp_path / "a", "--ref", tmp_path / "b")
+    assert run_cli("evaluate", *refs, "--hyp", tmp_path / "hyp", "--json") == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["bleu"] == 100.0 and "nrefs:2" in scores["signature"]
+    assert run_cli("evaluate", *refs, "--ref", tmp_path / "short", "--hyp", tmp_path / "hyp") == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'short'} has 5 lines but {tmp_path / 'a'} has 30" in err

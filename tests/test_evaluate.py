@@ -81,3 +81,22 @@ def test_translations_are_compared_with_the_first():
         assert found.p <= found.p_holm < 0.05
     with pytest.raises(UserError, match="39 hypotheses but 40 references"):
         compare_to_first([base, better[:-1]], REFERENCES)
+
+
+def test_a_second_reference_counts_as_sacrebleu_counts_it():
+    """A hypothesis that matches either reference of each line scores as a match: the
+    first reference alone gives less; the signature says nrefs:2; the comparison's
+    differences are those of the two-reference scores."""
+    other = [f"{i} cats were sitting on mats" for i in range(len(REFERENCES))]
+    mixed = [
+        ref if i % 2 else alt for i, (ref, alt) in enumerate(zip(REFERENCES, other, strict=True))
+    ]
+    two = score_corpus(mixed, REFERENCES, other)
+    assert two.bleu == 100.0 and score_corpus(mixed, REFERENCES).bleu < 80
+    assert "nrefs:2" in two.signature and "nrefs:2" in two.ter_signature
+    expected = BLEU().corpus_score(POOR, [REFERENCES, other]).score
+    assert score_corpus(POOR, REFERENCES, other).bleu == round(expected, 2)
+    (found,) = compare_to_first([POOR, mixed], REFERENCES, other)
+    assert found["bleu"].difference == pytest.approx(100 - expected, abs=0.011)
+    with pytest.raises(UserError, match="40 hypotheses but 39 references"):
+        score_corpus(mixed, REFERENCES, other[:-1])

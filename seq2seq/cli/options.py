@@ -66,6 +66,14 @@ Checkpoints = Annotated[
         "ensemble: of one --run's checkpoints, or one per --run",
     ),
 ]
+References = Annotated[
+    list[Path],
+    typer.Option(
+        "--ref",
+        metavar="FILE",
+        help="reference translations, one per line; repeat it for more references",
+    ),
+]
 Beam = Annotated[
     int | None, typer.Option(min=1, help="beam size, 1 = greedy; default: the run's decode.beam")
 ]

@@ -21,6 +21,7 @@ from seq2seq.cli.options import (
     Int8,
     LengthPenalty,
     NoRepeatNgram,
+    References,
     Runs,
     Threads,
 )
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 @app.command()
 def evaluate(
-    ref: Annotated[Path, typer.Option("--ref", help="reference translations, one per line")],
+    ref: References,
     run: Runs = None,
     src: Annotated[
         Path | None, typer.Option("--src", help="source sentences, one per line (with --run)")
@@ -62,11 +63,9 @@ def evaluate(
     Either --run and --src (translate the source, with the decoding options), or --hyp
     (a translation made elsewhere; several: each compared with the first, by a paired
     bootstrap over the sentences)."""
-    from seq2seq.cli.translation import _decoding, _read_lines, _translator, _within_memory
+    from seq2seq.cli.translation import _decoding, _translator, _within_memory
 
-    references = _read_lines(ref)
-    if not references:
-        raise UserError(f"{ref} is empty: nothing to score; give one reference per line")
+    references = _read_references(ref)
     options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram)
     if hyp:
         given = {"run": run or None, "src": src, "checkpoint": checkpoint, **options}
@@ -75,13 +74,29 @@ def evaluate(
         return
     if not run or src is None:
         raise UserError("pass --run RUN and --src FILE to translate, or --hyp FILE to score")
-    sources = _aligned_lines(src, ref, len(references), "reference")
+    sources = _aligned_lines(src, ref[0], len(references[0]), "reference")
     with _within_memory(beam, batch_tokens):
         translator = _translator(
             Engine.torch, run, checkpoint, device, threads, None, options, int8
         )
         hypotheses = translator.translate(sources, progress=True)
     _print_scores([str(src)], [hypotheses], references, as_json)
+
+
+def _read_references(paths: list[Path]) -> list[list[str]]:
+    """The lines of each reference file: not empty, and as many in each."""
+    from seq2seq.cli.translation import _read_lines
+
+    streams = [_read_lines(path) for path in paths]
+    for path, lines in zip(paths, streams, strict=True):
+        if not lines:
+            raise UserError(f"{path} is empty: nothing to score; give one reference per line")
+        if len(lines) != len(streams[0]):
+            raise UserError(
+                f"{path} has {len(lines)} lines but {paths[0]} has {len(streams[0])}; give "
+                "each reference file a line per source line"
+            )
+    return streams
 
 
 def _aligned_lines(src: Path, ref: Path, references: int, what: str) -> list[str]:
@@ -105,7 +120,9 @@ def _refuse_given(why: str, options: dict) -> None:
         raise UserError(f"{why}; drop --{given[0].replace('_', '-')}")
 
 
-def _score_files(paths: list[Path], references: list[str], given: dict, as_json: bool) -> None:
+def _score_files(
+    paths: list[Path], references: list[list[str]], given: dict, as_json: bool
+) -> None:
     """Translations made elsewhere scored as they are: an option that would decode is refused."""
     from seq2seq.cli.translation import _read_lines
 
@@ -114,17 +131,18 @@ def _score_files(paths: list[Path], references: list[str], given: dict, as_json:
 
 
 def _print_scores(
-    names: list[str], systems: list[list[str]], references: list[str], as_json: bool
+    names: list[str], systems: list[list[str]], references: list[list[str]], as_json: bool
 ) -> None:
-    """Each system's scores; with several, each compared with the first (one line each, or
-    with `as_json` one JSON object; a list of them for several)."""
+    """Each system's scores against the reference files' lines; with several systems, each
+    compared with the first (one line each, or with `as_json` one JSON object; a list of
+    them for several)."""
     from seq2seq.evaluate import compare_to_first, score_corpus
 
-    scores = [score_corpus(hypotheses, references) for hypotheses in systems]
+    scores = [score_corpus(hypotheses, *references) for hypotheses in systems]
     if len(systems) == 1:
         print(json.dumps(scores[0].to_dict()) if as_json else str(scores[0]))
         return
-    comparisons = [{}, *compare_to_first(systems, references)]
+    comparisons = [{}, *compare_to_first(systems, *references)]
     if as_json:
         found = zip(names, scores, comparisons, strict=True)
         print(json.dumps([_as_json(*one) for one in found]))
@@ -133,7 +151,7 @@ def _print_scores(
         print(f"{name}: {own}")
         if against:
             print(f"  against {names[0]}: {_differences(against)}")
-    print(_comparison_note(len(references), len(systems) - 1))
+    print(_comparison_note(len(references[0]), len(systems) - 1))
 
 
 def _as_json(name: str, scores: Scores, against: dict[str, Comparison]) -> dict:
