@@ -169,6 +169,10 @@ def parse_arguments() -> argparse.Namespace:
         "--coverage-penalty", type=float, help="beta; default: the run's decode one"
     )
     decode.add_argument(
+        "--mbr", type=POSITIVE, help="minimum Bayes risk among the beam's N best (a beam >= N)"
+    )
+    decode.add_argument("--mbr-utility", choices=["chrf", "bleu"], help="default: chrf")
+    decode.add_argument(
         "--stopping", choices=["beam", "early", "exact"],
         help="torch: default: the run's decode.stopping (CTranslate2 stops as beam does)",
     )  # fmt: skip

@@ -33,8 +33,7 @@ def load_translator(
     }  # fmt: skip
     if args.stopping is not None:  # older commits know early and exact only
         options["stopping"] = args.stopping
-    if args.coverage_penalty is not None:  # older commits lack it
-        options["coverage_penalty"] = args.coverage_penalty
+    options |= given_newer_options(args)
     if engine.startswith("torch"):
         from seq2seq.decode.translate import Translator
 
@@ -44,6 +43,14 @@ def load_translator(
     from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
 
     return CTranslate2Translator.load(exported, threads=args.threads, **options)
+
+
+# Decoding options that older commits lack: passed, and reported, only where given.
+NEWER_OPTIONS = ("coverage_penalty", "mbr", "mbr_utility")
+
+
+def given_newer_options(args: argparse.Namespace) -> dict:
+    return {name: getattr(args, name) for name in NEWER_OPTIONS if getattr(args, name) is not None}
 
 
 def batch_tokens_of(translator) -> int:
@@ -152,8 +159,7 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
         "batch_tokens": batch_tokens_of(translator),
         "length_penalty": translator.decode.length_penalty,
     }
-    if args.coverage_penalty is not None:
-        result["coverage_penalty"] = args.coverage_penalty
+    result |= given_newer_options(args)
     if engine.startswith("torch"):  # CTranslate2 has its own rule (docs/decoding.md)
         result["stopping"] = translator.decode.stopping
     if dropped:
