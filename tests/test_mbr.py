@@ -2,6 +2,7 @@
 utility against all N, as sacrebleu scores it; distinct outputs; the same choice from a
 beam's N best and from N samples as `mbr_order` makes of them."""
 
+import json
 import random
 
 import pytest
@@ -65,7 +66,7 @@ def test_what_mbr_cannot_choose_from_is_one_line(trained):
         translator.translate(LINES, nbest=3, mbr=2, beam=2)
 
 
-def test_translate_takes_mbr_on_the_command_line(trained, tmp_path):
+def test_translate_and_evaluate_take_mbr_on_the_command_line(trained, tmp_path, capsys):
     source, output = tmp_path / "src.txt", tmp_path / "out.txt"
     source.write_text("".join(line + "\n" for line in LINES))
     args = ("--beam", "4", "--mbr", "4", "--mbr-utility", "bleu", "--threads", "1")
@@ -74,3 +75,7 @@ def test_translate_takes_mbr_on_the_command_line(trained, tmp_path):
         LINES, beam=4, mbr=4, mbr_utility="bleu"
     )
     assert output.read_text().splitlines() == expected
+    # evaluate decodes the same way: its translation is the reference here, BLEU 100.
+    args = ("--src", source, "--ref", output, *args, "--json")
+    assert run_cli("evaluate", "--run", trained, *args) == 0
+    assert json.loads(capsys.readouterr().out)["bleu"] == 100.0

@@ -20,6 +20,8 @@ from seq2seq.cli.options import (
     Engine,
     Int8,
     LengthPenalty,
+    Mbr,
+    MbrUtility,
     NoRepeatNgram,
     References,
     Runs,
@@ -53,6 +55,8 @@ def evaluate(
     length_penalty: LengthPenalty = None,
     coverage_penalty: CoveragePenalty = None,
     no_repeat_ngram: NoRepeatNgram = None,
+    mbr: Mbr = None,
+    mbr_utility: MbrUtility = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     threads: Threads = None,
@@ -60,13 +64,13 @@ def evaluate(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Score a translation against --ref: BLEU, chrF and TER with sacrebleu signatures.
-    Either --run and --src (translate the source, with the decoding options), or --hyp
-    (a translation made elsewhere; several: each compared with the first, by a paired
-    bootstrap over the sentences)."""
+    Either --run and --src (translate the source with the decoding options), or --hyp (a
+    translation made elsewhere; several: each compared with the first, paired bootstrap)."""
     from seq2seq.cli.translation import _decoding, _translator, _within_memory
 
     references = _read_references(ref)
-    options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram)
+    options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram,
+                        (mbr, mbr_utility))  # fmt: skip
     if hyp:
         given = {"run": run or None, "src": src, "checkpoint": checkpoint, **options}
         given |= {"device": device, "threads": threads, "int8": int8}

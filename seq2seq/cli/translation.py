@@ -120,10 +120,10 @@ def translate(
     to that; stderr counts and names such lines. On a terminal, stdin is translated
     interactively: one line in, one translation out.
     """
-    options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram)
+    options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram,
+                        (mbr, mbr_utility))  # fmt: skip
     options |= {"sample": sample, "temperature": temperature, "top_k": top_k, "top_p": top_p,
                 "epsilon": epsilon, "seed": seed}  # fmt: skip
-    options |= {"mbr": mbr, "mbr_utility": mbr_utility}
     with _within_memory(beam, batch_tokens):
         translator = _translator(
             engine, run, checkpoint, device, threads, alignments, options, int8
@@ -163,14 +163,18 @@ def _decoding(
     coverage_penalty: float | None,
     batch_tokens: int | None,
     no_repeat_ngram: int | None,
+    mbr: tuple[int | None, str | None],
 ) -> dict:
-    """The decoding options given on the command line (None: the run's own)."""
+    """The decoding options given on the command line (None: the run's own); `mbr`: the
+    candidates and the utility of minimum Bayes risk."""
     return {
         "beam": beam,
         "length_penalty": length_penalty,
         "coverage_penalty": coverage_penalty,
         "batch_tokens": batch_tokens,
         "no_repeat_ngram": no_repeat_ngram,
+        "mbr": mbr[0],
+        "mbr_utility": mbr[1],
     }
 
 
