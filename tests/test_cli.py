@@ -11,6 +11,8 @@ from pathlib import Path
 import torch
 from cli_helpers import run_cli, train, train_straight_and_resumed
 
+from seq2seq.decode.translate import Translator
+
 
 def parameters(run_dir: Path, name: str = "last") -> dict:
     path = run_dir / "checkpoints" / f"{name}.pt"
@@ -147,6 +149,27 @@ def test_alignments_are_pharaoh_pairs_of_valid_words(trained, tmp_path):
         assert pairs == sorted(set(pairs))
         assert all(0 <= i < len(source.split()) and 0 <= j < len(output.split()) for i, j in pairs)
         assert {j for _, j in pairs} <= set(range(len(output.split())))
+
+
+def test_attention_is_written_as_a_json_line_per_input_line(trained, tmp_path):
+    """--attention: the best translation's weights and the pieces that label them, as the
+    Translator has them; null for a blank line."""
+    weights = tmp_path / "attention.jsonl"
+    outputs = translate_file(trained, tmp_path, SOURCES, "--attention", weights)
+    records = [json.loads(line) for line in weights.read_text().splitlines()]
+    translator = Translator.load(trained)
+    found = translator.hypotheses(SOURCES)
+    assert len(records) == len(SOURCES)
+    for source, output, record, hyps in zip(SOURCES, outputs, records, found, strict=True):
+        if not source.strip():
+            assert record is None
+            continue
+        assert record == translator.attention_record(source, hyps[0])
+        assert output == hyps[0].text
+        rows = torch.tensor(record["weights"])  # (target, [heads,] source)
+        assert rows.shape[0] == len(record["target"]) and rows.shape[-1] == len(record["source"])
+        assert record["source"][-1] == record["target"][-1] == "</s>"
+        assert torch.allclose(rows.sum(-1), torch.ones(()), atol=1e-3)  # a distribution each
 
 
 def one_error_line(capsys) -> str:

@@ -124,6 +124,8 @@ def test_unexportable_runs_and_bad_uses_are_one_line(trained, transformer, tmp_p
         (("export", "--run", transformer, "-o", transformer), "exists; pass a new --output"),
         (("translate", "--engine", "ctranslate2", "--run", transformer, "-i", "x"),
          "is not a model that `seq2seq export` wrote"),
+        (("translate", "--engine", "ctranslate2", "--run", transformer, "-i", "x",
+          "--attention", tmp_path / "w"), "--alignments and --attention need attention weights"),
     ]  # fmt: skip
     for args, fragment in cases:
         assert run_cli(*args) == 2

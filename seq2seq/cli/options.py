@@ -150,6 +150,15 @@ MbrUtility = Annotated[
     str | None,
     typer.Option(metavar="METRIC", help="with --mbr: chrf (the default) or bleu"),
 ]
+AttentionFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--attention",
+        metavar="FILE",
+        help="write each best translation's attention weights and pieces, a JSON line per "
+        "input line (null for a blank one)",
+    ),
+]
 PrefixFile = Annotated[
     Path | None,
     typer.Option(

@@ -11,6 +11,7 @@ import typer
 
 from seq2seq.cli.app import app
 from seq2seq.cli.options import (
+    AttentionFile,
     BatchTokens,
     Beam,
     Checkpoint,
@@ -112,6 +113,7 @@ def translate(
     mbr: Mbr = None,
     mbr_utility: MbrUtility = None,
     prefix_file: PrefixFile = None,
+    attention: AttentionFile = None,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
 
@@ -126,9 +128,9 @@ def translate(
                 "epsilon": epsilon, "seed": seed}  # fmt: skip
     with _within_memory(beam, batch_tokens):
         translator = _translator(
-            engine, run, checkpoint, device, threads, alignments, options, int8
+            engine, run, checkpoint, device, threads, alignments or attention, options, int8
         )
-        _translate_input(translator, input, output, nbest, alignments, prefix_file)
+        _translate_input(translator, input, output, nbest, (alignments, attention), prefix_file)
 
 
 def _translate_input(
@@ -136,10 +138,11 @@ def _translate_input(
     input: Path | None,
     output: Path | None,
     nbest: int,
-    alignments: Path | None,
+    weights: tuple[Path | None, Path | None],
     prefix_file: Path | None,
 ) -> None:
-    """Translate a file, piped stdin or a terminal session."""
+    """Translate a file, piped stdin or a terminal session; `weights`: the files of the
+    word alignments and of the attention, if asked for."""
     from seq2seq.decode.line_io import translate_file, translate_interactively
 
     if nbest > translator.decode.beam and not translator.decode.sample:
@@ -147,14 +150,15 @@ def _translate_input(
     if input is None and sys.stdin is None:
         raise UserError("stdin is closed: nothing to translate; pass --input FILE or pipe text in")
     if input is None and sys.stdin.isatty():
-        if alignments or output:
+        if any(weights) or output:
             raise UserError("interactive translation writes to the terminal; pass --input FILE")
         if prefix_file is not None:
             raise UserError("--prefix-file pairs its lines with an input file's; pass --input FILE")
         translate_interactively(translator, nbest)
     else:
         source = input or Path("/dev/stdin")
-        translate_file(translator, source, output, nbest, alignments, prefix_file)
+        alignments, attention = weights
+        translate_file(translator, source, output, nbest, alignments, prefix_file, attention)
 
 
 def _decoding(
@@ -184,10 +188,12 @@ def _translator(
     checkpoints: list[str] | None,
     device: Device | None,
     threads: int | None,
-    alignments: Path | None,
+    weights: Path | None,
     options: dict,
     int8: bool = False,
 ) -> LineTranslator:
+    """The translator of `runs` (or of an exported model); `weights`: a file of attention
+    weights or alignments to write, which the CTranslate2 engine cannot."""
     from seq2seq.decode.translate import Translator
     from seq2seq.device import use_threads
 
@@ -208,10 +214,10 @@ def _translator(
             "--int8 quantizes a run's model as it loads; an exported model has its weight "
             "type already: export it with --quantization int8 and leave out --int8 here"
         )
-    if alignments is not None:
+    if weights is not None:
         raise UserError(
-            "--alignments needs attention weights, which CTranslate2 does not "
-            "return here; use --engine torch with the run directory"
+            "--alignments and --attention need attention weights, which CTranslate2 does "
+            "not return here; use --engine torch with the run directory"
         )
     if checkpoints not in (None, ["best"]):
         raise UserError(

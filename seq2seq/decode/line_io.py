@@ -9,6 +9,7 @@ the longest source the model reads, are counted and named on stderr.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -85,23 +86,26 @@ def translate_file(
     nbest: int = 1,
     alignments: Path | None = None,
     prefix_file: Path | None = None,
+    attention: Path | None = None,
 ) -> None:
     """Translate every line of `source` into `output` (None: stdout), each from its line of
     `prefix_file` if given, and write the best translations' word alignments to
-    `alignments` when given."""
+    `alignments` and their attention to `attention` (JSON lines) when given."""
     lines, invalid = read_source_lines(source)
     prefixes = None if prefix_file is None else read_lines(prefix_file)
     check_prefixes(prefixes, len(lines), prefix_file)  # before any work
+    weighted = alignments is not None or attention is not None
     found = translator.hypotheses(
-        lines, nbest=nbest, progress=True, attention=alignments is not None, prefixes=prefixes
+        lines, nbest=nbest, progress=True, attention=weighted, prefixes=prefixes
     )
     text = "".join(format_output(i, hyps, nbest) for i, hyps in enumerate(found))
+    best = list(zip(lines, [hyps[0] if hyps else None for hyps in found], strict=True))
     if alignments is not None:
-        pairs = [
-            translator.alignment(line, hyps[0]) if hyps else ""
-            for line, hyps in zip(lines, found, strict=True)
-        ]
+        pairs = [translator.alignment(line, t) if t else "" for line, t in best]
         atomic_write_text(alignments, "".join(p + "\n" for p in pairs))
+    if attention is not None:
+        records = [translator.attention_record(line, t) if t else None for line, t in best]
+        atomic_write_text(attention, "".join(json.dumps(r) + "\n" for r in records))
     if output is None:
         sys.stdout.write(text)
     else:

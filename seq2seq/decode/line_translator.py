@@ -104,6 +104,16 @@ class LineTranslator:
         src_pieces = [*self.tokenizer.src_pieces(line)[: self.max_source], "</s>"]
         return src_pieces, self.tokenizer.tgt_pieces_from_ids([*translation.tokens, EOS_ID])
 
+    def attention_record(self, line: str, translation: Translation) -> dict[str, Any]:
+        """A translation's attention as plain data: the pieces that label its columns
+        (`source`) and rows (`target`), `heads` (None: one distribution per target piece)
+        and `weights`, [target][source] or [target][head][source], to 4 decimals."""
+        weights = translation.attention.double()
+        source, target = self.attention_labels(line, translation)
+        heads = weights.size(1) if weights.dim() == 3 else None
+        rounded = weights.mul(1e4).round().div(1e4).tolist()
+        return {"source": source, "target": target, "heads": heads, "weights": rounded}
+
     def alignment(self, line: str, translation: Translation) -> str:
         """Pharaoh word alignment (i-j) of a line and its translation, from attention."""
         raise UserError("word alignments need attention weights, which this engine does not give")

@@ -204,11 +204,4 @@ def _line(
 
 def _attention(translator: LineTranslator, source: str, found: Translation) -> AttentionWeights:
     """A hypothesis' attention with the pieces that label its rows and columns."""
-    weights = found.attention.double()
-    src_pieces, tgt_pieces = translator.attention_labels(source, found)
-    return AttentionWeights(
-        source=src_pieces,
-        target=tgt_pieces,
-        heads=weights.size(1) if weights.dim() == 3 else None,
-        weights=weights.mul(1e4).round().div(1e4).tolist(),
-    )
+    return AttentionWeights(**translator.attention_record(source, found))
