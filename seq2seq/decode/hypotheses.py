@@ -13,7 +13,7 @@ from torch import Tensor
 @dataclass
 class Hypothesis:
     tokens: list[int]  # without BOS and EOS
-    score: float  # log-probability over the length penalty
+    score: float  # log-probability over the length penalty (plus the coverage penalty)
     # (len(tokens) + 1 for EOS, [heads,] source length); None when not asked for
     attention: Tensor | None
 

@@ -45,7 +45,7 @@ class Translation:
     """One hypothesis for one input line."""
 
     text: str
-    score: float  # log-probability over the length penalty
+    score: float  # log-probability over the length penalty (plus the coverage penalty)
     tokens: list[int]
     # (len(tokens) + 1, [heads,] source pieces + 1), EOS last; None unless asked for
     attention: torch.Tensor | None

@@ -90,7 +90,7 @@ class AttentionWeights(BaseModel):
 
 class Hypothesis(BaseModel):
     text: str
-    score: float  # log-probability over the length penalty
+    score: float  # log-probability over the length penalty (plus the coverage penalty)
     attention: AttentionWeights | None = None
 
 
