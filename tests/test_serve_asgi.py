@@ -47,10 +47,11 @@ class HeldSearch:
             self.skipped += [line for i, line in enumerate(lines) if skip(i)]
         return [[Translation(line.upper(), -1.0, [1], torch.eye(2))] for line in lines]
 
-    def attention_labels(self, source: str, found: Translation) -> tuple[list[str], list[str]]:
+    def attention_record(self, source: str, found: Translation) -> dict:
         self.building.set()
         self.answered_in_time = self.answered.wait(5)
-        return [source, "</s>"], [found.text, "</s>"]
+        labels = {"source": [source, "</s>"], "target": [found.text, "</s>"], "heads": None}
+        return labels | {"weights": found.attention.tolist()}
 
 
 async def ask(
