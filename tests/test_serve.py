@@ -177,6 +177,9 @@ def test_health_info_and_the_page(client, translator):
         ({"text": ["toto"], "sample": True, "top_p": 0}, 422, "top_p = 0.0: Input should be gr"),
         ({"text": ["toto"], "temperature": 0.5}, 422, "temperature shapes sampling; set sample"),
         ({"text": ["toto"], "sample": True, "nbest": 7}, 422, "nbest: 7 samples per line are mo"),
+        ({"text": ["toto"], "sample": True, "mbr": 7}, 422, "mbr: 7 samples per line are more"),
+        ({"text": ["toto"], "mbr": 5, "beam": 4}, 422, "mbr 5 chooses among a beam's 5 best"),
+        ({"text": ["toto"], "mbr_utility": "ter"}, 422, "mbr_utility = 'ter': Input should be"),
         ({"text": ["toto"], "seed": "1"}, 422, "seed: Input should be a valid integer"),
     ],
 )
@@ -239,7 +242,8 @@ def test_a_body_not_sent_as_json_is_415_saying_so(client, content_type):
             {"text": ["a"], "x" * 5000: 1, "y": 2},
             422,
             f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, beam, nbest, attention, "
-            "prefix, sample, temperature, top_k, top_p, epsilon, seed",
+            "prefix, sample, temperature, top_k, top_p, epsilon, seed, length_penalty, "
+            "coverage_penalty, mbr, mbr_utility",
         ),
     ],
     ids=["8 wrong lines", "1,000 lines", "a 5,000-character field"],
@@ -419,4 +423,14 @@ def test_a_run_that_decodes_by_mbr_serves_its_choices(trained):
         assert found == translator.translate(LINES, nbest=2)
         answer = client.post("/translate", json={"text": LINES, "nbest": 4})
         assert answer.status_code == 422
-        assert answer.json()["error"] == "nbest: 4 is more than the run's decode.mbr candidates (3)"
+        assert answer.json()["error"] == "nbest: 4 is more than the mbr candidates (3)"
+
+
+def test_a_requests_ranking_options_are_the_translators(client, translator):
+    """Length and coverage penalties and minimum Bayes risk, asked per request."""
+    ask = {"beam": 4, "nbest": 2, "length_penalty": 0.5, "coverage_penalty": 0.5, "mbr": 4,
+           "mbr_utility": "bleu"}  # fmt: skip
+    body = client.post("/translate", json={"text": LINES, **ask}).json()
+    found = [[h["text"] for h in line["hypotheses"]] for line in body["translations"]]
+    assert found == translator.translate(LINES, **ask)
+    assert found != translator.translate(LINES, beam=4, nbest=2)  # the options mattered

@@ -125,17 +125,16 @@ def check_search(
         raise HTTPException(
             422, f"beam: {beam} is wider than this server allows ({limits.max_beam})"
         )
-    if options.sample and nbest > limits.max_beam:
+    if options.sample and max(nbest, options.mbr) > limits.max_beam:
+        field, samples = ("mbr", options.mbr) if options.mbr > nbest else ("nbest", nbest)
         raise HTTPException(
-            422, f"nbest: {nbest} samples per line are more than this server allows "
+            422, f"{field}: {samples} samples per line are more than this server allows "
             f"({limits.max_beam})"
         )  # fmt: skip
     if nbest > beam and not options.sample:
         raise HTTPException(422, f"nbest: {nbest} needs a beam at least as wide ({beam})")
     if options.mbr and nbest > options.mbr:
-        raise HTTPException(
-            422, f"nbest: {nbest} is more than the run's decode.mbr candidates ({options.mbr})"
-        )
+        raise HTTPException(422, f"nbest: {nbest} is more than the mbr candidates ({options.mbr})")
     chosen = {name: getattr(options, name) for name in names}
     return SearchOptions(nbest=nbest, attention=request.attention, **chosen)
 

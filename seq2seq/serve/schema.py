@@ -45,6 +45,10 @@ class SearchOptions:
     top_p: float
     epsilon: float
     seed: int
+    length_penalty: float
+    coverage_penalty: float
+    mbr: int
+    mbr_utility: str
 
     @classmethod
     def decode_fields(cls) -> list[str]:
@@ -78,6 +82,10 @@ class TranslateRequest(BaseModel):
         None, description="sampling: the pieces of probability at least epsilon only"
     )
     seed: int | None = Field(None, description="sampling: seeds each line's draws with its index")
+    length_penalty: float | None = Field(None, description="alpha: rank by log P / length ** alpha")
+    coverage_penalty: float | None = Field(None, description="beta of GNMT's coverage penalty")
+    mbr: int | None = Field(None, description="minimum Bayes risk among this many candidates")
+    mbr_utility: str | None = Field(None, description="mbr: chrf or bleu")
 
 
 class AttentionWeights(BaseModel):
