@@ -159,8 +159,8 @@ class CTranslate2Translator(LineTranslator):
 
 def _calls(limits: list[int], alone: bool) -> list[list[int]]:
     """The sentences (indices into `limits`) of each call: those of one output limit, or
-    each `alone`, as CTranslate2's coverage penalty needs (in a batch it moves with the
-    other sentences: a sentence's score went from -12.4 alone to -26.4 among 9 others)."""
+    each `alone`, as CTranslate2's coverage penalty needs (in a batch, a sentence's
+    penalty changes with the other sentences)."""
     if alone:
         return [[i] for i in range(len(limits))]
     return [[i for i, own in enumerate(limits) if own == limit] for limit in sorted(set(limits))]
