@@ -55,7 +55,7 @@ class Trainer:
         deferred = defers_reading(device, self.world, self.scaler)
         graphs = deferred and device.type == "cuda" and cfg.train.cuda_graphs
         # A graph replays one batch's update; accumulating updates run op by op, and so do
-        # recomputed layers (whose replay of the random generators a capture refuses).
+        # recomputed layers (their replay of the random generators not tried under capture).
         graphs = graphs and model.graph_capturable and cfg.train.accumulate == 1
         graphs = graphs and not cfg.train.checkpoint_activations
         model.checkpoint_activations = cfg.train.checkpoint_activations
