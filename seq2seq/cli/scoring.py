@@ -70,7 +70,7 @@ def evaluate(
 
     references = _read_references(ref)
     options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram,
-                        (mbr, mbr_utility))  # fmt: skip
+                        mbr=mbr, mbr_utility=mbr_utility)  # fmt: skip
     if hyp:
         given = {"run": run or None, "src": src, "checkpoint": checkpoint, **options}
         given |= {"device": device, "threads": threads, "int8": int8}

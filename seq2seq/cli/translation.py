@@ -123,7 +123,7 @@ def translate(
     interactively: one line in, one translation out.
     """
     options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram,
-                        (mbr, mbr_utility))  # fmt: skip
+                        mbr=mbr, mbr_utility=mbr_utility)  # fmt: skip
     options |= {"sample": sample, "temperature": temperature, "top_k": top_k, "top_p": top_p,
                 "epsilon": epsilon, "seed": seed}  # fmt: skip
     with _within_memory(beam, batch_tokens):
@@ -167,18 +167,19 @@ def _decoding(
     coverage_penalty: float | None,
     batch_tokens: int | None,
     no_repeat_ngram: int | None,
-    mbr: tuple[int | None, str | None],
+    *,
+    mbr: int | None,
+    mbr_utility: str | None,
 ) -> dict:
-    """The decoding options given on the command line (None: the run's own); `mbr`: the
-    candidates and the utility of minimum Bayes risk."""
+    """The decoding options given on the command line (None: the run's own)."""
     return {
         "beam": beam,
         "length_penalty": length_penalty,
         "coverage_penalty": coverage_penalty,
         "batch_tokens": batch_tokens,
         "no_repeat_ngram": no_repeat_ngram,
-        "mbr": mbr[0],
-        "mbr_utility": mbr[1],
+        "mbr": mbr,
+        "mbr_utility": mbr_utility,
     }
 
 
