@@ -1,6 +1,6 @@
 """The run configuration: its schema (`schema.py`, with the attention sections and their
-registry of types in `attention.py`, the decoding section in `decode.py`) and how files
-become one (`loading.py`).
+registry of types in `attention.py`, the data and tokenizer sections in `data.py`, the
+decoding section in `decode.py`) and how files become one (`loading.py`).
 
 A YAML file is read with `yaml.safe_load` (following `extends`), dotted `--set key=value`
 overrides are applied, and the result is validated by the schema's pydantic models.
@@ -14,6 +14,7 @@ from seq2seq.config.attention import (
     HardAttentionConfig,
     SelfAttentionConfig,
 )
+from seq2seq.config.data import DataConfig, SubwordSamplingConfig, TokenizerConfig
 from seq2seq.config.decode import DecodeConfig, Stopping
 from seq2seq.config.loading import (
     apply_override,
@@ -25,11 +26,9 @@ from seq2seq.config.loading import (
 from seq2seq.config.schema import (
     VALIDATION_LOSS,
     Config,
-    DataConfig,
     ModelConfig,
     OptimizerConfig,
     ScheduleConfig,
-    TokenizerConfig,
     TrainConfig,
     config_differences,
     flatten,
@@ -52,6 +51,7 @@ __all__ = [
     "ScheduleConfig",
     "Stopping",
     "SelfAttentionConfig",
+    "SubwordSamplingConfig",
     "TokenizerConfig",
     "TrainConfig",
     "apply_override",

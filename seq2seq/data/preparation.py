@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
+import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,9 +27,10 @@ from typing import TypeVar
 
 from seq2seq.data.corpus import PairChunk, corpus_path, read_pairs
 from seq2seq.data.prepared import SIDES, CorpusWriter, PreparedCorpus, Stale, file_record
-from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.errors import UserError
+from seq2seq.data.tokenizer import SegmentationSample, Tokenizer
+from seq2seq.errors import ResourceError, UserError
 from seq2seq.files import publish_directory, write_problem
+from seq2seq.processes import same_code_environment
 
 CORPORA = "corpora"
 # Derived data in a tokenizer directory, never copied with its models (an export, a
@@ -53,11 +58,18 @@ def source_files(prefix: str, src: str, tgt: str) -> dict[str, Path]:
     }
 
 
-def corpus_directory(tokenizer_dir: Path, prefix: str, src: str, tgt: str) -> Path:
+def corpus_directory(
+    tokenizer_dir: Path, prefix: str, src: str, tgt: str, sample: SegmentationSample | None = None
+) -> Path:
     """Where the corpus of `prefix` is prepared: named by the prefix's last part, the
-    languages and a hash of its absolute path (two corpora named `train` never meet)."""
+    languages and a hash of its absolute path (two corpora named `train` never meet); a
+    sampled segmentation of it by its settings' hash and its number too."""
     where = hashlib.sha256(str(Path(prefix).absolute()).encode()).hexdigest()[:12]
-    return Path(tokenizer_dir) / CORPORA / f"{Path(prefix).name}.{src}-{tgt}.{where}"
+    name = f"{Path(prefix).name}.{src}-{tgt}.{where}"
+    if sample is not None:
+        drawn = hashlib.sha256(f"{sample.alpha} {sample.nbest}".encode())
+        name += f".sample-{drawn.hexdigest()[:8]}-{sample.number}"
+    return Path(tokenizer_dir) / CORPORA / name
 
 
 @contextlib.contextmanager
@@ -90,14 +102,16 @@ def prepare_corpus(
     prefix: str,
     langs: tuple[str, str],
     log: logging.Logger | None = None,
+    sample: SegmentationSample | None = None,
 ) -> PreparedCorpus:
-    """The prepared corpus of `prefix`: opened if it is there and still matches its text and
-    the tokenizer, else prepared (again). Hold `preparation_lock` around it."""
+    """The prepared corpus of `prefix` (in the tokenizer's best segmentation, or in
+    `sample`): opened if it is there and still matches its text, the tokenizer and the
+    sample, else prepared (again). Hold `preparation_lock` around it."""
     sources = source_files(prefix, *langs)
-    target = corpus_directory(tokenizer_dir, prefix, *langs)
+    target = corpus_directory(tokenizer_dir, prefix, *langs, sample)
     if target.is_dir():
         try:
-            return PreparedCorpus.open(target, tokenizer.fingerprint, sources)
+            return PreparedCorpus.open(target, tokenizer.fingerprint, sources, sample)
         except Stale as why:
             if log:
                 log.warning("the prepared corpus %s cannot be used (%s); preparing it again",
@@ -106,13 +120,103 @@ def prepare_corpus(
     if log:
         log.info("preparing %s and %s in %s", sources["src"], sources["tgt"], target)
     started = time.monotonic()
-    publish_directory(target, lambda tmp: _write(tokenizer, sources, tmp, log), replace=True)
-    corpus = PreparedCorpus.open(target, tokenizer.fingerprint, sources)
+    write = functools.partial(_write, tokenizer, sources, log=log, sample=sample)
+    publish_directory(target, write, replace=True)
+    corpus = PreparedCorpus.open(target, tokenizer.fingerprint, sources, sample)
     if log:
         seconds = time.monotonic() - started
         log.info("prepared %d pairs in %.0f s (%.0f pairs/s)", corpus.pairs, seconds,
                  corpus.pairs / max(seconds, 1e-9))  # fmt: skip
     return corpus
+
+
+def prepare_samples(
+    tokenizer: Tokenizer,
+    tokenizer_dir: Path,
+    prefixes: list[str],
+    langs: tuple[str, str],
+    samples: list[SegmentationSample],
+    log: logging.Logger | None = None,
+) -> list[list[PreparedCorpus]]:
+    """The prepared corpus of each prefix in each sampled segmentation. Those not there
+    are drawn in child processes, one a core: SentencePiece's sampling runs on one
+    thread, from a seed global to its process. Hold `preparation_lock` around it."""
+    missing = [
+        (prefix, sample)
+        for sample in samples
+        for prefix in prefixes
+        if not _usable(tokenizer, tokenizer_dir, prefix, langs, sample)
+    ]
+    # One missing (or one core): drawn here, below, as the rest is opened.
+    workers = min(cores(), len(missing))
+    if workers > 1:
+        if log:
+            log.info("sampling %d segmentations in %d processes", len(missing), workers)
+        started = time.monotonic()
+        _draw_in_processes(tokenizer_dir, langs, missing, workers)
+        if log:
+            log.info("sampled them in %.0f s", time.monotonic() - started)
+    prepare = functools.partial(prepare_corpus, tokenizer, tokenizer_dir, langs=langs, log=log)
+    return [[prepare(prefix, sample=sample) for prefix in prefixes] for sample in samples]
+
+
+def _usable(
+    tokenizer: Tokenizer,
+    tokenizer_dir: Path,
+    prefix: str,
+    langs: tuple[str, str],
+    sample: SegmentationSample,
+) -> bool:
+    """Whether the corpus of `prefix` in `sample` is prepared and still right."""
+    target = corpus_directory(tokenizer_dir, prefix, *langs, sample)
+    try:
+        PreparedCorpus.open(target, tokenizer.fingerprint, source_files(prefix, *langs), sample)
+    except Stale:
+        return False
+    return True
+
+
+def _draw_in_processes(
+    tokenizer_dir: Path,
+    langs: tuple[str, str],
+    jobs: list[tuple[str, SegmentationSample]],
+    workers: int,
+) -> None:
+    """Prepare each (prefix, sample) of `jobs` in a child process, `workers` at a time
+    (`main` below); a child's error is raised here as its one line."""
+    environ = same_code_environment(dict(os.environ))
+
+    def draw(job: tuple[str, SegmentationSample]) -> subprocess.CompletedProcess:
+        prefix, sample = job
+        record = json.dumps(sample.record)
+        command = [sys.executable, "-m", __name__, str(tokenizer_dir), prefix, *langs, record]
+        return subprocess.run(
+            command, env=environ, stdin=subprocess.DEVNULL, capture_output=True, text=True
+        )
+
+    with ThreadPoolExecutor(workers) as pool:
+        for done in pool.map(draw, jobs):
+            if done.returncode:
+                last = (done.stderr.strip().splitlines() or [""])[-1]
+                kind, _, message = last.partition(": ")
+                error = {"UserError": UserError, "ResourceError": ResourceError}.get(kind)
+                if error is None:
+                    raise RuntimeError(f"a sampling process failed:\n{done.stderr[-3000:]}")
+                raise error(message)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m seq2seq.data.preparation TOKENIZER_DIR PREFIX SRC TGT SAMPLE`: prepare
+    the corpus of PREFIX in the sampled segmentation SAMPLE (its record, JSON)."""
+    directory, prefix, src, tgt, record = argv
+    sample = SegmentationSample(**json.loads(record))
+    try:
+        tokenizer = Tokenizer.load(Path(directory))
+        prepare_corpus(tokenizer, Path(directory), prefix, (src, tgt), None, sample)
+    except UserError as error:
+        print(f"{type(error).__name__}: {error}", file=sys.stderr)
+        return error.exit_code
+    return 0
 
 
 def _remove_leftovers(target: Path) -> None:
@@ -123,14 +227,21 @@ def _remove_leftovers(target: Path) -> None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _write(tokenizer: Tokenizer, sources: dict[str, Path], directory: Path, log) -> None:
+def _write(
+    tokenizer: Tokenizer,
+    sources: dict[str, Path],
+    directory: Path,
+    *,
+    log,
+    sample: SegmentationSample | None,
+) -> None:
     """Stream the corpus into a new prepared corpus in `directory`."""
     directory.mkdir()
     digests = {side: hashlib.sha256() for side in sources}
     before = {side: _stamp(path) for side, path in sources.items()}
     writer = CorpusWriter(directory, max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
     try:
-        empty = _encode(tokenizer, sources, digests, writer, log)
+        empty = _encode(tokenizer, sources, digests, writer, log, sample)
         if not writer.pairs:
             raise UserError(
                 f"{sources['src']}: every training pair has an empty side; check the corpus"
@@ -142,7 +253,14 @@ def _write(tokenizer: Tokenizer, sources: dict[str, Path], directory: Path, log)
         writer.abandon()
         raise
     records = {side: file_record(path, digests[side].hexdigest()) for side, path in sources.items()}
-    writer.finish({"tokenizer": tokenizer.fingerprint, "sources": records, "empty": empty})
+    writer.finish(
+        {
+            "tokenizer": tokenizer.fingerprint,
+            "sample": None if sample is None else sample.record,
+            "sources": records,
+            "empty": empty,
+        }
+    )
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -150,13 +268,25 @@ def _stamp(path: Path) -> tuple[int, int]:
     return stat.st_size, stat.st_mtime_ns
 
 
-def _encode(tokenizer: Tokenizer, sources: dict[str, Path], digests: dict, writer, log) -> int:
-    """Read, encode and write every pair; the count of pairs dropped for an empty side."""
+def _encode(
+    tokenizer: Tokenizer,
+    sources: dict[str, Path],
+    digests: dict,
+    writer,
+    log,
+    sample: SegmentationSample | None,
+) -> int:
+    """Read, encode (or sample) and write every pair; the count of pairs dropped for an
+    empty side."""
     empty, threads, last_log = 0, cores(), time.monotonic()
     chunks = read_pairs(sources["src"], sources["tgt"], CHUNK_PAIRS, tuple(digests.values()))
-    for chunk in _read_ahead(chunks):
-        src = tokenizer.encode_src(chunk.src, threads)
-        writer.add(src, tokenizer.encode_tgt(chunk.tgt, threads))
+    for number, chunk in enumerate(_read_ahead(chunks)):
+        if sample is None:
+            src = tokenizer.encode_src(chunk.src, threads)
+            writer.add(src, tokenizer.encode_tgt(chunk.tgt, threads))
+        else:
+            src = tokenizer.sample("src", chunk.src, sample, number)
+            writer.add(src, tokenizer.sample("tgt", chunk.tgt, sample, number))
         empty += chunk.empty
         if log and time.monotonic() - last_log > _LOG_EVERY:
             log.info("... %d pairs prepared", writer.pairs)
@@ -172,3 +302,7 @@ def _read_ahead(chunks: Iterator[PairChunk]) -> Iterator[PairChunk]:
         while (chunk := pending.result()) is not None:
             pending = reader.submit(next, chunks, None)
             yield chunk
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -12,11 +12,13 @@ Ids are uint16 where the vocabulary has at most 65,536 pieces, else uint32; pair
 side is `ids[offsets[i]:offsets[i + 1]]`. Nothing here is a Python object per pair, and a
 file is one copy in the page cache for every process that reads it.
 
-The manifest records the tokenizer's fingerprint and, for each source text file and each
-file written, its size, modification time and SHA-256 (computed once, while it was
-written). Opening compares sizes and times only; a file whose size or time differs is
-hashed, and a different hash means the corpus must be prepared again (`Stale`). So an
-unchanged corpus is never read again, and a changed or damaged one is never used.
+The manifest records the tokenizer's fingerprint, the segmentation sample (subword
+regularization: its settings, or null for the tokenizer's best segmentation) and, for each
+source text file and each file written, its size, modification time and SHA-256 (computed
+once, while it was written). Opening compares sizes and times only; a file whose size or
+time differs is hashed, and a different hash means the corpus must be prepared again
+(`Stale`). So an unchanged corpus is never read again, and a changed or damaged one is
+never used.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from seq2seq.data.tokenizer import SegmentationSample
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text
 
@@ -229,9 +232,16 @@ class PreparedCorpus:
         return [self.manifest["sources"][side]["sha256"] for side in SIDES]
 
     @classmethod
-    def open(cls, directory: Path, tokenizer: str, sources: dict[str, Path]) -> PreparedCorpus:
+    def open(
+        cls,
+        directory: Path,
+        tokenizer: str,
+        sources: dict[str, Path],
+        sample: SegmentationSample | None = None,
+    ) -> PreparedCorpus:
         """The corpus prepared in `directory` from the `sources` files (by side) with the
-        tokenizer of fingerprint `tokenizer`; `Stale` says why it cannot be used."""
+        tokenizer of fingerprint `tokenizer`, in its best segmentation or in `sample`;
+        `Stale` says why it cannot be used."""
         directory = Path(directory)
         try:
             manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
@@ -243,6 +253,8 @@ class PreparedCorpus:
             raise Stale("it was prepared in another format")
         if manifest.get("tokenizer") != tokenizer:
             raise Stale("it was prepared with another tokenizer")
+        if manifest.get("sample") != (None if sample is None else sample.record):
+            raise Stale("it was segmented otherwise")
         try:
             refreshed = _check_files(directory, manifest, sources)
         except (KeyError, TypeError, AttributeError):

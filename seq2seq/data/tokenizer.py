@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
 from itertools import chain
 from pathlib import Path
 
@@ -35,6 +36,31 @@ SETTINGS = "tokenizer.json"  # the tokenizer config the models were trained with
 # SentencePiece loads at most this many sentences (a random sample when shuffled); more
 # only costs memory and time without changing the vocabulary much.
 INPUT_SENTENCE_SIZE = 2_000_000
+
+
+@dataclass(frozen=True)
+class SegmentationSample:
+    """One segmentation of a training corpus drawn from the tokenizer (subword
+    regularization): `data.subword_sampling`'s alpha and nbest, and its number among the
+    corpus's samples.
+
+    A sample is drawn once and kept: SentencePiece's generator starts each call from a
+    seed we give, but also from something of its process (sentencepiece 0.2), so another
+    process would draw another sample. Within a process the seeds keep each call's draw
+    apart from the others' (the same seed draws the same again)."""
+
+    alpha: float
+    nbest: int
+    number: int
+
+    @property
+    def record(self) -> dict:
+        return asdict(self)
+
+    def call_seed(self, chunk: int, side: str) -> int:
+        """The 32-bit seed of the call that draws one chunk of one side."""
+        text = f"{self.number} {chunk} {side}".encode()
+        return int.from_bytes(hashlib.sha256(text).digest()[:4], "little")
 
 
 class Tokenizer:
@@ -75,6 +101,23 @@ class Tokenizer:
     def encode_tgt(self, lines: list[str], threads: int = -1) -> list[list[int]]:
         """Piece ids of each target line, without BOS/EOS."""
         return self._tgt.encode(list(lines), out_type=int, num_threads=threads)
+
+    def sample(
+        self, side: str, lines: list[str], sample: SegmentationSample, chunk: int
+    ) -> list[list[int]]:
+        """Piece ids of each line of `side` (src, tgt) in a segmentation drawn from its
+        model: unigram sampling, or BPE-dropout. One thread: threads would share the
+        call's seed in no fixed order."""
+        spm.set_random_generator_seed(sample.call_seed(chunk, side))
+        model = self._src if side == "src" else self._tgt
+        return model.encode(
+            list(lines),
+            out_type=int,
+            enable_sampling=True,
+            alpha=sample.alpha,
+            nbest_size=sample.nbest,
+            num_threads=1,
+        )
 
     def decode_tgt(self, ids: list[list[int]]) -> list[str]:
         """Detokenized text of each id sequence; PAD, BOS and EOS are skipped."""

@@ -1,13 +1,15 @@
 """The training set as batches: prepared corpora read one after another, pairs longer than
 `data.max_len` left out, and each epoch's length-bucketed batches, reproducible from
-(seed, epoch) for exact resumption.
+(seed, epoch) for exact resumption. With subword sampling, each epoch reads the corpora in
+one of their sampled segmentations (each prepared like the corpora themselves).
 
 Nothing here holds a Python object per pair. A process holds, per kept pair, its 4-byte
 place in the epoch's order (while the next epoch's is made: 4 more, 4 for the shuffle
 and 2 for the sort key, read again each epoch); the piece ids stay in the prepared files,
 and a batch's rows are read from them when it is built (from any thread: nothing here is
-written after construction). With `data.weights` an epoch's order holds 4 bytes per pair
-of the epoch (some pairs twice, some not at all: CorpusMixture), about 28 while it is drawn.
+written but by `epoch`, before the epoch's batches are read). With `data.weights` an
+epoch's order holds 4 bytes per pair of the epoch (some pairs twice, some not at all:
+CorpusMixture), about 28 while it is drawn.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from seq2seq.data.batching import (
 )
 from seq2seq.data.prepared import PreparedCorpus
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.errors import UserError
 
 SCAN_CHUNK = 1 << 16  # pairs whose lengths are read at a time
 
@@ -169,11 +172,19 @@ class TrainBatches:
         batch_tokens: int,
         seed: int,
         weights: Sequence[float] | None = None,
+        samples: Sequence[TrainingPairs] = (),
     ) -> None:
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
-        self.pairs, self.max_len, self.batch_tokens, self.seed = pairs, max_len, batch_tokens, seed
-        longest = [min(max_len, pairs.longest(side)) for side in ("src", "tgt")]
+        self.max_len, self.batch_tokens, self.seed = max_len, batch_tokens, seed
+        self.weights, self.samples = weights, list(samples)
+        self._count(pairs)
+
+    def _count(self, pairs: TrainingPairs) -> None:
+        """Read which of `pairs` fit data.max_len, and the widths their batches are cut by:
+        what an epoch's batches are made from."""
+        self.pairs = pairs
+        longest = [min(self.max_len, pairs.longest(side)) for side in ("src", "tgt")]
         self.shape = ShapeKeys(*longest)
         widths = np.zeros(max(longest) + 2, np.int64)
         dropped, self.tokens = [], np.zeros(2, np.int64)
@@ -186,10 +197,10 @@ class TrainBatches:
         self.kept = KeptPairs(np.concatenate([np.zeros(0, np.int64), *dropped]))
         self.kept_count = int(kept_per_corpus.sum())
         self.too_long = len(pairs) - self.kept_count
-        self.bounds = batch_bounds(widths, batch_tokens)
+        self.bounds = batch_bounds(widths, self.batch_tokens)
         self.mixture: CorpusMixture | None = None  # every pair once an epoch
-        if weights is not None and set(weights) != {1}:
-            self.mixture = CorpusMixture(kept_per_corpus, weights)
+        if self.weights is not None and set(self.weights) != {1}:
+            self.mixture = CorpusMixture(kept_per_corpus, self.weights)
         self.epoch_pairs = self.kept_count if self.mixture is None else self.mixture.pairs
 
     def _kept_lengths(self) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
@@ -219,7 +230,17 @@ class TrainBatches:
         return int(self.tokens[0]) / max(int(self.tokens[1]), 1)
 
     def epoch(self, epoch: int) -> EpochBatches:
-        """Batch index lists of an epoch; the same (seed, epoch) always gives the same list."""
+        """Batch index lists of an epoch; the same (seed, epoch) always gives the same list.
+        With `samples` (subword sampling), epoch e's pairs are sample e mod their number,
+        and its batches are read from it until the next call."""
+        if self.samples and self.pairs is not self.samples[epoch % len(self.samples)]:
+            self._count(self.samples[epoch % len(self.samples)])
+            if not len(self):
+                raise UserError(
+                    f"sampled segmentation {epoch % len(self.samples)} has no training pair "
+                    f"of at most {self.max_len} pieces; raise data.max_len or lower "
+                    "data.subword_sampling.alpha"
+                )
         generator = torch.Generator()
         # A fresh generator per epoch, so a resumed run regenerates the epoch and skips ahead.
         # Kept in [0, 2**63) because manual_seed rejects values outside 64 bits.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 
@@ -20,10 +20,12 @@ from seq2seq.data.preparation import (
     CHUNK_PAIRS,
     preparation_lock,
     prepare_corpus,
+    prepare_samples,
     source_files,
 )
 from seq2seq.data.prepared import PreparedCorpus
 from seq2seq.data.tokenizer import (
+    SegmentationSample,
     Tokenizer,
     copy_tokenizer,
     train_tokenizer,
@@ -38,14 +40,18 @@ _KEY_FORMAT = 2  # 1: the id cache's hash of the text itself
 class TrainingData:
     tokenizer: Tokenizer
     corpora: list[PreparedCorpus]  # one per prefix of data.train, in its order
+    # data.subword_sampling's segmentations: for each, the corpora as above (none: off)
+    samples: list[list[PreparedCorpus]] = field(default_factory=list)
 
     @property
     def key(self) -> str:
         """The training data's identity, which a resumed run compares with its checkpoint's:
-        the tokenizer and the content hash of every text file."""
+        the tokenizer, the content hash of every text file, and the sampling settings."""
         digest = hashlib.sha256(f"format {_KEY_FORMAT}\n{self.tokenizer.fingerprint}".encode())
         for corpus in self.corpora:
             digest.update("".join(f"\n{sha}" for sha in corpus.sources_sha256).encode())
+        for sample in self.samples:  # added only with sampling: keys made before hold
+            digest.update(f"\n{sample[0].manifest['sample']}".encode())
         return digest.hexdigest()[:32]
 
 
@@ -56,8 +62,9 @@ def prepare_training_data(
     seed: int,
     log: logging.Logger | None = None,
 ) -> TrainingData:
-    """The tokenizer in `directory` and the prepared corpus of each training prefix. The
-    tokenizer is made there first (trained on the training corpora, or copied from
+    """The tokenizer in `directory` and the prepared corpus of each training prefix (and,
+    with `data.subword_sampling`, of each of its sampled segmentations).
+    The tokenizer is made there first (trained on the training corpora, or copied from
     `cfg.model`) if there is none, or if the one there was made with another tokenizer
     config (left by a start that failed)."""
     directory = Path(directory)
@@ -65,11 +72,24 @@ def prepare_training_data(
         source_files(prefix, data.src, data.tgt)
     with preparation_lock(directory, log):
         tokenizer = _tokenizer(data, cfg, directory, seed, log)
+        langs = (data.src, data.tgt)
         corpora = [
-            prepare_corpus(tokenizer, directory, prefix, (data.src, data.tgt), log)
+            prepare_corpus(tokenizer, directory, prefix, langs, log)
             for prefix in data.train_prefixes
         ]
-    return TrainingData(tokenizer, corpora)
+        samples = _samples(data)
+        sampled = prepare_samples(tokenizer, directory, data.train_prefixes, langs, samples, log)
+    return TrainingData(tokenizer, corpora, sampled)
+
+
+def _samples(data: DataConfig) -> list[SegmentationSample]:
+    sampling = data.subword_sampling
+    if sampling.alpha is None:
+        return []
+    return [
+        SegmentationSample(sampling.alpha, sampling.nbest, number)
+        for number in range(sampling.segmentations)
+    ]
 
 
 def _tokenizer(

@@ -5,7 +5,6 @@ console log, which the sweep reads for its display; the exit status says how it 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -16,21 +15,11 @@ from seq2seq.train.interrupt import Interrupted
 EXIT_STATUS = {Status.TRAINED: 0, Status.SKIPPED: 0, Status.FAILED: 2, Status.BUSY: 75}
 # Stopped by signal N: 128 + N, as `seq2seq train` ends (train.interrupt).
 
-# The directory holding the seq2seq package this process imported.
-_SOURCE = str(Path(__file__).resolve().parents[2])
-
 
 def command(root: Path, name: str, threads: int | None) -> list[str]:
     """The command line of a worker for the run `name`."""
     tail = [] if threads is None else [str(threads)]
     return [sys.executable, "-m", "seq2seq.sweep.worker", str(root), name, *tail]
-
-
-def same_code_environment(environ: dict[str, str]) -> dict[str, str]:
-    """`environ` with this process's seq2seq first on PYTHONPATH, so that a child process
-    (a worker, a submitit job) imports the code the sweep imported, not another copy."""
-    paths = [_SOURCE, *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 
 def main(argv: list[str]) -> int:

@@ -33,13 +33,18 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
     valid = read_parallel(data.valid, data.src, data.tgt)
     prepared = prepare_training_data(data, cfg.tokenizer, run.tokenizer, cfg.seed, log)
     pairs = TrainingPairs(prepared.corpora)
-    batches = TrainBatches(pairs, data.max_len, cfg.train.batch_tokens, cfg.seed, data.weights)
+    samples = [TrainingPairs(corpora) for corpora in prepared.samples]
+    batches = TrainBatches(
+        pairs, data.max_len, cfg.train.batch_tokens, cfg.seed, data.weights, samples
+    )
     if not len(batches):
         raise UserError(
             f"no training pair is at most {data.max_len} pieces long; raise data.max_len"
         )
     tokenizer = prepared.tokenizer
     mixed = "" if batches.mixture is None else f", {batches.epoch_pairs} an epoch by data.weights"
+    if samples:
+        mixed += f", in {len(samples)} sampled segmentations, one an epoch"
     log.info(
         "train: %d pairs kept (%d with an empty side dropped, %d longer than %d pieces dropped)%s; "
         "valid: %d pairs; vocabulary: %d source, %d target",

@@ -1,0 +1,131 @@
+"""The config's sections about the text: the parallel corpora (`data`), their subword
+sampling, and the SentencePiece tokenizer (`tokenizer`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, PositiveInt, field_validator, model_validator
+
+from seq2seq.config.section import Section
+
+
+class SubwordSamplingConfig(Section):
+    """Subword regularization: the training pairs in segmentations sampled from the
+    tokenizer, not its one best (docs/training.md)."""
+
+    alpha: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="null: off. unigram: the smoothing of the sampled segmentation's "
+        "probability (lower: more varied; 0.1 to 0.5 are usual); bpe: BPE-dropout's chance "
+        "of leaving out each merge (0.1 is usual)",
+    )
+    nbest: int = Field(
+        -1,
+        ge=-1,
+        description="unigram: sample among the N best segmentations (N >= 2), -1: among all",
+    )
+    segmentations: int = Field(
+        8,
+        ge=1,
+        le=1000,
+        description="sampled segmentations of the training corpora, prepared once and kept; "
+        "epoch e trains on number e mod this",
+    )
+
+    @field_validator("nbest")
+    @classmethod
+    def _more_than_one(cls, value: int) -> int:
+        if value in (0, 1):
+            raise ValueError("sampling among the 1 best is no sampling; give -1 (all) or 2 or more")
+        return value
+
+
+class DataConfig(Section):
+    src: str = Field(min_length=1, description="source language suffix, e.g. de")
+    tgt: str = Field(min_length=1, description="target language suffix, e.g. en")
+    train: str | list[str] = Field(
+        description="prefix of the training corpus: {prefix}.{lang}[.gz]; or a list of "
+        "prefixes, trained on together (each prepared once: docs/training.md)"
+    )
+    weights: list[Annotated[float, Field(gt=0, le=1000)]] | None = Field(
+        None,
+        description="how often an epoch holds each training corpus's pairs, one weight per "
+        "data.train prefix: 3 = each pair three times, 0.5 = a random half drawn anew each "
+        "epoch (default: 1 each)",
+    )
+    valid: str = Field(description="prefix of the validation corpus")
+    test: list[str] = Field(
+        default_factory=list, description="prefixes scored after training; one may be a string"
+    )
+    max_len: PositiveInt = Field(100, description="training pairs longer (in pieces) are dropped")
+    subword_sampling: SubwordSamplingConfig = Field(
+        default_factory=SubwordSamplingConfig,
+        description="subword regularization of the training pairs (unigram sampling, BPE-dropout)",
+    )
+
+    @field_validator("train")
+    @classmethod
+    def _some_training_corpus(cls, value: str | list[str]) -> str | list[str]:
+        if value == []:
+            raise ValueError("an empty list; give at least one prefix")
+        return value
+
+    @property
+    def train_prefixes(self) -> list[str]:
+        """`train` as a list, one prefix or several."""
+        return [self.train] if isinstance(self.train, str) else list(self.train)
+
+    @model_validator(mode="after")
+    def _a_weight_per_corpus(self) -> DataConfig:
+        if self.weights is not None and len(self.weights) != len(self.train_prefixes):
+            corpora = len(self.train_prefixes)
+            raise ValueError(
+                f"weights has {len(self.weights)} values for {corpora} training "
+                f"{'corpus' if corpora == 1 else 'corpora'} (data.train); give one weight per "
+                "prefix, in its order"
+            )
+        return self
+
+    @field_validator("test", mode="before")
+    @classmethod
+    def _one_prefix_is_a_list_of_one(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("test")
+    @classmethod
+    def _test_names_differ(cls, prefixes: list[str]) -> list[str]:
+        # Each set's output is test/NAME.TGT and its scores are keyed by NAME.
+        names = [Path(prefix).name for prefix in prefixes]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            clash = [prefix for prefix in prefixes if Path(prefix).name == twice[0]]
+            raise ValueError(
+                f"two test sets are named {twice[0]} ({', '.join(clash)}); their outputs would "
+                "overwrite each other in test/: rename one"
+            )
+        return prefixes
+
+
+class TokenizerConfig(Section):
+    type: Literal["sentencepiece"] = Field("sentencepiece", description="the tokenizer library")
+    model_type: Literal["bpe", "unigram"] = Field("bpe", description="SentencePiece's algorithm")
+    vocab_size: int = Field(8000, ge=8, description="pieces per vocabulary")
+    joint: bool = Field(True, description="one vocabulary for both languages; false: one each")
+    character_coverage: float = Field(
+        1.0, gt=0, le=1, description="share of characters covered; rarer ones become <unk>"
+    )
+    byte_fallback: bool = Field(
+        False,
+        description="a character outside the vocabulary becomes its UTF-8 bytes (256 pieces "
+        "of the vocabulary), not <unk>, and translations can write it",
+    )
+    model: str | None = Field(
+        None,
+        description="use this SentencePiece model instead of training one: a .model file (both "
+        "sides), or a directory with joint.model or src.model and tgt.model; model_type, "
+        "vocab_size, character_coverage and byte_fallback are then not read",
+    )
