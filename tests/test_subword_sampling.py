@@ -172,3 +172,17 @@ def test_bad_sampling_settings_are_one_line_each(toy, capsys):
         assert run_cli("config", "--config", toy / "run.yaml", *options) == 2
         line = capsys.readouterr().err
         assert line.count("\n") == 1 and error in line
+
+
+def test_prepare_says_how_many_samples_it_keeps(toy, tmp_path, capsys):
+    sets = [
+        "--set",
+        "data.subword_sampling.alpha=0.1",
+        "--set",
+        "data.subword_sampling.segmentations=2",
+    ]
+    assert run_cli("prepare", toy / "run.yaml", "--run-dir", tmp_path / "run", *sets) == 0
+    err = capsys.readouterr().err
+    assert "prepared 300 training pairs and 2 sampled segmentations of them" in err
+    corpora = sorted(path.name for path in (tmp_path / "run/tokenizer/corpora").iterdir())
+    assert len(corpora) == 3 and corpora[1].endswith("-0") and corpora[2].endswith("-1")

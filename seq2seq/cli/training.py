@@ -51,8 +51,10 @@ def prepare(
     cfg = _run_config("prepare", config_file, config, overrides)
     directory = run_dir or Path("runs") / cfg.name
     data = prepare_run(cfg, directory)
+    samples = len(data.train.samples)
+    sampled = f" and {samples} sampled segmentations of them" if samples else ""
     print(
-        f"prepared {len(data.train)} training pairs in {directory / 'tokenizer'}; "
+        f"prepared {len(data.train)} training pairs{sampled} in {directory / 'tokenizer'}; "
         f"train with: seq2seq train CONFIG (same --set and --run-dir)",
         file=sys.stderr,
     )
