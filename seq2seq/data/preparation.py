@@ -280,13 +280,13 @@ def _encode(
     empty side."""
     empty, threads, last_log = 0, cores(), time.monotonic()
     chunks = read_pairs(sources["src"], sources["tgt"], CHUNK_PAIRS, tuple(digests.values()))
-    for number, chunk in enumerate(_read_ahead(chunks)):
+    for index, chunk in enumerate(_read_ahead(chunks)):
         if sample is None:
             src = tokenizer.encode_src(chunk.src, threads)
             writer.add(src, tokenizer.encode_tgt(chunk.tgt, threads))
         else:
-            src = tokenizer.sample("src", chunk.src, sample, number)
-            writer.add(src, tokenizer.sample("tgt", chunk.tgt, sample, number))
+            src = tokenizer.sample("src", chunk.src, sample, index)
+            writer.add(src, tokenizer.sample("tgt", chunk.tgt, sample, index))
         empty += chunk.empty
         if log and time.monotonic() - last_log > _LOG_EVERY:
             log.info("... %d pairs prepared", writer.pairs)
