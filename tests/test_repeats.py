@@ -8,7 +8,7 @@ import torch
 from cli_helpers import run_cli
 from test_search import ARCHS, BOS, EOS, every_output, sequence_log_prob, source, tiny
 
-from seq2seq.decode import search
+from seq2seq.decode import beams, search
 from seq2seq.decode.repeats import block_repeats_
 from seq2seq.decode.search import beam_search, length_penalty
 from seq2seq.decode.translate import Translator
@@ -65,7 +65,7 @@ def test_the_search_is_unchanged_when_nothing_would_repeat(arch, beam, monkeypat
         block_repeats_(log_probs, history, n)
         bans.append((history.size(1) >= n, int(log_probs.isinf().sum() - before)))
 
-    monkeypatch.setattr(search, "block_repeats_", spy)
+    monkeypatch.setattr(beams, "block_repeats_", spy)
 
     def run(n):
         bans.clear()

@@ -32,6 +32,12 @@ class Trail:
     # (input rows,) each input row's slot at the step before; None: the same index, as no
     # sentence left the batch and each slot went on in its own row (search.py's `_next_beams`)
     previous_slots: list[Tensor | None]
+    # per sentence, (score, step, slot) of each hypothesis finished so far
+    finished: list[list[tuple[float, int, int]]]
+
+    @classmethod
+    def start(cls, sentences: int) -> Trail:
+        return cls([], [], [], [], [[] for _ in range(sentences)])
 
     def append(
         self,
@@ -45,9 +51,7 @@ class Trail:
         self.weights.append(None if weights is None else weights.float())
         self.previous_slots.append(previous_slots)
 
-    def read_back(
-        self, finished: list[list[tuple[float, int, int]]], src_mask: Tensor, nbest: int
-    ) -> list[list[Hypothesis]]:
+    def read_back(self, src_mask: Tensor, nbest: int) -> list[list[Hypothesis]]:
         """Follow back-pointers from each kept hypothesis's EOS slot to its first token."""
         src_lengths = src_mask[:, 0].sum(-1).tolist()
         # Python lists: reading single elements of tensors costs microseconds each.
@@ -70,7 +74,7 @@ class Trail:
 
         return [
             [trace(b, *hyp) for hyp in sorted(hyps, key=lambda h: -h[0])[:nbest]]
-            for b, hyps in enumerate(finished)
+            for b, hyps in enumerate(self.finished)
         ]
 
 

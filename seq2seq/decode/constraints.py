@@ -1,0 +1,204 @@
+"""Lexical constraints: phrases that each output of a sentence must contain (terminology,
+names, a word the translation must use), in any order, found by dynamic beam allocation
+(Post and Vilar, 2018).
+
+A phrase is target text; its pieces are the target SentencePiece model's, encoded alone
+(so "Hund" is the piece sequence of " Hund": it matches a word, not the inside of one). A
+hypothesis meets a phrase when its pieces appear in it in a row; its progress is the
+phrases met and how far into one it is (a phrase interrupted starts over). At each step
+the search's candidates are the usual best continuations plus, for every open
+hypothesis, the next piece of each phrase it has not met and its own best piece; then
+the K open slots are shared among banks, one bank per count of constraint pieces met
+(0 .. all), each taking its best candidates up to K // banks (at least one), and the
+slots left go to the best candidates of any bank. So hypotheses that placed more of the
+constraints keep a place in the beam although they score lower for now. A hypothesis may
+end (EOS) only once it has met every phrase; one that reaches the output limit without
+them has no way on, and a sentence none of whose hypotheses met them ends without a
+translation (the caller translates it again without constraints, and says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+NONE = -1  # in `Progress.active`: no phrase under way; in `Constraints.tokens`: padding
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """The phrases of a batch's sentences as piece ids."""
+
+    tokens: Tensor  # (B, C, L) phrase c of sentence b, NONE after its pieces
+    lengths: Tensor  # (B, C) its pieces; 0: no phrase (a sentence with fewer than C)
+
+    @classmethod
+    def of(cls, phrases: list[list[list[int]]], device: torch.device) -> Constraints:
+        """From each sentence's phrases (lists of piece ids; an empty list: none)."""
+        count = max(1, max(map(len, phrases)))
+        longest = max([1, *(len(p) for sentence in phrases for p in sentence)])
+        tokens = torch.full((len(phrases), count, longest), NONE, dtype=torch.long)
+        lengths = torch.zeros(len(phrases), count, dtype=torch.long)
+        for b, sentence in enumerate(phrases):
+            for c, phrase in enumerate(sentence):
+                tokens[b, c, : len(phrase)] = torch.tensor(phrase)
+                lengths[b, c] = len(phrase)
+        return cls(tokens.to(device), lengths.to(device))
+
+    @property
+    def totals(self) -> Tensor:
+        """(B,) constraint pieces of each sentence."""
+        return self.lengths.sum(1)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far each hypothesis (a row, or a candidate) has come with its sentence's
+    phrases."""
+
+    met: Tensor  # (R, C) whether it contains phrase c
+    active: Tensor  # (R,) the phrase it is in the middle of, or NONE
+    position: Tensor  # (R,) the pieces of that phrase it has matched (0 with NONE)
+
+    @classmethod
+    def start(cls, rows: int, phrases: int, device: torch.device) -> Progress:
+        met = torch.zeros(rows, phrases, dtype=torch.bool, device=device)
+        nothing = torch.full((rows,), NONE, dtype=torch.long, device=device)
+        return cls(met, nothing, torch.zeros_like(nothing))
+
+    def select(self, rows: Tensor) -> Progress:
+        return Progress(self.met[rows], self.active[rows], self.position[rows])
+
+    def pieces_met(self, lengths: Tensor) -> Tensor:
+        """(R,) constraint pieces placed: the phrases met, and the one under way so far.
+        `lengths` (R, C): the phrases' lengths of each row's sentence."""
+        return (self.met * lengths).sum(1) + self.position
+
+    def complete(self, lengths: Tensor) -> Tensor:
+        """(R,) whether every phrase is met."""
+        return (self.met | (lengths == 0)).all(1)
+
+    def after(self, token: Tensor, tokens: Tensor, lengths: Tensor) -> Progress:
+        """The progress once each row has taken `token` (R,); `tokens` (R, C, L) and
+        `lengths` (R, C): its sentence's phrases."""
+        rows = torch.arange(len(token), device=token.device)
+        phrase = self.active.clamp(min=0)
+        expected = tokens[rows, phrase, self.position.clamp(max=tokens.size(2) - 1)]
+        goes_on = (self.active != NONE) & (expected == token)
+        completes = goes_on & (self.position + 1 == lengths[rows, phrase])
+        met = self.met.clone()
+        met[rows[completes], phrase[completes]] = True
+        # A piece that does not go on with the phrase under way may start one not met (the
+        # one interrupted among them).
+        starts = ~goes_on[:, None] & ~met & (lengths > 0) & (tokens[:, :, 0] == token[:, None])
+        first, started = starts.int().argmax(1), starts.any(1)
+        whole = started & (lengths[rows, first] == 1)
+        met[rows[whole], first[whole]] = True
+        going, begun = goes_on & ~completes, started & ~whole
+        active = torch.where(going, self.active, torch.where(begun, first, NONE))
+        position = torch.where(going, self.position + 1, begun.long())
+        return Progress(met, active, position)
+
+
+@dataclass(frozen=True)
+class ConstrainedBeams:
+    """The constraints of a search's sentences and the progress of its rows."""
+
+    constraints: Constraints  # by input sentence
+    progress: Progress  # by row of the decoder batch
+    candidates: Progress | None = None  # by candidate of the last step, once `widen`ed
+
+    @classmethod
+    def start(cls, constraints: Constraints) -> ConstrainedBeams:
+        rows, phrases = constraints.lengths.shape
+        return cls(constraints, Progress.start(rows, phrases, constraints.lengths.device))
+
+    def mask_incomplete_eos_(self, log_probs: Tensor, row_sentences: Tensor, eos_id: int) -> None:
+        """No row ends (EOS) before it has met every phrase of its sentence."""
+        lengths = self.constraints.lengths[row_sentences]
+        log_probs[:, eos_id].masked_fill_(~self.progress.complete(lengths), float("-inf"))
+
+    def widen(
+        self,
+        cumulative: Tensor,
+        top_scores: Tensor,
+        origin: Tensor,
+        token: Tensor,
+        row_sentences: Tensor,
+    ) -> tuple[ConstrainedBeams, Tensor, Tensor, Tensor]:
+        """The step's candidates (A, N), best first, with each open row's next piece of
+        every phrase and its own best piece added to the usual ones (`top_scores`, with
+        `origin` and `token` (A*C,)); `cumulative` (A*W, V): every continuation's summed
+        log-probability. Also this with each candidate's progress (`candidates`)."""
+        active, rows = top_scores.size(0), cumulative.size(0)
+        tokens = self.constraints.tokens[row_sentences]
+        lengths = self.constraints.lengths[row_sentences]
+        extra = self._next_pieces(tokens, lengths)
+        extra = torch.cat([extra, cumulative.argmax(1, keepdim=True)], dim=1)
+        extra_scores = cumulative.gather(1, extra.clamp(min=0)).masked_fill(extra < 0, -torch.inf)
+        extra_origin = torch.arange(rows, device=extra.device).unsqueeze(1).expand_as(extra)
+        scores = torch.cat([top_scores, extra_scores.reshape(active, -1)], dim=1)
+        origin = torch.cat([origin.view(active, -1), extra_origin.reshape(active, -1)], dim=1)
+        token = torch.cat([token.view(active, -1), extra.clamp(min=0).reshape(active, -1)], dim=1)
+        keys = origin * cumulative.size(1) + token
+        unique = -1 - torch.arange(keys.size(1), device=keys.device)  # for closed candidates
+        scores = _without_repeats(scores, torch.where(scores.isfinite(), keys, unique))
+        scores, order = scores.sort(dim=1, descending=True, stable=True)
+        origin, token = origin.gather(1, order).view(-1), token.gather(1, order).view(-1)
+        parents = self.progress.select(origin)
+        after = parents.after(token, tokens[origin], lengths[origin])
+        return replace(self, candidates=after), scores, origin, token
+
+    def _next_pieces(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """(R, C) the piece each row would take next for each phrase: the next of the one
+        under way, the first of any other not met; NONE for a phrase met or absent."""
+        progress = self.progress
+        rows = torch.arange(tokens.size(0), device=tokens.device)
+        position = progress.position.clamp(max=tokens.size(2) - 1)
+        going = tokens[rows, progress.active.clamp(min=0), position]
+        phrase = torch.arange(tokens.size(1), device=tokens.device)
+        under_way = phrase == progress.active[:, None]  # never, for NONE
+        fresh = torch.where(~progress.met & (lengths > 0), tokens[:, :, 0], NONE)
+        return torch.where(under_way, going[:, None], fresh)
+
+    def allocate(
+        self, top_scores: Tensor, at_eos: Tensor, beam: int, candidate_sentences: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """The next step's K = `beam` slots of each sentence from its candidates (A, N),
+        by banks of constraint pieces met (see the module): their scores (A, K; -inf:
+        closed) and the candidate each is (A*K,), an index into the step's A*N."""
+        active, width = top_scores.shape
+        lengths = self.constraints.lengths[candidate_sentences]
+        bank = self.candidates.pieces_met(lengths).view(active, width)
+        totals = self.constraints.totals[candidate_sentences].view(active, width)
+        open_ = top_scores.isfinite() & ~at_eos
+        most = int(self.constraints.totals.max())
+        members = F.one_hot(bank, most + 1) * open_.unsqueeze(2)
+        rank = (members.cumsum(1) - members).gather(2, bank.unsqueeze(2)).squeeze(2)
+        quota = (beam // (totals + 1)).clamp(min=1)
+        banked = open_ & (rank < quota)
+        key = torch.where(banked, most - bank, most + 1).masked_fill(~open_, most + 2)
+        order = key.argsort(dim=1, stable=True)[:, :beam]
+        scores = top_scores.gather(1, order).masked_fill(~open_.gather(1, order), -torch.inf)
+        first = (torch.arange(active, device=order.device) * width).unsqueeze(1)
+        return scores, (order + first).view(-1)
+
+    def moved(self, slots: Tensor) -> ConstrainedBeams:
+        """The progress of the next step's rows: that of the candidates `slots` names."""
+        return ConstrainedBeams(self.constraints, self.candidates.select(slots))
+
+    def keep(self, rows: Tensor) -> ConstrainedBeams:
+        return ConstrainedBeams(self.constraints, self.progress.select(rows))
+
+
+def _without_repeats(scores: Tensor, keys: Tensor) -> Tensor:
+    """`scores` (A, N) with -inf for each candidate whose key (row x V + token) an earlier
+    one of its sentence has: a continuation proposed twice takes one slot."""
+    sorted_keys, order = keys.sort(dim=1, stable=True)
+    repeated = torch.zeros_like(keys, dtype=torch.bool)
+    repeated[:, 1:] = sorted_keys[:, 1:] == sorted_keys[:, :-1]
+    again = torch.zeros_like(repeated).scatter_(1, order, repeated)
+    return scores.masked_fill(again, -torch.inf)
