@@ -4,11 +4,14 @@ without phrases are searched as before."""
 
 import pytest
 import torch
+from cli_helpers import run_cli
 from test_search import ARCHS, BOS, EOS, every_output, sequence_log_prob, source, tiny
 
 from seq2seq.decode.constraints import NONE, Constraints, Progress
 from seq2seq.decode.sampling import Sampler
 from seq2seq.decode.search import beam_search, length_penalty
+from seq2seq.decode.translate import Translator
+from seq2seq.errors import UserError
 
 
 def contains(output: list[int], phrase: list[int]) -> bool:
@@ -132,3 +135,74 @@ def test_samples_refuse_constraints():
             model, src, mask, torch.tensor([5]), BOS, EOS, 2, 1, 0.0,
             sampler=Sampler(torch.rand(1, 2, 5)), constraints=phrases,
         )  # fmt: skip
+
+
+LINES = ["boka mimi toto tape podo", "toto", "mimi tape podo boka", "tape", "", "podo"]
+PHRASES = [["Qozoxu"], [], ["Zuqu", "Foxo Coha"], ["Jowa"], [], []]
+
+
+@pytest.fixture(scope="module")
+def translator(trained) -> Translator:
+    return Translator.load(trained, device="cpu")
+
+
+def test_each_translation_holds_its_line_s_phrases(translator):
+    found = translator.hypotheses(LINES, nbest=2, beam=5, constraints=PHRASES, attention=False)
+    plain = translator.hypotheses(LINES, nbest=2, beam=5, attention=False)
+    for phrases, hyps, free in zip(PHRASES, found, plain, strict=True):
+        assert all(phrase in h.text for h in hyps for phrase in phrases)
+        assert not any(h.unconstrained for h in hyps)
+        if not phrases:  # a line without phrases, among lines with some: as if alone
+            assert [h.text for h in hyps] == [h.text for h in free]
+    assert "Qozoxu" not in plain[0][0].text and found[4] == []
+    best = translator.translate(LINES, beam=5, constraints=PHRASES)
+    assert best == [hyps[0].text if hyps else "" for hyps in found]
+
+
+def test_a_line_whose_phrases_cannot_be_held_is_translated_without_them(translator):
+    blocked = {"beam": 4, "no_repeat_ngram": 1}  # no output repeats a piece
+    found = translator.hypotheses(
+        LINES[:2], constraints=[["Zuqu Zuqu"], ["Zuqu"]], attention=False, **blocked
+    )
+    alone = translator.hypotheses(LINES[:1], attention=False, **blocked)
+    assert found[0][0].unconstrained and found[0][0].text == alone[0][0].text
+    assert not found[1][0].unconstrained and "Zuqu" in found[1][0].text
+
+
+def test_bad_constraints_are_one_line(translator):
+    cases = [
+        ({"constraints": [["Zuqu"]] * 5}, UserError, "constraints has 5 lines but the input has 6"),
+        ({"constraints": [["Zuqu", " "], *[[]] * 5]}, UserError, r"constraints\[0\]: an empty"),
+        ({"constraints": "Zuqu"}, TypeError, "a list of lists of phrases"),
+        ({"constraints": ["Zuqu", *[[]] * 5]}, TypeError, r"constraints\[0\] is str"),
+        ({"constraints": PHRASES, "beam": 1}, UserError, "need a beam of at least 2"),
+        ({"constraints": PHRASES, "sample": True}, UserError, "need beam search; drop sample"),
+    ]
+    for arguments, kind, message in cases:
+        with pytest.raises(kind, match=message):
+            translator.translate(LINES, **arguments)
+
+
+def test_the_command_line_reads_a_constraint_file(translator, trained, tmp_path, capsys):
+    source, constraints = tmp_path / "src.txt", tmp_path / "constraints.txt"
+    source.write_text("".join(line + "\n" for line in LINES[:3]))
+    constraints.write_text("Qozoxu\n\nZuqu\tFoxo Coha\n")
+    out = tmp_path / "out.txt"
+    args = ["translate", "--run", trained, "-i", source, "-o", out, "--device", "cpu"]
+    assert run_cli(*args, "--constraints", constraints, "--beam", "5") == 0
+    expected = translator.translate(LINES[:3], beam=5, constraints=PHRASES[:3])
+    assert out.read_text().splitlines() == expected
+    constraints.write_text("Zuqu Zuqu\n\n\n")
+    assert (
+        run_cli(*args, "--constraints", constraints, "--beam", "4", "--no-repeat-ngram", "1") == 0
+    )
+    assert (
+        "1 input line is translated unconstrained, as no hypothesis held the phrases (line 1)"
+        in (capsys.readouterr().err)
+    )
+    out.unlink()
+    constraints.write_text("Zuqu\n")
+    assert run_cli(*args, "--constraints", constraints) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{constraints} has 1 line but the input has 3" in err and len(err.splitlines()) == 1
+    assert not out.exists()

@@ -99,6 +99,8 @@ def test_a_target_prefix_is_forced_as_ours_is(transformer, toy, tmp_path):
     assert all(h[0].text.startswith(p) for p, h in zip(prefixes, found, strict=True))
     with pytest.raises(UserError, match="ends in whitespace .* drop the whitespace at its end"):
         theirs.translate(sources[:1], prefixes=["Two "])
+    with pytest.raises(UserError, match="CTranslate2 has no lexical constraints; translate with"):
+        theirs.translate(sources[:2], beam=2, constraints=[["Zuqu"], []])
 
 
 def test_translate_with_the_engine_through_the_command_line(transformer, toy, tmp_path):

@@ -167,6 +167,19 @@ PrefixFile = Annotated[
         "with verbatim and decodes on from",
     ),
 ]
+AlignmentFile = Annotated[
+    Path | None,
+    typer.Option("--alignments", help="write Pharaoh word alignments (i-j), a line per input"),
+]
+ConstraintFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--constraints",
+        metavar="FILE",
+        help="lexical constraints, a line per input line: the phrases (tab-separated; empty: "
+        "none) that each output must contain (needs --beam 2 or more)",
+    ),
+]
 DeviceChoice = Annotated[
     Device | None, typer.Option(help="where to compute; default: the run's train.device")
 ]

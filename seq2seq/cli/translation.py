@@ -11,11 +11,13 @@ import typer
 
 from seq2seq.cli.app import app
 from seq2seq.cli.options import (
+    AlignmentFile,
     AttentionFile,
     BatchTokens,
     Beam,
     Checkpoint,
     Checkpoints,
+    ConstraintFile,
     CoveragePenalty,
     Device,
     DeviceChoice,
@@ -96,9 +98,7 @@ def translate(
     no_repeat_ngram: NoRepeatNgram = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
-    alignments: Annotated[
-        Path | None, typer.Option(help="write Pharaoh word alignments (i-j), a line per input")
-    ] = None,
+    alignments: AlignmentFile = None,
     engine: Annotated[
         Engine, typer.Option(help="ctranslate2: a model that `seq2seq export` wrote")
     ] = Engine.torch,
@@ -113,6 +113,7 @@ def translate(
     mbr: Mbr = None,
     mbr_utility: MbrUtility = None,
     prefix_file: PrefixFile = None,
+    constraint_file: ConstraintFile = None,
     attention: AttentionFile = None,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
@@ -130,7 +131,8 @@ def translate(
         translator = _translator(
             engine, run, checkpoint, device, threads, alignments or attention, options, int8
         )
-        _translate_input(translator, input, output, nbest, (alignments, attention), prefix_file)
+        guides = (prefix_file, constraint_file)
+        _translate_input(translator, input, output, nbest, (alignments, attention), guides)
 
 
 def _translate_input(
@@ -139,10 +141,11 @@ def _translate_input(
     output: Path | None,
     nbest: int,
     weights: tuple[Path | None, Path | None],
-    prefix_file: Path | None,
+    guides: tuple[Path | None, Path | None],
 ) -> None:
     """Translate a file, piped stdin or a terminal session; `weights`: the files of the
-    word alignments and of the attention, if asked for."""
+    word alignments and of the attention, if asked for; `guides`: those of the prefixes
+    and of the constraints."""
     from seq2seq.decode.line_io import translate_file, translate_interactively
 
     if nbest > translator.decode.beam and not translator.decode.sample:
@@ -152,13 +155,14 @@ def _translate_input(
     if input is None and sys.stdin.isatty():
         if any(weights) or output:
             raise UserError("interactive translation writes to the terminal; pass --input FILE")
-        if prefix_file is not None:
-            raise UserError("--prefix-file pairs its lines with an input file's; pass --input FILE")
+        for option, file in zip(("--prefix-file", "--constraints"), guides, strict=True):
+            if file is not None:
+                raise UserError(f"{option} pairs its lines with an input file's; pass --input FILE")
         translate_interactively(translator, nbest)
     else:
         source = input or Path("/dev/stdin")
         alignments, attention = weights
-        translate_file(translator, source, output, nbest, alignments, prefix_file, attention)
+        translate_file(translator, source, output, nbest, alignments, guides, attention)
 
 
 def _decoding(

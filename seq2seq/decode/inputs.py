@@ -85,6 +85,31 @@ def check_prefixes(prefixes: Any, count: int, file: Path | None = None) -> None:
         )
 
 
+def check_constraints(constraints: Any, count: int, file: Path | None = None) -> None:
+    """`constraints` is None, or for each of `count` lines a list of the phrases its
+    outputs must contain (an empty list: none), each some text without a tab or a line
+    break; errors name `file`'s lines where they were read from one."""
+    if constraints is None:
+        return
+    name = "constraints" if file is None else str(file)
+    if not isinstance(constraints, list | tuple):
+        raise TypeError(f"{name} must be a list of lists of phrases, one per line")
+    for number, phrases in enumerate(constraints):
+        where = f"constraints[{number}]" if file is None else f"{file}, line {number + 1}"
+        if not isinstance(phrases, list | tuple):
+            raise TypeError(f"{where} is {type(phrases).__name__}, not a list of phrases")
+        for phrase in phrases:
+            check_line(phrase, where)
+            if not phrase.strip():
+                raise UserError(f"{where}: an empty phrase constrains nothing; leave it out")
+    if len(constraints) != count:
+        lines = "line" if len(constraints) == 1 else "lines"
+        raise UserError(
+            f"{name} has {len(constraints)} {lines} but the input has {count}; give the "
+            "phrases of each input line, an empty list (or line) for none"
+        )
+
+
 def check_nbest(nbest: Any) -> None:
     """`nbest` is a whole number of hypotheses, at least one."""
     if isinstance(nbest, bool) or not isinstance(nbest, int):

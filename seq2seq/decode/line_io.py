@@ -14,11 +14,15 @@ import sys
 from pathlib import Path
 
 from seq2seq.data.corpus import raw_lines, read_lines
-from seq2seq.decode.inputs import check_prefixes
+from seq2seq.decode.inputs import check_constraints, check_prefixes
 from seq2seq.decode.line_translator import LineTranslator, Translation
 from seq2seq.files import atomic_write_text
 
 INVALID_UTF8 = ("not valid UTF-8", "translated as empty; re-encode the input as UTF-8")
+UNCONSTRAINED = (
+    "translated unconstrained, as no hypothesis held the phrases",
+    "a larger --beam, or fewer or shorter phrases, may place them",
+)
 
 
 def decode_source_line(raw: bytes) -> str | None:
@@ -39,6 +43,14 @@ def read_source_lines(path: Path) -> tuple[list[str], list[int]]:
             invalid.append(number)
         lines.append(line or "")
     return lines, invalid
+
+
+def read_constraints(path: Path | None) -> list[list[str]] | None:
+    """Each line's phrases from a constraint file: tab-separated, an empty line for none
+    (blank fields are left out)."""
+    if path is None:
+        return None
+    return [[p for p in line.split("\t") if p.strip()] for line in read_lines(path)]
 
 
 def format_output(index: int, found: list[Translation], nbest: int) -> str:
@@ -85,19 +97,24 @@ def translate_file(
     output: Path | None,
     nbest: int = 1,
     alignments: Path | None = None,
-    prefix_file: Path | None = None,
+    guides: tuple[Path | None, Path | None] = (None, None),
     attention: Path | None = None,
 ) -> None:
     """Translate every line of `source` into `output` (None: stdout), each from its line of
-    `prefix_file` if given, and write the best translations' word alignments to
-    `alignments` and their attention to `attention` (JSON lines) when given."""
+    the prefix file and holding the phrases of its line of the constraint file (`guides`),
+    if given, and write the best translations' word alignments to `alignments` and their
+    attention to `attention` (JSON lines) when given."""
     lines, invalid = read_source_lines(source)
+    prefix_file, constraint_file = guides
     prefixes = None if prefix_file is None else read_lines(prefix_file)
     check_prefixes(prefixes, len(lines), prefix_file)  # before any work
+    constraints = read_constraints(constraint_file)
+    check_constraints(constraints, len(lines), constraint_file)
     weighted = alignments is not None or attention is not None
     found = translator.hypotheses(
-        lines, nbest=nbest, progress=True, attention=weighted, prefixes=prefixes
-    )
+        lines, nbest=nbest, progress=True, attention=weighted, prefixes=prefixes,
+        constraints=constraints,
+    )  # fmt: skip
     text = "".join(format_output(i, hyps, nbest) for i, hyps in enumerate(found))
     best = list(zip(lines, [hyps[0] if hyps else None for hyps in found], strict=True))
     if alignments is not None:
@@ -113,3 +130,5 @@ def translate_file(
     note_lines(invalid, *INVALID_UTF8)
     truncated = [i + 1 for i, hyps in enumerate(found) if hyps and hyps[0].truncated]
     note_lines(truncated, *_cut(translator))
+    free = [i + 1 for i, hyps in enumerate(found) if hyps and hyps[0].unconstrained]
+    note_lines(free, *UNCONSTRAINED)

@@ -1,6 +1,6 @@
 """Lines of text in, translations out, whatever engine searches: the line-level contract
-(blank lines, cut sources, token batches in length order, n-best lists, prefixes) and the
-decoding options a call may change."""
+(blank lines, cut sources, token batches in length order, n-best lists, prefixes, lexical
+constraints) and the decoding options a call may change."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from seq2seq.data.batching import token_batches
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
 from seq2seq.decode.hypotheses import Hypothesis
 from seq2seq.decode.inputs import (
+    check_constraints,
     check_lines,
     check_nbest,
     check_option_kinds,
@@ -50,6 +51,7 @@ class Translation:
     # (len(tokens) + 1, [heads,] source pieces + 1), EOS last; None unless asked for
     attention: torch.Tensor | None
     truncated: bool = False  # the source was cut to the translator's max_source pieces
+    unconstrained: bool = False  # no hypothesis held the line's phrases: searched without
 
 
 # decode.batch_tokens where a config leaves it null, by device.
@@ -90,12 +92,15 @@ class LineTranslator:
         attention: bool = False,
         lines: list[int] | None = None,
         prefixes: list[Prefix | None] | None = None,
+        constraints: list[list[list[int]]] | None = None,
     ) -> list[list[Hypothesis]]:
         """The `nbest` best hypotheses of each source (piece ids, no EOS), best first, with
         their attention weights if `attention` and the engine has them; with
         `decode.sample`, `nbest` samples, drawn with the numbers of the `lines` (the
         sources' indices in the input; None: 0, 1, ...); each starting with its source's
-        prefix, if `prefixes` gives one (its pieces are the hypothesis' first tokens)."""
+        prefix, if `prefixes` gives one (its pieces are the hypothesis' first tokens), and
+        holding its phrases (piece ids), if `constraints` gives some (none: no hypothesis
+        could)."""
         raise NotImplementedError
 
     def attention_labels(self, line: str, translation: Translation) -> tuple[list[str], list[str]]:
@@ -126,6 +131,7 @@ class LineTranslator:
         nbest: Literal[1] = 1,
         progress: bool = False,
         prefixes: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
         **decode: Any,
     ) -> list[str]: ...
 
@@ -137,6 +143,7 @@ class LineTranslator:
         nbest: int,
         progress: bool = False,
         prefixes: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
         **decode: Any,
     ) -> list[list[str]]: ...
 
@@ -147,16 +154,20 @@ class LineTranslator:
         nbest: int = 1,
         progress: bool = False,
         prefixes: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
         **decode: Any,
     ) -> list[str] | list[list[str]]:
         """The best translation of each line; with `nbest` N > 1, the N best of each, best
         first (fewer where the search finished fewer). `decode` sets fields of the decode
         section (beam, length_penalty, ...) for this call; `progress` shows a progress bar
         on stderr when it is a terminal; `prefixes`, one per line ("": none), are what each
-        translation of their line starts with, verbatim (decode/prefix.py)."""
+        translation of their line starts with, verbatim (decode/prefix.py); `constraints`,
+        a list per line ([]: none), the phrases each must contain (decode/constraints.py:
+        a line none of whose hypotheses held them is translated without them)."""
         found = self.hypotheses(
-            lines, nbest=nbest, progress=progress, attention=False, prefixes=prefixes, **decode
-        )
+            lines, nbest=nbest, progress=progress, attention=False, prefixes=prefixes,
+            constraints=constraints, **decode,
+        )  # fmt: skip
         if nbest == 1:
             return [hyps[0].text if hyps else "" for hyps in found]
         return [[h.text for h in hyps] for hyps in found]
@@ -171,29 +182,25 @@ class LineTranslator:
         attention: bool = True,
         prefixes: list[str] | None = None,
         line_numbers: list[int] | None = None,
+        constraints: list[list[str]] | None = None,
         **decode: Any,
     ) -> list[list[Translation]]:
         """The `nbest` best hypotheses of each line with their scores, tokens and, if
         `attention`, attention weights (else None: the search is faster without), best first
         (with `decode.mbr`, distinct and in the order of minimum Bayes risk, `mbr`);
-        [] for a blank line (whatever its prefix). `decode`, `progress` and `prefixes` as in
-        `translate`. `skip`: lines `i` for which `skip(i)` holds when their batch comes are
-        not searched (they get []): how the server stops decoding a request that gave up.
+        [] for a blank line (whatever its prefix). `decode`, `progress`, `prefixes` and
+        `constraints` as in `translate`. `skip`: lines `i` for which `skip(i)` holds when
+        their batch comes are not searched (they get []): how the server stops decoding a
+        request that gave up.
         `line_numbers`: what seeds each line's samples (default: its index; the server
         numbers a line within its own request)."""
-        check_lines(lines)
-        check_prefixes(prefixes, len(lines))
-        check_nbest(nbest)
-        options = decode_options(self.decode, decode)
-        _check_nbest_fits(nbest, options)
+        options = self._options(lines, nbest, prefixes, constraints, decode)
         given = read_prefixes(self.tokenizer, prefixes, len(lines))
+        phrases = self._phrases(constraints, len(lines), options)
         numbers = range(len(lines)) if line_numbers is None else line_numbers
         outputs: list[list[Translation]] = [[] for _ in lines]
         keep = [i for i, line in enumerate(lines) if line.strip()]
-        src_ids = self.tokenizer.encode_src([lines[i] for i in keep])
-        limit = self.max_source
-        cut = [limit is not None and len(ids) > limit for ids in src_ids]
-        src_ids = [ids[:limit] for ids in src_ids]
+        src_ids, cut = self._sources([lines[i] for i in keep])
         candidates = options.mbr or nbest  # what a line's search finds
         width = candidates if options.sample else options.beam  # the rows of a source
         budget = max(self.batch_tokens(options) // width, 1)
@@ -203,23 +210,94 @@ class LineTranslator:
             for group in token_batches([len(s) for s in src_ids], None, budget):
                 wanted = [i for i in group if skip is None or not skip(keep[i])]
                 at = [keep[i] for i in wanted]  # their lines
-                found = self.search(
+                search = (
                     [src_ids[i] for i in wanted], candidates, options, attention,
                     [numbers[j] for j in at], [given[j] for j in at],
-                ) if wanted else []  # fmt: skip
-                for i, line, hyps in zip(wanted, at, found, strict=True):
-                    outputs[line] = self._translations(hyps, given[line], cut[i], options)[:nbest]
+                )  # fmt: skip
+                found = self._search_constrained(search, [phrases[j] for j in at])
+                for i, line, (hyps, free) in zip(wanted, at, found, strict=True):
+                    kept = self._translations(hyps, given[line], cut[i], options, free)
+                    outputs[line] = kept[:nbest]
                 bar.update(len(group))
         return outputs
 
+    def _sources(self, lines: list[str]) -> tuple[list[list[int]], list[bool]]:
+        """The piece ids of each line, cut to `max_source`, and whether each was cut."""
+        src_ids = self.tokenizer.encode_src(lines)
+        limit = self.max_source
+        cut = [limit is not None and len(ids) > limit for ids in src_ids]
+        return [ids[:limit] for ids in src_ids], cut
+
+    def _options(
+        self,
+        lines: list[str],
+        nbest: int,
+        prefixes: list[str] | None,
+        constraints: list[list[str]] | None,
+        decode: dict[str, Any],
+    ) -> DecodeConfig:
+        """The call's decoding options, once its arguments are checked (one line each)."""
+        check_lines(lines)
+        check_prefixes(prefixes, len(lines))
+        check_constraints(constraints, len(lines))
+        check_nbest(nbest)
+        options = decode_options(self.decode, decode)
+        _check_nbest_fits(nbest, options)
+        return options
+
+    def _phrases(
+        self, constraints: list[list[str]] | None, count: int, options: DecodeConfig
+    ) -> list[list[list[int]]]:
+        """Each line's phrases as target piece ids ([]: none); one line for a search that
+        cannot keep to them."""
+        if constraints is None or not any(constraints):
+            return [[] for _ in range(count)]
+        if options.sample:
+            raise UserError("lexical constraints need beam search; drop sample")
+        if options.beam < 2:
+            raise UserError(
+                "lexical constraints need a beam of at least 2 (5 or more place them well); "
+                "set beam"
+            )
+        return [
+            self.tokenizer.encode_tgt(list(phrases)) if phrases else [] for phrases in constraints
+        ]
+
+    def _search_constrained(
+        self, search: tuple, phrases: list[list[list[int]]]
+    ) -> list[tuple[list[Hypothesis], bool]]:
+        """`search`'s arguments searched (none: nothing), with `phrases` where a line has
+        some; a line none of whose hypotheses held them is searched again without them,
+        and marked so (True)."""
+        if not search[0]:
+            return []
+        if not any(phrases):
+            return [(hyps, False) for hyps in self.search(*search)]
+        found = self.search(*search, constraints=phrases)
+        missed = [i for i, hyps in enumerate(found) if not hyps]
+        if missed:
+            src_ids, nbest, options, attention, numbers, prefixes = search
+            again = self.search(
+                [src_ids[i] for i in missed], nbest, options, attention,
+                [numbers[i] for i in missed], [prefixes[i] for i in missed],
+            )  # fmt: skip
+            for i, hyps in zip(missed, again, strict=True):
+                found[i] = hyps
+        return [(hyps, i in missed) for i, hyps in enumerate(found)]
+
     def _translations(
-        self, found: list[Hypothesis], prefix: Prefix | None, cut: bool, options: DecodeConfig
+        self,
+        found: list[Hypothesis],
+        prefix: Prefix | None,
+        cut: bool,
+        options: DecodeConfig,
+        unconstrained: bool = False,
     ) -> list[Translation]:
         """A line's hypotheses as `Translation`s, their text starting with its prefix, if
         any; with `options.mbr`, its distinct texts in the order of minimum Bayes risk."""
         texts = output_texts(self.tokenizer, prefix, [h.tokens for h in found])
         translations = [
-            Translation(text, h.score, h.tokens, h.attention, cut)
+            Translation(text, h.score, h.tokens, h.attention, cut, unconstrained)
             for text, h in zip(texts, found, strict=True)
         ]
         if options.mbr:

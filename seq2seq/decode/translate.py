@@ -14,6 +14,7 @@ from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import make_batch
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
+from seq2seq.decode.constraints import Constraints
 from seq2seq.decode.cpu_weights import int8_weights, packed_weights
 from seq2seq.decode.ensemble import Ensemble, load_models
 from seq2seq.decode.forced import ForcedScore, score_pairs
@@ -179,9 +180,10 @@ class Translator(LineTranslator):
         attention: bool = False,
         lines: list[int] | None = None,
         prefixes: list[Prefix | None] | None = None,
+        constraints: list[list[list[int]]] | None = None,
     ) -> list[list[Hypothesis]]:
         """Beam search, or sampling, over a batch of piece ids (`decode`: default, the
-        translator's), from their prefixes if any."""
+        translator's), from their prefixes if any, holding their phrases if any."""
         batch = make_batch(src_ids, None, list(range(len(src_ids)))).to(self.device)
         decode = decode or self.decode
         limits = output_limits(batch.src_lengths, decode.max_len_ratio, decode.max_len_offset)
@@ -212,6 +214,7 @@ class Translator(LineTranslator):
             sampler=sampler,
             prefixes=prefixed,
             coverage_penalty=decode.coverage_penalty,
+            constraints=Constraints.of(constraints, self.device) if constraints else None,
         )
 
     @cached_property
