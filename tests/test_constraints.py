@@ -206,3 +206,11 @@ def test_the_command_line_reads_a_constraint_file(translator, trained, tmp_path,
     err = capsys.readouterr().err.strip()
     assert f"{constraints} has 1 line but the input has 3" in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_reference_constraints_are_each_line_s_longest_words(load_script):
+    longest = load_script("reference_constraints").longest_words
+    assert longest("A man rides a bicycle down the street.", 1) == ["bicycle"]
+    assert longest("A man rides a bicycle down the street.", 2) == ["bicycle", "street"]
+    assert longest("Two dogs run", 2) == ["Two", "dogs"]  # ties: the first
+    assert longest("", 1) == []
