@@ -7,7 +7,7 @@ import torch
 from cli_helpers import run_cli
 from test_search import ARCHS, BOS, EOS, every_output, sequence_log_prob, source, tiny
 
-from seq2seq.decode.constraints import NONE, Constraints, Progress
+from seq2seq.decode.constraints import NONE, ConstrainedBeams, Constraints, Progress
 from seq2seq.decode.sampling import Sampler
 from seq2seq.decode.search import beam_search, length_penalty
 from seq2seq.decode.translate import Translator
@@ -214,3 +214,30 @@ def test_reference_constraints_are_each_line_s_longest_words(load_script):
     assert longest("A man rides a bicycle down the street.", 2) == ["bicycle", "street"]
     assert longest("Two dogs run", 2) == ["Two", "dogs"]  # ties: the first
     assert longest("", 1) == []
+
+
+def test_a_hypothesis_that_met_its_phrases_finishes_where_its_bank_gives_it_a_slot():
+    """Row 0 has met the phrase and may end (EOS, -5); row 1 has not, and its continuations
+    score better (-1, -2, -3; the phrase's piece -9). Of K = 2 slots, one goes to each
+    bank: the EOS is among the first K candidates, which is where the search finishes."""
+    cpu = torch.device("cpu")
+    met = Progress(
+        torch.tensor([[True], [False]]),
+        torch.tensor([NONE, NONE]),
+        torch.zeros(2, dtype=torch.long),
+    )
+    beams = ConstrainedBeams(Constraints.of([[[7]]], cpu), met)
+    cumulative = torch.full((2, 10), -torch.inf)
+    cumulative[0, EOS] = -5.0
+    cumulative[1, [4, 5, 6, 7]] = torch.tensor([-1.0, -2.0, -3.0, -9.0])
+    top_scores, index = cumulative.view(1, -1).topk(4)
+    origin, token = index.view(-1) // 10, index.view(-1) % 10
+    beams, scores, origin, token = beams.widen(
+        cumulative, 2, top_scores, origin, token, torch.zeros(2, dtype=torch.long)
+    )
+    assert list(zip(origin[:2].tolist(), token[:2].tolist(), strict=True)) == [(0, EOS), (1, 4)]
+    assert scores[0, :2].tolist() == [-5.0, -1.0]
+    slots_scores, slots = beams.allocate(
+        scores, token.view_as(scores) == EOS, 2, torch.zeros(scores.numel(), dtype=torch.long)
+    )
+    assert [(int(origin[s]), int(token[s])) for s in slots] == [(1, 7), (1, 4)]  # a slot a bank

@@ -56,7 +56,7 @@ def test_translations_come_back_in_input_order_as_the_translator_gives_them(clie
     body = answer.json()
     assert [line["text"] for line in body["translations"]] == translator.translate(LINES, beam=3)
     assert body["beam"] == 3 and body["translations"][1] == {
-        "text": "", "truncated": False, "hypotheses": [],
+        "text": "", "truncated": False, "unconstrained": False, "hypotheses": [],
     }  # fmt: skip
     assert body["translations"][0]["hypotheses"][0]["attention"] is None  # not asked for
 
@@ -181,6 +181,13 @@ def test_health_info_and_the_page(client, translator):
         ({"text": ["toto"], "mbr": 5, "beam": 4}, 422, "mbr 5 chooses among a beam's 5 best"),
         ({"text": ["toto"], "mbr_utility": "ter"}, 422, "mbr_utility = 'ter': Input should be"),
         ({"text": ["toto"], "seed": "1"}, 422, "seed: Input should be a valid integer"),
+        ({"text": ["toto", "tape"], "constraints": [[]]}, 422, "constraints and text differ in l"),
+        ({"text": ["toto"], "constraints": [["a", " "]]}, 422, "constraints.0: an empty phrase"),
+        ({"text": ["toto"], "constraints": ["a"]}, 422, "constraints.0: Input should be a valid"),
+        ({"text": ["toto"], "constraints": [["a" * 100]]}, 413, "constraints.0 has 101 charac"),
+        ({"text": ["toto"], "constraints": [[]] * 9}, 413, "9 lists of phrases in one request"),
+        ({"text": ["toto"], "constraints": [["a"]], "beam": 1}, 422, "constraints: they need be"),
+        ({"text": ["toto"], "constraints": [["a"]], "sample": True}, 422, "constraints: they ne"),
     ],
 )
 def test_bad_requests_get_one_line_naming_the_field(client, body, status, fragment):
@@ -242,8 +249,8 @@ def test_a_body_not_sent_as_json_is_415_saying_so(client, content_type):
             {"text": ["a"], "x" * 5000: 1, "y": 2},
             422,
             f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, beam, nbest, attention, "
-            "prefix, sample, temperature, top_k, top_p, epsilon, seed, length_penalty, "
-            "coverage_penalty, mbr, mbr_utility",
+            "prefix, constraints, sample, temperature, top_k, top_p, epsilon, seed, "
+            "length_penalty, coverage_penalty, mbr, mbr_utility",
         ),
     ],
     ids=["8 wrong lines", "1,000 lines", "a 5,000-character field"],
@@ -434,3 +441,21 @@ def test_a_requests_ranking_options_are_the_translators(client, translator):
     found = [[h["text"] for h in line["hypotheses"]] for line in body["translations"]]
     assert found == translator.translate(LINES, **ask)
     assert found != translator.translate(LINES, beam=4, nbest=2)  # the options mattered
+
+
+def test_a_requests_constraints_are_the_translators(client, translator):
+    phrases = [["Zuqu"], [], [], ["Qozoxu", "Foxo"]]
+    answer = client.post("/translate", json={"text": LINES, "beam": 4, "constraints": phrases})
+    lines = answer.json()["translations"]
+    assert [line["text"] for line in lines] == translator.translate(
+        LINES, beam=4, constraints=phrases
+    )
+    assert "Zuqu" in lines[0]["text"] and "Foxo" in lines[3]["text"]
+    assert not any(line["unconstrained"] for line in lines)
+
+
+def test_a_line_whose_phrases_no_hypothesis_held_says_so(trained):
+    blocked = {"text": LINES[:1], "beam": 4, "constraints": [["Zuqu Zuqu"]]}
+    with client_of(Translator.load(trained, no_repeat_ngram=1)) as client:  # no piece twice
+        found = client.post("/translate", json=blocked).json()["translations"][0]
+    assert found["unconstrained"] and "Zuqu Zuqu" not in found["text"]

@@ -12,21 +12,21 @@ from seq2seq.serve.batcher import MicroBatcher, QueueFull, ShuttingDown
 
 class Recorder:
     """A search that echoes each line `nbest` times and records every call it gets (its
-    options are (beam, nbest)), and the prefixes and numbers of its lines."""
+    options are (beam, nbest)), and the prefixes, phrases and numbers of its lines."""
 
     def __init__(self, gate: threading.Event | None = None) -> None:
         self.calls: list[tuple[list[str], int, int]] = []
-        self.lines: list[tuple[list[str], list[int]]] = []
+        self.lines: list[tuple[list[str], list[list[str]], list[int]]] = []
         self.gate = gate
         self.started = threading.Event()
 
-    def __call__(self, lines, prefixes, numbers, options, skip=None) -> list[list[str]]:
+    def __call__(self, lines, prefixes, phrases, numbers, options, skip=None) -> list[list[str]]:
         self.started.set()
         if self.gate is not None:
             self.gate.wait(5)
         beam, nbest = options
         self.calls.append((lines, beam, nbest))
-        self.lines.append((prefixes, numbers))
+        self.lines.append((prefixes, phrases, numbers))
         return [[f"{line}/{beam}/{rank}" for rank in range(nbest)] for line in lines]
 
 
@@ -50,7 +50,7 @@ def test_requests_that_arrive_together_are_one_search_and_get_their_own_lines():
     assert search.calls == [(["a", "b", "c", "d", "e", "f"], 5, 1)]
 
 
-def test_each_line_goes_with_its_prefix_and_its_number_within_its_own_request():
+def test_each_line_goes_with_its_prefix_phrases_and_number_within_its_own_request():
     """The number seeds a line's samples: a line draws the same, whatever shares its batch."""
     search = Recorder()
 
@@ -59,13 +59,14 @@ def test_each_line_goes_with_its_prefix_and_its_number_within_its_own_request():
         batcher.start()
         await asyncio.gather(
             batcher.translate(["a", "b"], (1, 1), ["A", ""]), batcher.translate(["c"], (1, 1)),
-            batcher.translate(["d", "e"], (1, 1), ["D", "E"]),
+            batcher.translate(["d", "e"], (1, 1), ["D", "E"], [["x"], ["y", "z"]]),
         )  # fmt: skip
         await batcher.stop()
 
     run(scenario())
     assert search.calls == [(["a", "b", "c", "d", "e"], 1, 1)]
-    assert search.lines == [(["A", "", "", "D", "E"], [0, 1, 0, 0, 1])]
+    phrases = [[], [], [], ["x"], ["y", "z"]]
+    assert search.lines == [(["A", "", "", "D", "E"], phrases, [0, 1, 0, 0, 1])]
 
 
 def test_different_search_options_are_searched_apart_in_arrival_order():
@@ -144,7 +145,7 @@ def test_a_full_queue_refuses_and_a_stopping_batcher_finishes_what_it_holds():
 def test_a_request_whose_search_fails_fails_alone_and_the_next_batch_works():
     calls = []
 
-    def search(lines, prefixes, numbers, options, skip):
+    def search(lines, prefixes, phrases, numbers, options, skip):
         calls.append(lines)
         if "boom" in lines:
             raise RuntimeError("boom")
@@ -172,7 +173,7 @@ def test_the_search_is_told_which_lines_belong_to_a_request_that_gave_up():
     gate = threading.Event()
     seen = []
 
-    def search(lines, prefixes, numbers, options, skip):
+    def search(lines, prefixes, phrases, numbers, options, skip):
         gate.wait(5)  # both requests are in this search when the first gives up
         seen.append([skip(i) for i in range(len(lines))])
         return [[line] for line in lines]

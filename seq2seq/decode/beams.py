@@ -80,11 +80,11 @@ class Beams:
         return self.sentences.repeat_interleave(width or self.width)
 
     def widen(
-        self, log_probs: Tensor, top_scores: Tensor, origin: Tensor, token: Tensor
+        self, log_probs: Tensor, beam: int, top_scores: Tensor, origin: Tensor, token: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The step's candidates with those that place constraints (`ConstrainedBeams.widen`)."""
         self.constrained, *candidates = self.constrained.widen(
-            log_probs, top_scores, origin, token, self.row_sentences()
+            log_probs, beam, top_scores, origin, token, self.row_sentences()
         )
         return tuple(candidates)
 

@@ -124,15 +124,19 @@ class ConstrainedBeams:
     def widen(
         self,
         cumulative: Tensor,
+        beam: int,
         top_scores: Tensor,
         origin: Tensor,
         token: Tensor,
         row_sentences: Tensor,
     ) -> tuple[ConstrainedBeams, Tensor, Tensor, Tensor]:
-        """The step's candidates (A, N), best first, with each open row's next piece of
-        every phrase and its own best piece added to the usual ones (`top_scores`, with
-        `origin` and `token` (A*C,)); `cumulative` (A*W, V): every continuation's summed
-        log-probability. Also this with each candidate's progress (`candidates`)."""
+        """The step's candidates (A, N) with each open row's next piece of every phrase and
+        its own best piece added to the usual ones (`top_scores`, with `origin` and `token`
+        (A*C,)); `cumulative` (A*W, V): every continuation's summed log-probability. In
+        the order in which they take the K = `beam` slots (`_bank_order`), so that the EOS
+        of a hypothesis that met every phrase finishes where it wins a slot of its bank
+        (the search finishes the EOS among the first K); and this with each candidate's
+        progress (`candidates`)."""
         active, rows = top_scores.size(0), cumulative.size(0)
         tokens = self.constraints.tokens[row_sentences]
         lengths = self.constraints.lengths[row_sentences]
@@ -148,9 +152,13 @@ class ConstrainedBeams:
         scores = _without_repeats(scores, torch.where(scores.isfinite(), keys, unique))
         scores, order = scores.sort(dim=1, descending=True, stable=True)
         origin, token = origin.gather(1, order).view(-1), token.gather(1, order).view(-1)
-        parents = self.progress.select(origin)
-        after = parents.after(token, tokens[origin], lengths[origin])
-        return replace(self, candidates=after), scores, origin, token
+        after = self.progress.select(origin).after(token, tokens[origin], lengths[origin])
+        bank = after.pieces_met(lengths[origin]).view_as(scores)
+        totals = self.constraints.totals[row_sentences[origin]].view_as(scores)
+        order = _bank_order(scores.isfinite(), bank, totals, self.most, beam)
+        flat = (order + torch.arange(active, device=order.device)[:, None] * order.size(1)).view(-1)
+        scores, origin, token = scores.gather(1, order), origin[flat], token[flat]
+        return replace(self, candidates=after.select(flat)), scores, origin, token
 
     def _next_pieces(self, tokens: Tensor, lengths: Tensor) -> Tensor:
         """(R, C) the piece each row would take next for each phrase: the next of the one
@@ -175,16 +183,15 @@ class ConstrainedBeams:
         bank = self.candidates.pieces_met(lengths).view(active, width)
         totals = self.constraints.totals[candidate_sentences].view(active, width)
         open_ = top_scores.isfinite() & ~at_eos
-        most = int(self.constraints.totals.max())
-        members = F.one_hot(bank, most + 1) * open_.unsqueeze(2)
-        rank = (members.cumsum(1) - members).gather(2, bank.unsqueeze(2)).squeeze(2)
-        quota = (beam // (totals + 1)).clamp(min=1)
-        banked = open_ & (rank < quota)
-        key = torch.where(banked, most - bank, most + 1).masked_fill(~open_, most + 2)
-        order = key.argsort(dim=1, stable=True)[:, :beam]
+        order = _bank_order(open_, bank, totals, self.most, beam)[:, :beam]
         scores = top_scores.gather(1, order).masked_fill(~open_.gather(1, order), -torch.inf)
         first = (torch.arange(active, device=order.device) * width).unsqueeze(1)
         return scores, (order + first).view(-1)
+
+    @property
+    def most(self) -> int:
+        """The most constraint pieces of a sentence."""
+        return int(self.constraints.totals.max())
 
     def moved(self, slots: Tensor) -> ConstrainedBeams:
         """The progress of the next step's rows: that of the candidates `slots` names."""
@@ -192,6 +199,19 @@ class ConstrainedBeams:
 
     def keep(self, rows: Tensor) -> ConstrainedBeams:
         return ConstrainedBeams(self.constraints, self.progress.select(rows))
+
+
+def _bank_order(eligible: Tensor, bank: Tensor, totals: Tensor, most: int, beam: int) -> Tensor:
+    """(A, N) each sentence's candidates (A, N, best first) in the order in which they take
+    its K = `beam` slots: of those `eligible`, the best K // banks (at least one) of each
+    bank, the bank of most pieces met first, then the others best first, then those not
+    eligible. `bank` (A, N): the constraint pieces each has met; `totals` (A, N): its
+    sentence's, whose banks are 0 .. total; `most`: the largest total."""
+    members = F.one_hot(bank, most + 1) * eligible.unsqueeze(2)
+    rank = (members.cumsum(1) - members).gather(2, bank.unsqueeze(2)).squeeze(2)
+    banked = eligible & (rank < (beam // (totals + 1)).clamp(min=1))
+    key = torch.where(banked, most - bank, most + 1).masked_fill(~eligible, most + 2)
+    return key.argsort(dim=1, stable=True)
 
 
 def _without_repeats(scores: Tensor, keys: Tensor) -> Tensor:

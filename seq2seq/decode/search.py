@@ -119,7 +119,7 @@ def _choose(
             raise ValueError("lexical constraints need beam search, not samples")
         return sampler.expand(beams.scores, log_probs, beams.sentences, t, beam)
     best = _expand(beams.scores, log_probs, 2 * beam if beam > 1 else 1)
-    return best if beams.constrained is None else beams.widen(log_probs, *best)
+    return best if beams.constrained is None else beams.widen(log_probs, beam, *best)
 
 
 def _expand(scores: Tensor, log_probs: Tensor, beam: int) -> tuple[Tensor, Tensor, Tensor]:

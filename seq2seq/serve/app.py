@@ -53,19 +53,9 @@ def create_app(
     one-thread executor that loaded the translator, to decode in (see `MicroBatcher`).
     `allowed_hosts`: the names a request's Host header may give (None: any)."""
 
-    def search(
-        lines: list[str],
-        prefixes: list[str],
-        numbers: list[int],
-        options: SearchOptions,
-        skip: Callable[[int], bool],
-    ) -> list[list[Translation]]:
-        return translator.hypotheses(
-            lines, nbest=options.nbest, attention=options.attention, skip=skip,
-            prefixes=prefixes, line_numbers=numbers, **options.decode(),
-        )  # fmt: skip
-
-    batcher = MicroBatcher(search, limits.batch_lines, limits.batch_wait, limits.max_queue, decoder)
+    batcher = MicroBatcher(
+        _searcher(translator), limits.batch_lines, limits.batch_wait, limits.max_queue, decoder
+    )
     app = _bare_app(info["versions"]["seq2seq"], limits, allowed_hosts, batcher)
     page = files("seq2seq.serve").joinpath("page.html").read_text(encoding="utf-8")
 
@@ -92,6 +82,26 @@ def create_app(
         return Response(answer, media_type="application/json")
 
     return app
+
+
+def _searcher(translator: LineTranslator) -> Callable[..., list[list[Translation]]]:
+    """The batcher's search (`batcher.Search`): the translator's hypotheses of its lines."""
+
+    def search(
+        lines: list[str],
+        prefixes: list[str],
+        constraints: list[list[str]],
+        numbers: list[int],
+        options: SearchOptions,
+        skip: Callable[[int], bool],
+    ) -> list[list[Translation]]:
+        return translator.hypotheses(
+            lines, nbest=options.nbest, attention=options.attention, skip=skip,
+            prefixes=prefixes, line_numbers=numbers, constraints=constraints,
+            **options.decode(),
+        )  # fmt: skip
+
+    return search
 
 
 def _bare_app(
@@ -130,7 +140,7 @@ async def _decode(
     receive: Receive,
 ) -> list[list[Translation]]:
     try:
-        translated = batcher.translate(request.text, options, request.prefix)
+        translated = batcher.translate(request.text, options, request.prefix, request.constraints)
         return await asyncio.wait_for(_unless_hung_up(translated, receive), timeout)
     except QueueFull:
         raise HTTPException(503, "the server is busy (its queue is full); retry later") from None
@@ -198,6 +208,7 @@ def _line(
     return LineTranslation(
         text=found[0].text if found else "",
         truncated=bool(found) and found[0].truncated,
+        unconstrained=bool(found) and found[0].unconstrained,
         hypotheses=hypotheses,
     )
 

@@ -25,11 +25,13 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-# lines, their prefixes ("": none), their numbers within their requests, the requests'
-# search options, skip -> for each line, its hypotheses; called in the worker thread.
-# skip(i): line i's request gave up, so its line need not be searched (it may get []).
+# lines, their prefixes ("": none), their phrases ([]: none), their numbers within their
+# requests, the requests' search options, skip -> for each line, its hypotheses; called in
+# the worker thread. skip(i): line i's request gave up, so its line need not be searched
+# (it may get []).
 Search = Callable[
-    [list[str], list[str], list[int], Hashable, Callable[[int], bool]], list[list[Any]]
+    [list[str], list[str], list[list[str]], list[int], Hashable, Callable[[int], bool]],
+    list[list[Any]],
 ]
 
 
@@ -45,6 +47,7 @@ class ShuttingDown(Exception):
 class _Job:
     lines: list[str]
     prefixes: list[str]
+    constraints: list[list[str]]
     options: Hashable  # how the lines are searched: only equal ones share a search
     done: asyncio.Future = field(repr=False)
 
@@ -90,14 +93,20 @@ class MicroBatcher:
             self.executor.shutdown(wait=False)
 
     async def translate(
-        self, lines: list[str], options: Hashable, prefixes: list[str] | None = None
+        self,
+        lines: list[str],
+        options: Hashable,
+        prefixes: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
     ) -> list[list[Any]]:
-        """The hypotheses of each line (with its prefix, if `prefixes` gives one), searched
-        as `options` say, once a batch that holds them is decoded."""
+        """The hypotheses of each line (with its prefix and its phrases, if `prefixes` and
+        `constraints` give them), searched as `options` say, once a batch that holds them
+        is decoded."""
         if self.closing:
             raise ShuttingDown
         given = prefixes or [""] * len(lines)
-        job = _Job(lines, given, options, asyncio.get_running_loop().create_future())
+        phrases = constraints or [[] for _ in lines]
+        job = _Job(lines, given, phrases, options, asyncio.get_running_loop().create_future())
         try:
             self.queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -145,6 +154,7 @@ class MicroBatcher:
             return
         lines = [line for job in jobs for line in job.lines]
         prefixes = [prefix for job in jobs for prefix in job.prefixes]
+        phrases = [line for job in jobs for line in job.constraints]
         numbers = [number for job in jobs for number in range(len(job.lines))]
         owners = [job for job in jobs for _ in job.lines]
 
@@ -154,7 +164,14 @@ class MicroBatcher:
         try:
             loop = asyncio.get_running_loop()
             found = await loop.run_in_executor(
-                self.executor, self.search, lines, prefixes, numbers, jobs[0].options, gave_up
+                self.executor,
+                self.search,
+                lines,
+                prefixes,
+                phrases,
+                numbers,
+                jobs[0].options,
+                gave_up,
             )
         except Exception as error:
             if len(jobs) > 1:

@@ -77,10 +77,10 @@ def check_fields(data: dict[str, Any], limits: ServeLimits) -> None:
         allowed = ", ".join(TranslateRequest.model_fields)
         more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
         raise HTTPException(422, f"unknown field {short(unknown[0])!r}{more}; allowed: {allowed}")
-    for field in ("text", "prefix"):
+    for field in ("text", "prefix", "constraints"):
         lines = data.get(field)
         if isinstance(lines, list) and len(lines) > limits.max_lines:
-            noun = "lines" if field == "text" else "prefixes"
+            noun = {"text": "lines", "prefix": "prefixes", "constraints": "lists of phrases"}[field]
             raise HTTPException(
                 413, f"{len(lines)} {noun} in one request; send at most {limits.max_lines}"
             )
@@ -95,6 +95,7 @@ def check_text(request: TranslateRequest, limits: ServeLimits) -> None:
             f"prefix and text differ in length ({len(given)} and {len(request.text)}); send "
             'one prefix per line of text ("" for none)',
         )
+    check_constraints(request, limits)
     checks = (("text", request.text, text_problem), ("prefix", given or [], prefix_problem))
     for field, lines, problem_of in checks:
         for number, line in enumerate(lines):
@@ -107,6 +108,31 @@ def check_text(request: TranslateRequest, limits: ServeLimits) -> None:
             problem = problem_of(line)
             if problem is not None:
                 raise HTTPException(422, f"{field}.{number}: {problem}")
+
+
+def check_constraints(request: TranslateRequest, limits: ServeLimits) -> None:
+    """A list of phrases per line, each some text the tokenizer can read, a line's within
+    the limit of characters (a phrase counts one more)."""
+    given = request.constraints
+    if given is None:
+        return
+    if len(given) != len(request.text):
+        raise HTTPException(
+            422,
+            f"constraints and text differ in length ({len(given)} and {len(request.text)}); "
+            "send a list of phrases per line of text ([] for none)",
+        )
+    for number, phrases in enumerate(given):
+        size = sum(len(phrase) + 1 for phrase in phrases)
+        if size > limits.max_chars:
+            raise HTTPException(
+                413, f"constraints.{number} has {size} characters (one more a phrase); send at "
+                f"most {limits.max_chars}"
+            )  # fmt: skip
+        for phrase in phrases:
+            problem = text_problem(phrase) or (None if phrase.strip() else "an empty phrase")
+            if problem is not None:
+                raise HTTPException(422, f"constraints.{number}: {problem}")
 
 
 def check_search(
@@ -135,6 +161,11 @@ def check_search(
         raise HTTPException(422, f"nbest: {nbest} needs a beam at least as wide ({beam})")
     if options.mbr and nbest > options.mbr:
         raise HTTPException(422, f"nbest: {nbest} is more than the mbr candidates ({options.mbr})")
+    if request.constraints and any(request.constraints) and (options.sample or beam < 2):
+        raise HTTPException(
+            422, "constraints: they need beam search with a beam of at least 2 (5 or more "
+            "place them well); send beam, and no sample"
+        )  # fmt: skip
     chosen = {name: getattr(options, name) for name in names}
     return SearchOptions(nbest=nbest, attention=request.attention, **chosen)
 

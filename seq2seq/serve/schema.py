@@ -26,9 +26,10 @@ class ServeLimits:
     @property
     def max_body(self) -> int:
         """Bytes per request body: the most lines of the longest characters, and as many
-        prefixes, each escaped as JSON may (12 bytes: a surrogate pair as two \\uXXXX), and
-        room for the rest."""
-        return 2 * self.max_lines * (12 * self.max_chars + 16) + 1024
+        prefixes and lists of phrases, each character escaped as JSON may (12 bytes: a
+        surrogate pair as two \\uXXXX; a phrase counts one more for its quotes and comma),
+        and room for the rest."""
+        return 3 * self.max_lines * (12 * self.max_chars + 16) + 1024
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,9 @@ class TranslateRequest(BaseModel):
     prefix: list[str] | None = Field(
         None, description='a target prefix per line of text ("": none) its output starts with'
     )
+    constraints: list[list[str]] | None = Field(
+        None, description="the phrases per line of text ([]: none) its output must contain"
+    )
     sample: bool | None = Field(None, description="draw samples; default: the run's decode.sample")
     temperature: float | None = Field(None, description="sampling: p ** (1 / temperature)")
     top_k: int | None = Field(None, description="sampling: the k most probable pieces only")
@@ -105,6 +109,7 @@ class Hypothesis(BaseModel):
 class LineTranslation(BaseModel):
     text: str  # the best hypothesis; "" for a blank line
     truncated: bool  # the source was cut to the longest the model reads
+    unconstrained: bool  # no hypothesis held the line's phrases: translated without them
     hypotheses: list[Hypothesis]  # best first; [] for a blank line
 
 
