@@ -173,6 +173,9 @@ def parse_arguments() -> argparse.Namespace:
     )
     decode.add_argument("--mbr-utility", choices=["chrf", "bleu"], help="default: chrf")
     decode.add_argument(
+        "--constraints", type=Path, help="lexical constraints, a line per input line (torch)"
+    )
+    decode.add_argument(
         "--stopping", choices=["beam", "early", "exact"],
         help="torch: default: the run's decode.stopping (CTranslate2 stops as beam does)",
     )  # fmt: skip

@@ -138,6 +138,10 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
     options = (
         {"attention": False} if "attention" in signature(translator.hypotheses).parameters else {}
     )
+    if args.constraints is not None:  # given: the measured code has them
+        from seq2seq.decode.line_io import read_constraints
+
+        options["constraints"] = read_constraints(args.constraints)[: args.limit]
     started = time.perf_counter()
     found = translator.hypotheses(lines, **options)
     if cuda:
@@ -160,6 +164,8 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
         "length_penalty": translator.decode.length_penalty,
     }
     result |= given_newer_options(args)
+    if args.constraints is not None:
+        result["constraints"] = str(args.constraints)
     if engine.startswith("torch"):  # CTranslate2 has its own rule (docs/decoding.md)
         result["stopping"] = translator.decode.stopping
     if dropped:

@@ -2,6 +2,8 @@
 sentence's phrases, an exhaustive search finds the best outputs that do, and sentences
 without phrases are searched as before."""
 
+import argparse
+
 import pytest
 import torch
 from cli_helpers import run_cli
@@ -241,3 +243,16 @@ def test_a_hypothesis_that_met_its_phrases_finishes_where_its_bank_gives_it_a_sl
         scores, token.view_as(scores) == EOS, 2, torch.zeros(scores.numel(), dtype=torch.long)
     )
     assert [(int(origin[s]), int(token[s])) for s in slots] == [(1, 7), (1, 4)]  # a slot a bank
+
+
+def test_bench_decodes_with_constraints(load_script, trained, toy, tmp_path):
+    bench = load_script("bench_decode")
+    (tmp_path / "phrases.txt").write_text("Zuqu\n" * 10)
+    args = argparse.Namespace(
+        run=[trained], checkpoint="best", input=toy / "data/test.src", ref=toy / "data/test.tgt",
+        limit=None, threads=1, batch_tokens=None, length_penalty=None, stopping=None,
+        coverage_penalty=None, mbr=None, mbr_utility=None, device="cpu",
+        constraints=tmp_path / "phrases.txt",
+    )  # fmt: skip
+    measured = bench.measure_decode(args, "torch", 4, None)
+    assert measured["constraints"] == str(tmp_path / "phrases.txt") and measured["sentences"] == 10
