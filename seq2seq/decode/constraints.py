@@ -34,6 +34,7 @@ class Constraints:
 
     tokens: Tensor  # (B, C, L) phrase c of sentence b, NONE after its pieces
     lengths: Tensor  # (B, C) its pieces; 0: no phrase (a sentence with fewer than C)
+    most: int  # the most pieces of a sentence's phrases (read once, not at every step)
 
     @classmethod
     def of(cls, phrases: list[list[list[int]]], device: torch.device) -> Constraints:
@@ -46,7 +47,8 @@ class Constraints:
             for c, phrase in enumerate(sentence):
                 tokens[b, c, : len(phrase)] = torch.tensor(phrase)
                 lengths[b, c] = len(phrase)
-        return cls(tokens.to(device), lengths.to(device))
+        most = max(sum(map(len, sentence)) for sentence in phrases)
+        return cls(tokens.to(device), lengths.to(device), most)
 
     @property
     def totals(self) -> Tensor:
@@ -155,7 +157,7 @@ class ConstrainedBeams:
         after = self.progress.select(origin).after(token, tokens[origin], lengths[origin])
         bank = after.pieces_met(lengths[origin]).view_as(scores)
         totals = self.constraints.totals[row_sentences[origin]].view_as(scores)
-        order = _bank_order(scores.isfinite(), bank, totals, self.most, beam)
+        order = _bank_order(scores.isfinite(), bank, totals, self.constraints.most, beam)
         flat = (order + torch.arange(active, device=order.device)[:, None] * order.size(1)).view(-1)
         scores, origin, token = scores.gather(1, order), origin[flat], token[flat]
         return replace(self, candidates=after.select(flat)), scores, origin, token
@@ -183,15 +185,10 @@ class ConstrainedBeams:
         bank = self.candidates.pieces_met(lengths).view(active, width)
         totals = self.constraints.totals[candidate_sentences].view(active, width)
         open_ = top_scores.isfinite() & ~at_eos
-        order = _bank_order(open_, bank, totals, self.most, beam)[:, :beam]
+        order = _bank_order(open_, bank, totals, self.constraints.most, beam)[:, :beam]
         scores = top_scores.gather(1, order).masked_fill(~open_.gather(1, order), -torch.inf)
         first = (torch.arange(active, device=order.device) * width).unsqueeze(1)
         return scores, (order + first).view(-1)
-
-    @property
-    def most(self) -> int:
-        """The most constraint pieces of a sentence."""
-        return int(self.constraints.totals.max())
 
     def moved(self, slots: Tensor) -> ConstrainedBeams:
         """The progress of the next step's rows: that of the candidates `slots` names."""
