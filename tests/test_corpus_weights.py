@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from cli_helpers import run_cli, train, train_straight_and_resumed
-from prepared_helpers import fake_ids, varied_lengths, write_prepared
+from prepared_helpers import fake_ids, pairs_of, varied_lengths, write_prepared
 from test_cli import parameters
 
 from seq2seq.data.training_batches import TrainBatches, TrainingPairs
@@ -112,3 +112,21 @@ def test_a_weighted_run_resumes_exactly_and_not_under_other_weights(toy, tmp_pat
     changed = [*mixed[:1], "data.weights=[1, 3]", *mixed[2:], "train.max_steps=34"]
     assert train(toy, resumed, *changed) == 2
     assert "another config (data.weights: [0.5, 3.0] -> [1.0, 3.0])" in capsys.readouterr().err
+
+
+def test_a_length_ratio_drops_uneven_pairs_and_says_how_many(toy, tmp_path, capsys):
+    pairs = pairs_of(tmp_path / "p", fake_ids([2, 1, 6, 3, 9]), fake_ids([2, 5, 2, 4, 9]))
+    data = TrainBatches(pairs, 8, 300, seed=1, max_ratio=2.0)
+    assert (len(data), data.too_long, data.uneven) == (2, 1, 2)  # 1:5 and 6:2 uneven, 9:9 long
+    kept = sorted(data.kept.pair(np.asarray(i)).item() for batch in data.epoch(0) for i in batch)
+    assert kept == [0, 3]
+    assert len(TrainBatches(pairs, 8, 300, seed=1)) == 4
+    run = tmp_path / "run"
+    assert train(toy, run, "data.max_len_ratio=1.5", "train.max_steps=1") == 0
+    line = next(x for x in (run / "train.log").read_text().splitlines() if "pairs kept" in x)
+    dropped = int(line.split(" with a length ratio over 1.5 dropped")[0].rsplit(" ", 1)[1])
+    assert dropped > 0 and f"train: {300 - dropped} pairs kept" in line
+    assert run_cli("config", "--config", toy / "run.yaml", "--set", "data.max_len_ratio=0.5") == 2
+    assert "data.max_len_ratio = 0.5: Input should be greater than or equal to 1" in (
+        capsys.readouterr().err
+    )

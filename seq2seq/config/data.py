@@ -62,6 +62,12 @@ class DataConfig(Section):
         default_factory=list, description="prefixes scored after training; one may be a string"
     )
     max_len: PositiveInt = Field(100, description="training pairs longer (in pieces) are dropped")
+    max_len_ratio: float | None = Field(
+        None,
+        ge=1,
+        description="training pairs whose longer side has more than this many times the "
+        "pieces of the shorter are dropped (misaligned pairs); null: none",
+    )
     subword_sampling: SubwordSamplingConfig = Field(
         default_factory=SubwordSamplingConfig,
         description="subword regularization of the training pairs (unigram sampling, BPE-dropout)",

@@ -173,42 +173,51 @@ class TrainBatches:
         seed: int,
         weights: Sequence[float] | None = None,
         samples: Sequence[TrainingPairs] = (),
+        max_ratio: float | None = None,
     ) -> None:
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
         self.max_len, self.batch_tokens, self.seed = max_len, batch_tokens, seed
-        self.weights, self.samples = weights, list(samples)
+        self.weights, self.samples, self.max_ratio = weights, list(samples), max_ratio
         self._count(pairs)
 
     def _count(self, pairs: TrainingPairs) -> None:
-        """Read which of `pairs` fit data.max_len, and the widths their batches are cut by:
-        what an epoch's batches are made from."""
+        """Read which of `pairs` fit data.max_len (and data.max_len_ratio), and the widths
+        their batches are cut by: what an epoch's batches are made from."""
         self.pairs = pairs
         longest = [min(self.max_len, pairs.longest(side)) for side in ("src", "tgt")]
         self.shape = ShapeKeys(*longest)
         widths = np.zeros(max(longest) + 2, np.int64)
         dropped, self.tokens = [], np.zeros(2, np.int64)
         kept_per_corpus = np.zeros(len(pairs.corpora), np.int64)
-        for start, fits, src, tgt in self._kept_lengths():
+        self.uneven = 0  # pairs that fit data.max_len but not data.max_len_ratio
+        for start, fits, uneven, src, tgt in self._kept_lengths():
             dropped.append(np.flatnonzero(~fits) + start)
+            self.uneven += uneven
             widths += np.bincount(np.maximum(src, tgt) + 1, minlength=len(widths))
             self.tokens += (src.sum(), tgt.sum())
             kept_per_corpus[np.searchsorted(pairs.starts, start, side="right") - 1] += len(src)
         self.kept = KeptPairs(np.concatenate([np.zeros(0, np.int64), *dropped]))
         self.kept_count = int(kept_per_corpus.sum())
-        self.too_long = len(pairs) - self.kept_count
+        self.too_long = len(pairs) - self.kept_count - self.uneven
         self.bounds = batch_bounds(widths, self.batch_tokens)
         self.mixture: CorpusMixture | None = None  # every pair once an epoch
         if self.weights is not None and set(self.weights) != {1}:
             self.mixture = CorpusMixture(kept_per_corpus, self.weights)
         self.epoch_pairs = self.kept_count if self.mixture is None else self.mixture.pairs
 
-    def _kept_lengths(self) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
-        """(first pair, which pairs fit data.max_len, their source and target lengths) of
-        every pair, a chunk at a time."""
+    def _kept_lengths(self) -> Iterator[tuple[int, np.ndarray, int, np.ndarray, np.ndarray]]:
+        """(first pair, which pairs are kept, how many of the others only their length ratio
+        drops, the kept pairs' source and target lengths) of every pair, a chunk at a time:
+        a pair is kept where both sides have at most data.max_len pieces and, with
+        `max_ratio`, the longer at most that many times the pieces of the shorter."""
         for start, src, tgt in self.pairs.length_chunks():
             fits = (src <= self.max_len) & (tgt <= self.max_len)
-            yield start, fits, src[fits], tgt[fits]
+            uneven = 0
+            if self.max_ratio is not None:
+                even = np.maximum(src, tgt) <= self.max_ratio * np.minimum(src, tgt)
+                uneven, fits = int((fits & ~even).sum()), fits & even
+            yield start, fits, uneven, src[fits], tgt[fits]
 
     def sort_keys(self) -> np.ndarray:
         """Each kept pair's sort key (see batching.ShapeKeys), read again for each epoch
@@ -216,7 +225,7 @@ class TrainBatches:
         ranked = self.shape.table is not None
         keys = np.empty(len(self), self.shape.table.dtype if ranked else np.int64)
         filled = 0
-        for _, _, src, tgt in self._kept_lengths():
+        for _, _, _, src, tgt in self._kept_lengths():
             keys[filled : filled + len(src)] = self.shape(src, tgt)
             filled += len(src)
         return keys
@@ -236,10 +245,10 @@ class TrainBatches:
         if self.samples and self.pairs is not self.samples[epoch % len(self.samples)]:
             self._count(self.samples[epoch % len(self.samples)])
             if not len(self):
+                ratio = "" if self.max_ratio is None else f" and a ratio of {self.max_ratio:g}"
                 raise UserError(
                     f"sampled segmentation {epoch % len(self.samples)} has no training pair "
-                    f"of at most {self.max_len} pieces; raise data.max_len or lower "
-                    "data.subword_sampling.alpha"
+                    f"of at most {self.max_len} pieces{ratio}; raise data.max_len"
                 )
         generator = torch.Generator()
         # A fresh generator per epoch, so a resumed run regenerates the epoch and skips ahead.

@@ -7,11 +7,11 @@ import logging
 from dataclasses import dataclass
 
 from seq2seq.checkpoint import RunDir
-from seq2seq.config import Config
+from seq2seq.config import Config, DataConfig
 from seq2seq.data.corpus import corpus_path, read_parallel
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.data.training_batches import TrainBatches, TrainingPairs
-from seq2seq.data.training_corpus import prepare_training_data
+from seq2seq.data.training_corpus import TrainingData, prepare_training_data
 from seq2seq.errors import UserError
 
 
@@ -35,26 +35,33 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
     pairs = TrainingPairs(prepared.corpora)
     samples = [TrainingPairs(corpora) for corpora in prepared.samples]
     batches = TrainBatches(
-        pairs, data.max_len, cfg.train.batch_tokens, cfg.seed, data.weights, samples
-    )
+        pairs, data.max_len, cfg.train.batch_tokens, cfg.seed, data.weights, samples,
+        data.max_len_ratio,
+    )  # fmt: skip
     if not len(batches):
-        raise UserError(
-            f"no training pair is at most {data.max_len} pieces long; raise data.max_len"
-        )
+        also, fix = "", "raise data.max_len"
+        if data.max_len_ratio is not None:
+            also, fix = f" and within data.max_len_ratio {data.max_len_ratio:g}", fix + " or it"
+        raise UserError(f"no training pair is at most {data.max_len} pieces long{also}; {fix}")
     tokenizer = prepared.tokenizer
-    mixed = "" if batches.mixture is None else f", {batches.epoch_pairs} an epoch by data.weights"
-    if samples:
-        mixed += f", in {len(samples)} sampled segmentations, one an epoch"
-    log.info(
-        "train: %d pairs kept (%d with an empty side dropped, %d longer than %d pieces dropped)%s; "
-        "valid: %d pairs; vocabulary: %d source, %d target",
-        len(batches),
-        sum(corpus.manifest["empty"] for corpus in prepared.corpora),
-        batches.too_long,
-        data.max_len,
-        mixed,
-        len(valid),
-        tokenizer.src_vocab_size,
-        tokenizer.tgt_vocab_size,
-    )
+    _say_what_is_kept(log, data, prepared, batches, len(valid))
     return Datasets(tokenizer, batches, valid.src, valid.tgt, batches.length_ratio, prepared.key)
+
+
+def _say_what_is_kept(
+    log: logging.Logger, data: DataConfig, prepared: TrainingData, batches: TrainBatches, valid: int
+) -> None:
+    """The log's line on the training pairs kept and dropped, and the vocabularies."""
+    dropped = f"{batches.too_long} longer than {data.max_len} pieces dropped"
+    if data.max_len_ratio is not None:
+        dropped += f", {batches.uneven} with a length ratio over {data.max_len_ratio:g} dropped"
+    mixed = "" if batches.mixture is None else f", {batches.epoch_pairs} an epoch by data.weights"
+    if batches.samples:
+        mixed += f", in {len(batches.samples)} sampled segmentations, one an epoch"
+    empty = sum(corpus.manifest["empty"] for corpus in prepared.corpora)
+    log.info(
+        "train: %d pairs kept (%d with an empty side dropped, %s)%s; valid: %d pairs; "
+        "vocabulary: %d source, %d target",
+        len(batches), empty, dropped, mixed, valid,
+        prepared.tokenizer.src_vocab_size, prepared.tokenizer.tgt_vocab_size,
+    )  # fmt: skip
