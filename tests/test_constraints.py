@@ -9,7 +9,7 @@ import torch
 from cli_helpers import run_cli
 from test_search import ARCHS, BOS, EOS, every_output, sequence_log_prob, source, tiny
 
-from seq2seq.decode.constraints import NONE, ConstrainedBeams, Constraints, Progress
+from seq2seq.decode.constraints import ConstrainedBeams, Constraints, Progress
 from seq2seq.decode.sampling import Sampler
 from seq2seq.decode.search import beam_search, length_penalty
 from seq2seq.decode.translate import Translator
@@ -30,23 +30,26 @@ def walk(phrases: list[list[int]], tokens: list[int]) -> Progress:
 
 
 @pytest.mark.parametrize(
-    "tokens, met, active, position",
+    "phrases, tokens, met, position",
     [
-        ([7, 8], [False, False], 0, 2),
-        ([7, 8, 9], [True, False], NONE, 0),
-        ([7, 8, 5, 7, 8, 9], [True, False], NONE, 0),  # interrupted, then started over
-        ([7, 7, 8, 9], [True, False], NONE, 0),  # the second 7 starts it again
-        ([4, 7, 8, 9], [True, True], NONE, 0),  # a phrase of one piece is met at once
-        ([7, 4, 9], [False, True], NONE, 0),
+        ([[7, 8, 9], [4]], [7, 8], [False, False], [2, 0]),
+        ([[7, 8, 9], [4]], [7, 8, 9], [True, False], [0, 0]),
+        ([[7, 8, 9], [4]], [7, 8, 5, 7, 8, 9], [True, False], [0, 0]),  # started over
+        ([[7, 8, 9], [4]], [7, 7, 8, 9], [True, False], [0, 0]),  # the second 7 starts it
+        ([[7, 8, 9], [4]], [4, 7, 8, 9], [True, True], [0, 0]),  # one piece: met at once
+        ([[7, 8, 9], [4]], [7, 4, 9], [False, True], [0, 0]),
+        ([[7, 8], [7, 9]], [7], [False, False], [1, 1]),  # both under way
+        ([[7, 8], [7, 9]], [7, 9, 7], [False, True], [1, 0]),
+        ([[7], [7, 9]], [7, 9], [True, True], [0, 0]),  # one inside the other: both met
     ],
 )
-def test_progress_follows_the_phrases_piece_by_piece(tokens, met, active, position):
-    progress = walk([[7, 8, 9], [4]], tokens)
-    assert progress.met[0].tolist() == met
-    assert int(progress.active[0]) == active and int(progress.position[0]) == position
-    lengths = torch.tensor([[3, 1]])
+def test_progress_follows_every_phrase_piece_by_piece(phrases, tokens, met, position):
+    progress = walk(phrases, tokens)
+    assert progress.met[0].tolist() == met and progress.position[0].tolist() == position
+    lengths = torch.tensor([[len(p) for p in phrases]])
     assert bool(progress.complete(lengths)[0]) == all(met)
-    assert int(progress.pieces_met(lengths)[0]) == 3 * met[0] + met[1] + position
+    placed = sum(len(p) for p, m in zip(phrases, met, strict=True) if m) + max(position)
+    assert int(progress.pieces_met(lengths)[0]) == placed
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -81,7 +84,7 @@ def test_an_exhaustive_beam_finds_the_best_outputs_that_hold_the_phrases(arch):
 def test_every_output_of_a_narrow_beam_holds_its_phrases(arch, beam):
     model = tiny(arch)
     src, mask = source((6, 4, 2))
-    phrases = [[[7, 8, 9], [11]], [], [[12, 13]]]
+    phrases = [[[7, 8, 9], [11]], [], [[12, 13], [12, 14]]]  # the last two start alike
     limits = torch.tensor([6, 5, 3])  # raised to fit the phrases and the EOS
     found = beam_search(
         model, src, mask, limits, BOS, EOS, beam, beam, 0.5,
@@ -223,11 +226,7 @@ def test_a_hypothesis_that_met_its_phrases_finishes_where_its_bank_gives_it_a_sl
     score better (-1, -2, -3; the phrase's piece -9). Of K = 2 slots, one goes to each
     bank: the EOS is among the first K candidates, which is where the search finishes."""
     cpu = torch.device("cpu")
-    met = Progress(
-        torch.tensor([[True], [False]]),
-        torch.tensor([NONE, NONE]),
-        torch.zeros(2, dtype=torch.long),
-    )
+    met = Progress(torch.tensor([[True], [False]]), torch.zeros(2, 1, dtype=torch.long))
     beams = ConstrainedBeams(Constraints.of([[[7]]], cpu), met)
     cumulative = torch.full((2, 10), -torch.inf)
     cumulative[0, EOS] = -5.0

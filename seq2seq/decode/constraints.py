@@ -5,7 +5,8 @@ names, a word the translation must use), in any order, found by dynamic beam all
 A phrase is target text; its pieces are the target SentencePiece model's, encoded alone
 (so "Hund" is the piece sequence of " Hund": it matches a word, not the inside of one). A
 hypothesis meets a phrase when its pieces appear in it in a row; its progress is the
-phrases met and how far into one it is (a phrase interrupted starts over). At each step
+phrases met and how far into each the output has come (a phrase interrupted starts over;
+one that overlaps itself, "a a b" after "a a a b", is missed). At each step
 the search's candidates are the usual best continuations plus, for every open
 hypothesis, the next piece of each phrase it has not met and its own best piece; then
 the K open slots are shared among banks, one bank per count of constraint pieces met
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-NONE = -1  # in `Progress.active`: no phrase under way; in `Constraints.tokens`: padding
+NONE = -1  # in `Constraints.tokens`: padding; in `Progress.next_pieces`: no piece
 
 
 @dataclass(frozen=True)
@@ -58,51 +59,48 @@ class Constraints:
 
 @dataclass(frozen=True)
 class Progress:
-    """How far each hypothesis (a row, or a candidate) has come with its sentence's
-    phrases."""
+    """How far each hypothesis (a row, or a candidate) has come with each phrase of its
+    sentence: met, or how many of its first pieces the output ends with (every phrase is
+    followed at once, so "red" may start "red car" and "red ball" alike)."""
 
     met: Tensor  # (R, C) whether it contains phrase c
-    active: Tensor  # (R,) the phrase it is in the middle of, or NONE
-    position: Tensor  # (R,) the pieces of that phrase it has matched (0 with NONE)
+    position: Tensor  # (R, C) the pieces of phrase c its output ends with (0 once met)
 
     @classmethod
     def start(cls, rows: int, phrases: int, device: torch.device) -> Progress:
         met = torch.zeros(rows, phrases, dtype=torch.bool, device=device)
-        nothing = torch.full((rows,), NONE, dtype=torch.long, device=device)
-        return cls(met, nothing, torch.zeros_like(nothing))
+        return cls(met, torch.zeros(rows, phrases, dtype=torch.long, device=device))
 
     def select(self, rows: Tensor) -> Progress:
-        return Progress(self.met[rows], self.active[rows], self.position[rows])
+        return Progress(self.met[rows], self.position[rows])
 
     def pieces_met(self, lengths: Tensor) -> Tensor:
-        """(R,) constraint pieces placed: the phrases met, and the one under way so far.
-        `lengths` (R, C): the phrases' lengths of each row's sentence."""
-        return (self.met * lengths).sum(1) + self.position
+        """(R,) constraint pieces placed: those of the phrases met, and of the one furthest
+        under way. `lengths` (R, C): the phrases' lengths of each row's sentence."""
+        return (self.met * lengths).sum(1) + self.position.amax(1)
 
     def complete(self, lengths: Tensor) -> Tensor:
         """(R,) whether every phrase is met."""
         return (self.met | (lengths == 0)).all(1)
 
+    def next_pieces(self, tokens: Tensor, lengths: Tensor) -> Tensor:
+        """(R, C) the piece that takes each phrase not met one further (its first, where
+        none of it is under way); NONE for a phrase met or absent."""
+        position = self.position.clamp(max=tokens.size(2) - 1).unsqueeze(2)
+        going = tokens.gather(2, position).squeeze(2)
+        return torch.where(~self.met & (lengths > 0), going, NONE)
+
     def after(self, token: Tensor, tokens: Tensor, lengths: Tensor) -> Progress:
         """The progress once each row has taken `token` (R,); `tokens` (R, C, L) and
-        `lengths` (R, C): its sentence's phrases."""
-        rows = torch.arange(len(token), device=token.device)
-        phrase = self.active.clamp(min=0)
-        expected = tokens[rows, phrase, self.position.clamp(max=tokens.size(2) - 1)]
-        goes_on = (self.active != NONE) & (expected == token)
-        completes = goes_on & (self.position + 1 == lengths[rows, phrase])
-        met = self.met.clone()
-        met[rows[completes], phrase[completes]] = True
-        # A piece that does not go on with the phrase under way may start one not met (the
-        # one interrupted among them).
-        starts = ~goes_on[:, None] & ~met & (lengths > 0) & (tokens[:, :, 0] == token[:, None])
-        first, started = starts.int().argmax(1), starts.any(1)
-        whole = started & (lengths[rows, first] == 1)
-        met[rows[whole], first[whole]] = True
-        going, begun = goes_on & ~completes, started & ~whole
-        active = torch.where(going, self.active, torch.where(begun, first, NONE))
-        position = torch.where(going, self.position + 1, begun.long())
-        return Progress(met, active, position)
+        `lengths` (R, C): its sentence's phrases. A phrase whose next piece it is goes one
+        further (and is met at its end); any other starts over, at its first piece if the
+        token is that."""
+        token = token.unsqueeze(1)
+        goes_on = self.next_pieces(tokens, lengths) == token
+        starts = ~self.met & (lengths > 0) & (tokens[:, :, 0] == token)
+        position = torch.where(goes_on, self.position + 1, starts.long())
+        met = self.met | (goes_on & (position == lengths))
+        return Progress(met, position.masked_fill(met, 0))
 
 
 @dataclass(frozen=True)
@@ -142,7 +140,7 @@ class ConstrainedBeams:
         active, rows = top_scores.size(0), cumulative.size(0)
         tokens = self.constraints.tokens[row_sentences]
         lengths = self.constraints.lengths[row_sentences]
-        extra = self._next_pieces(tokens, lengths)
+        extra = self.progress.next_pieces(tokens, lengths)
         extra = torch.cat([extra, cumulative.argmax(1, keepdim=True)], dim=1)
         extra_scores = cumulative.gather(1, extra.clamp(min=0)).masked_fill(extra < 0, -torch.inf)
         extra_origin = torch.arange(rows, device=extra.device).unsqueeze(1).expand_as(extra)
@@ -161,18 +159,6 @@ class ConstrainedBeams:
         flat = (order + torch.arange(active, device=order.device)[:, None] * order.size(1)).view(-1)
         scores, origin, token = scores.gather(1, order), origin[flat], token[flat]
         return replace(self, candidates=after.select(flat)), scores, origin, token
-
-    def _next_pieces(self, tokens: Tensor, lengths: Tensor) -> Tensor:
-        """(R, C) the piece each row would take next for each phrase: the next of the one
-        under way, the first of any other not met; NONE for a phrase met or absent."""
-        progress = self.progress
-        rows = torch.arange(tokens.size(0), device=tokens.device)
-        position = progress.position.clamp(max=tokens.size(2) - 1)
-        going = tokens[rows, progress.active.clamp(min=0), position]
-        phrase = torch.arange(tokens.size(1), device=tokens.device)
-        under_way = phrase == progress.active[:, None]  # never, for NONE
-        fresh = torch.where(~progress.met & (lengths > 0), tokens[:, :, 0], NONE)
-        return torch.where(under_way, going[:, None], fresh)
 
     def allocate(
         self, top_scores: Tensor, at_eos: Tensor, beam: int, candidate_sentences: Tensor
