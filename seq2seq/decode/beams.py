@@ -62,8 +62,9 @@ class Beams:
         self, step: Step, t: int, too_short: bool, eos_id: int, no_repeat_ngram: int
     ) -> Tensor:
         """(A*K, V) the step's log-probabilities, -inf where a row may not go: EOS before the
-        minimum length, anything but EOS at the cap, a repeated n-gram, off its prefix (in
-        place). A prefix's piece is read before repeats are blocked: it stays, repeat or not."""
+        minimum length, anything but EOS at the cap, a repeated n-gram, off its prefix, EOS
+        before its phrases (in place). A prefix's piece is read before repeats are blocked:
+        it stays, repeat or not."""
         log_probs = _mask_eos_and_limits(step.log_probs.float(), self.at_cap(t), too_short, eos_id)
         prefixes = self.prefixes
         prefix = None if prefixes is None else prefixes.at(t, self.sentences, self.width, log_probs)

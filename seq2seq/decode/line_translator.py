@@ -274,7 +274,8 @@ class LineTranslator:
         if not any(phrases):
             return [(hyps, False) for hyps in self.search(*search)]
         found = self.search(*search, constraints=phrases)
-        missed = [i for i, hyps in enumerate(found) if not hyps]
+        free = [not hyps for hyps in found]
+        missed = [i for i, unplaced in enumerate(free) if unplaced]
         if missed:
             src_ids, nbest, options, attention, numbers, prefixes = search
             again = self.search(
@@ -283,7 +284,7 @@ class LineTranslator:
             )  # fmt: skip
             for i, hyps in zip(missed, again, strict=True):
                 found[i] = hyps
-        return [(hyps, i in missed) for i, hyps in enumerate(found)]
+        return list(zip(found, free, strict=True))
 
     def _translations(
         self,

@@ -89,7 +89,7 @@ def beam_search(
         model, src, src_mask, max_lengths, bos_id, (beam, nbest, alpha), prefixes, constraints
     )
     beams.track(src, no_repeat_ngram, coverage_penalty)
-    trail, previous_slots = Trail.start(src.size(0)), None  # what `Trail.previous_slots` records
+    trail, previous_slots = Trail.start(src.size(0)), None  # the latter: see Trail
     for t in range(int(beams.max_lengths.max())):
         step = beams.decode(model, attention or beams.coverage is not None)
         log_probs = beams.allowed(step, t, t < min_length, eos_id, no_repeat_ngram)
