@@ -249,8 +249,8 @@ def test_a_body_not_sent_as_json_is_415_saying_so(client, content_type):
             {"text": ["a"], "x" * 5000: 1, "y": 2},
             422,
             f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, beam, nbest, attention, "
-            "prefix, constraints, sample, temperature, top_k, top_p, epsilon, seed, "
-            "length_penalty, coverage_penalty, mbr, mbr_utility",
+            "token_scores, prefix, constraints, sample, temperature, top_k, top_p, epsilon, "
+            "seed, length_penalty, coverage_penalty, mbr, mbr_utility",
         ),
     ],
     ids=["8 wrong lines", "1,000 lines", "a 5,000-character field"],
@@ -332,10 +332,10 @@ def test_a_request_that_timed_out_stops_costing_decoder_time(trained):
     translator = Translator.load(trained, batch_tokens=1)  # one line per search
     searched, search = [], translator.search
 
-    def slow(src_ids, *options):
+    def slow(src_ids, *options, **named):
         searched.append(len(src_ids))
         time.sleep(0.1)
-        return search(src_ids, *options)
+        return search(src_ids, *options, **named)
 
     translator.search = slow
     with client_of(translator, timeout=2.0, max_lines=60) as client:
@@ -459,3 +459,15 @@ def test_a_line_whose_phrases_no_hypothesis_held_says_so(trained):
     with client_of(Translator.load(trained, no_repeat_ngram=1)) as client:  # no piece twice
         found = client.post("/translate", json=blocked).json()["translations"][0]
     assert found["unconstrained"] and "Zuqu Zuqu" not in found["text"]
+
+
+def test_a_request_s_token_scores_are_the_translators(client, translator):
+    answer = client.post("/translate", json={"text": LINES, "beam": 3, "token_scores": True})
+    lines = answer.json()["translations"]
+    found = translator.hypotheses(LINES, beam=3, token_scores=True, attention=False)
+    for line, hyps in zip(lines, found, strict=True):
+        assert [h["token_scores"] for h in line["hypotheses"]] == [
+            translator.token_score_record(t) for t in hyps
+        ]
+    plain = client.post("/translate", json={"text": LINES[:1]}).json()["translations"][0]
+    assert plain["hypotheses"][0]["token_scores"] is None

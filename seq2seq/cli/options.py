@@ -171,6 +171,15 @@ AlignmentFile = Annotated[
     Path | None,
     typer.Option("--alignments", help="write Pharaoh word alignments (i-j), a line per input"),
 ]
+TokenScoreFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-scores",
+        metavar="FILE",
+        help="write each best translation's pieces and the log-probability of each, a JSON "
+        "line per input line (null for a blank one)",
+    ),
+]
 ConstraintFile = Annotated[
     Path | None,
     typer.Option(

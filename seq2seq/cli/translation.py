@@ -34,6 +34,7 @@ from seq2seq.cli.options import (
     Seed,
     Temperature,
     Threads,
+    TokenScoreFile,
     TopK,
     TopP,
     device_name,
@@ -115,6 +116,7 @@ def translate(
     prefix_file: PrefixFile = None,
     constraint_file: ConstraintFile = None,
     attention: AttentionFile = None,
+    token_scores: TokenScoreFile = None,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
 
@@ -131,8 +133,8 @@ def translate(
         translator = _translator(
             engine, run, checkpoint, device, threads, alignments or attention, options, int8
         )
-        guides = (prefix_file, constraint_file)
-        _translate_input(translator, input, output, nbest, (alignments, attention), guides)
+        records = (alignments, attention, token_scores)
+        _translate_input(translator, input, output, nbest, records, (prefix_file, constraint_file))
 
 
 def _translate_input(
@@ -140,20 +142,20 @@ def _translate_input(
     input: Path | None,
     output: Path | None,
     nbest: int,
-    weights: tuple[Path | None, Path | None],
+    records: tuple[Path | None, Path | None, Path | None],
     guides: tuple[Path | None, Path | None],
 ) -> None:
-    """Translate a file, piped stdin or a terminal session; `weights`: the files of the
-    word alignments and of the attention, if asked for; `guides`: those of the prefixes
-    and of the constraints."""
-    from seq2seq.decode.line_io import translate_file, translate_interactively
+    """Translate a file, piped stdin or a terminal session; `records`: the files to write
+    beside the translations (`line_io.RecordFiles`); `guides`: those of the prefixes and
+    of the constraints."""
+    from seq2seq.decode.line_io import RecordFiles, translate_file, translate_interactively
 
     if nbest > translator.decode.beam and not translator.decode.sample:
         raise UserError(f"--nbest {nbest} needs a beam at least as wide; pass --beam {nbest}")
     if input is None and sys.stdin is None:
         raise UserError("stdin is closed: nothing to translate; pass --input FILE or pipe text in")
     if input is None and sys.stdin.isatty():
-        if any(weights) or output:
+        if any(records) or output:
             raise UserError("interactive translation writes to the terminal; pass --input FILE")
         for option, file in zip(("--prefix-file", "--constraints"), guides, strict=True):
             if file is not None:
@@ -161,8 +163,7 @@ def _translate_input(
         translate_interactively(translator, nbest)
     else:
         source = input or Path("/dev/stdin")
-        alignments, attention = weights
-        translate_file(translator, source, output, nbest, alignments, guides, attention)
+        translate_file(translator, source, output, nbest, RecordFiles(*records), guides)
 
 
 def _decoding(

@@ -107,15 +107,15 @@ class CTranslate2Translator(LineTranslator):
         lines: list[int] | None = None,
         prefixes: list[Prefix | None] | None = None,
         constraints: list[list[list[int]]] | None = None,
+        token_scores: bool = False,
     ) -> list[list[Hypothesis]]:
         """CTranslate2's search (never with attention), one call per output limit in the
         batch (`_calls`): its limit is per call, and this project's search gives each
         sentence its own."""
         self._refuse_what_it_cannot(decode)
-        if constraints:
-            raise UserError(
-                "CTranslate2 has no lexical constraints; translate with the torch engine"
-            )
+        if constraints or token_scores:
+            what = "lexical constraints" if constraints else "token scores to give"
+            raise UserError(f"CTranslate2 has no {what}; translate with the torch engine")
         prefixes = prefixes or [None] * len(src_ids)
         targets = _target_prefixes(self.tokenizer, prefixes)
         limits = output_limits(

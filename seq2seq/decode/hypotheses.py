@@ -4,6 +4,7 @@ hypothesis's EOS to its first token once the search is over."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,8 @@ class Hypothesis:
     score: float  # log-probability over the length penalty (plus the coverage penalty)
     # (len(tokens) + 1 for EOS, [heads,] source length); None when not asked for
     attention: Tensor | None
+    # the log-probability of each token and of the EOS; None when not asked for
+    token_scores: list[float] | None = None
 
 
 @dataclass
@@ -34,10 +37,15 @@ class Trail:
     previous_slots: list[Tensor | None]
     # per sentence, (score, step, slot) of each hypothesis finished so far
     finished: list[list[tuple[float, int, int]]]
+    scores: list[Tensor] | None  # (slots,) each slot's summed log-probability, if kept
+    keeps_attention: bool = True
 
     @classmethod
-    def start(cls, sentences: int) -> Trail:
-        return cls([], [], [], [], [[] for _ in range(sentences)])
+    def start(cls, sentences: int, attention: bool = True, token_scores: bool = False) -> Trail:
+        """An empty trail, which keeps each step's attention (`attention`) and scores
+        (`token_scores`) if asked to."""
+        finished: list[list[tuple[float, int, int]]] = [[] for _ in range(sentences)]
+        return cls([], [], [], [], finished, [] if token_scores else None, attention)
 
     def append(
         self,
@@ -45,11 +53,15 @@ class Trail:
         origins: Tensor,
         weights: Tensor | None,
         previous_slots: Tensor | None,
+        scores: Tensor,
     ):
         self.tokens.append(tokens)
         self.origins.append(origins)
-        self.weights.append(None if weights is None else weights.float())
+        kept = weights is not None and self.keeps_attention
+        self.weights.append(weights.float() if kept else None)
         self.previous_slots.append(previous_slots)
+        if self.scores is not None:
+            self.scores.append(scores.reshape(-1).float())
 
     def read_back(self, src_mask: Tensor, nbest: int) -> list[list[Hypothesis]]:
         """Follow back-pointers from each kept hypothesis's EOS slot to its first token."""
@@ -57,12 +69,15 @@ class Trail:
         # Python lists: reading single elements of tensors costs microseconds each.
         tokens, origins = _to_lists(self.tokens), _to_lists(self.origins)
         previous = _to_lists(self.previous_slots)
+        summed = None if self.scores is None else _to_lists(self.scores)
         self.weights = [None if w is None else w.cpu() for w in self.weights]
 
         def trace(sentence: int, score: float, last_step: int, slot: int) -> Hypothesis:
-            path, attention = [], []
+            path, attention, sums = [], [], []
             for s in range(last_step, -1, -1):
                 path.append(tokens[s][slot])
+                if summed is not None:
+                    sums.append(summed[s][slot])
                 row = origins[s][slot]
                 weights = self.weights[s]
                 if weights is not None:
@@ -70,7 +85,8 @@ class Trail:
                 slots = previous[s]
                 slot = row if slots is None else slots[row]
             kept = torch.stack(attention[::-1]) if attention else None
-            return Hypothesis(path[::-1][:-1], score, kept)
+            steps = [b - a for a, b in itertools.pairwise([0.0, *sums[::-1]])] if sums else None
+            return Hypothesis(path[::-1][:-1], score, kept, steps)
 
         return [
             [trace(b, *hyp) for hyp in sorted(hyps, key=lambda h: -h[0])[:nbest]]

@@ -110,6 +110,12 @@ def check_constraints(constraints: Any, count: int, file: Path | None = None) ->
         )
 
 
+def check_flag(value: Any, name: str) -> None:
+    """`value` is a bool (1 or "no" would be taken for one)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+
+
 def check_nbest(nbest: Any) -> None:
     """`nbest` is a whole number of hypotheses, at least one."""
     if isinstance(nbest, bool) or not isinstance(nbest, int):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from seq2seq.data.corpus import raw_lines, read_lines
 from seq2seq.decode.inputs import check_constraints, check_prefixes
@@ -43,6 +44,22 @@ def read_source_lines(path: Path) -> tuple[list[str], list[int]]:
             invalid.append(number)
         lines.append(line or "")
     return lines, invalid
+
+
+def _write_records(
+    translator: LineTranslator, records: RecordFiles, best: list[tuple[str, Translation | None]]
+) -> None:
+    """Each record file asked for, a line per (input line, its best translation or None)."""
+    if records.alignments is not None:
+        pairs = [translator.alignment(line, t) if t else "" for line, t in best]
+        atomic_write_text(records.alignments, "".join(p + "\n" for p in pairs))
+    for path, record in (
+        (records.attention, translator.attention_record),
+        (records.token_scores, lambda line, t: translator.token_score_record(t)),
+    ):
+        if path is not None:
+            rows = [record(line, t) if t else None for line, t in best]
+            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def read_constraints(path: Path | None) -> list[list[str]] | None:
@@ -91,38 +108,43 @@ def translate_interactively(translator: LineTranslator, nbest: int) -> None:
         print(format_output(index, found, nbest), end="", flush=True)
 
 
+class RecordFiles(NamedTuple):
+    """What `translate_file` writes beside the translations, for each input line's best
+    (None: not asked for)."""
+
+    alignments: Path | None = None  # Pharaoh word alignments, a line each
+    attention: Path | None = None  # its attention weights and pieces, JSON lines
+    token_scores: Path | None = None  # its pieces and their log-probabilities, JSON lines
+
+
+NO_RECORDS = RecordFiles()
+
+
 def translate_file(
     translator: LineTranslator,
     source: Path,
     output: Path | None,
     nbest: int = 1,
-    alignments: Path | None = None,
+    records: RecordFiles = NO_RECORDS,
     guides: tuple[Path | None, Path | None] = (None, None),
-    attention: Path | None = None,
 ) -> None:
     """Translate every line of `source` into `output` (None: stdout), each from its line of
     the prefix file and holding the phrases of its line of the constraint file (`guides`),
-    if given, and write the best translations' word alignments to `alignments` and their
-    attention to `attention` (JSON lines) when given."""
+    if given, and write the `records` asked for."""
     lines, invalid = read_source_lines(source)
     prefix_file, constraint_file = guides
     prefixes = None if prefix_file is None else read_lines(prefix_file)
     check_prefixes(prefixes, len(lines), prefix_file)  # before any work
     constraints = read_constraints(constraint_file)
     check_constraints(constraints, len(lines), constraint_file)
-    weighted = alignments is not None or attention is not None
+    weighted = records.alignments is not None or records.attention is not None
     found = translator.hypotheses(
         lines, nbest=nbest, progress=True, attention=weighted, prefixes=prefixes,
-        constraints=constraints,
+        constraints=constraints, token_scores=records.token_scores is not None,
     )  # fmt: skip
     text = "".join(format_output(i, hyps, nbest) for i, hyps in enumerate(found))
     best = list(zip(lines, [hyps[0] if hyps else None for hyps in found], strict=True))
-    if alignments is not None:
-        pairs = [translator.alignment(line, t) if t else "" for line, t in best]
-        atomic_write_text(alignments, "".join(p + "\n" for p in pairs))
-    if attention is not None:
-        records = [translator.attention_record(line, t) if t else None for line, t in best]
-        atomic_write_text(attention, "".join(json.dumps(r) + "\n" for r in records))
+    _write_records(translator, records, best)
     if output is None:
         sys.stdout.write(text)
     else:

@@ -19,6 +19,7 @@ from seq2seq.data.tokenizer import EOS_ID, Tokenizer
 from seq2seq.decode.hypotheses import Hypothesis
 from seq2seq.decode.inputs import (
     check_constraints,
+    check_flag,
     check_lines,
     check_nbest,
     check_option_kinds,
@@ -52,6 +53,8 @@ class Translation:
     attention: torch.Tensor | None
     truncated: bool = False  # the source was cut to the translator's max_source pieces
     unconstrained: bool = False  # no hypothesis held the line's phrases: searched without
+    # the log-probability of each token and of the EOS; None unless asked for
+    token_scores: list[float] | None = None
 
 
 # decode.batch_tokens where a config leaves it null, by device.
@@ -93,9 +96,11 @@ class LineTranslator:
         lines: list[int] | None = None,
         prefixes: list[Prefix | None] | None = None,
         constraints: list[list[list[int]]] | None = None,
+        token_scores: bool = False,
     ) -> list[list[Hypothesis]]:
         """The `nbest` best hypotheses of each source (piece ids, no EOS), best first, with
-        their attention weights if `attention` and the engine has them; with
+        their attention weights if `attention` and the engine has them, and their tokens'
+        log-probabilities if `token_scores`; with
         `decode.sample`, `nbest` samples, drawn with the numbers of the `lines` (the
         sources' indices in the input; None: 0, 1, ...); each starting with its source's
         prefix, if `prefixes` gives one (its pieces are the hypothesis' first tokens), and
@@ -108,6 +113,12 @@ class LineTranslator:
         output's, each with its </s>."""
         src_pieces = [*self.tokenizer.src_pieces(line)[: self.max_source], "</s>"]
         return src_pieces, self.tokenizer.tgt_pieces_from_ids([*translation.tokens, EOS_ID])
+
+    def token_score_record(self, translation: Translation) -> dict[str, Any]:
+        """A translation's token scores as plain data: its pieces (and </s>) and the
+        log-probability of each, to 4 decimals."""
+        pieces = self.tokenizer.tgt_pieces_from_ids([*translation.tokens, EOS_ID])
+        return {"pieces": pieces, "scores": [round(s, 4) for s in translation.token_scores]}
 
     def attention_record(self, line: str, translation: Translation) -> dict[str, Any]:
         """A translation's attention as plain data: the pieces that label its columns
@@ -183,18 +194,20 @@ class LineTranslator:
         prefixes: list[str] | None = None,
         line_numbers: list[int] | None = None,
         constraints: list[list[str]] | None = None,
+        token_scores: bool = False,
         **decode: Any,
     ) -> list[list[Translation]]:
         """The `nbest` best hypotheses of each line with their scores, tokens and, if
         `attention`, attention weights (else None: the search is faster without), best first
         (with `decode.mbr`, distinct and in the order of minimum Bayes risk, `mbr`);
         [] for a blank line (whatever its prefix). `decode`, `progress`, `prefixes` and
-        `constraints` as in `translate`. `skip`: lines `i` for which `skip(i)` holds when
-        their batch comes are not searched (they get []): how the server stops decoding a
-        request that gave up.
+        `constraints` as in `translate`; `token_scores`: each translation's tokens'
+        log-probabilities (`Translation.token_scores`). `skip`: lines `i` for which
+        `skip(i)` holds when their batch comes are not searched (they get []): how the
+        server stops decoding a request that gave up.
         `line_numbers`: what seeds each line's samples (default: its index; the server
         numbers a line within its own request)."""
-        options = self._options(lines, nbest, prefixes, constraints, decode)
+        options = self._options(lines, nbest, (prefixes, constraints, token_scores), decode)
         given = read_prefixes(self.tokenizer, prefixes, len(lines))
         phrases = self._phrases(constraints, len(lines), options)
         numbers = range(len(lines)) if line_numbers is None else line_numbers
@@ -214,7 +227,7 @@ class LineTranslator:
                     [src_ids[i] for i in wanted], candidates, options, attention,
                     [numbers[j] for j in at], [given[j] for j in at],
                 )  # fmt: skip
-                found = self._search_constrained(search, [phrases[j] for j in at])
+                found = self._search_constrained(search, [phrases[j] for j in at], token_scores)
                 for i, line, (hyps, free) in zip(wanted, at, found, strict=True):
                     kept = self._translations(hyps, given[line], cut[i], options, free)
                     outputs[line] = kept[:nbest]
@@ -229,17 +242,15 @@ class LineTranslator:
         return [ids[:limit] for ids in src_ids], cut
 
     def _options(
-        self,
-        lines: list[str],
-        nbest: int,
-        prefixes: list[str] | None,
-        constraints: list[list[str]] | None,
-        decode: dict[str, Any],
+        self, lines: list[str], nbest: int, asked: tuple, decode: dict[str, Any]
     ) -> DecodeConfig:
-        """The call's decoding options, once its arguments are checked (one line each)."""
+        """The call's decoding options, once its arguments are checked (one line each);
+        `asked`: its prefixes, constraints and token_scores."""
+        prefixes, constraints, token_scores = asked
         check_lines(lines)
         check_prefixes(prefixes, len(lines))
         check_constraints(constraints, len(lines))
+        check_flag(token_scores, "token_scores")
         check_nbest(nbest)
         options = decode_options(self.decode, decode)
         _check_nbest_fits(nbest, options)
@@ -264,7 +275,7 @@ class LineTranslator:
         ]
 
     def _search_constrained(
-        self, search: tuple, phrases: list[list[list[int]]]
+        self, search: tuple, phrases: list[list[list[int]]], token_scores: bool
     ) -> list[tuple[list[Hypothesis], bool]]:
         """`search`'s arguments searched (none: nothing), with `phrases` where a line has
         some; a line none of whose hypotheses held them is searched again without them,
@@ -272,8 +283,8 @@ class LineTranslator:
         if not search[0]:
             return []
         if not any(phrases):
-            return [(hyps, False) for hyps in self.search(*search)]
-        found = self.search(*search, constraints=phrases)
+            return [(hyps, False) for hyps in self.search(*search, token_scores=token_scores)]
+        found = self.search(*search, constraints=phrases, token_scores=token_scores)
         free = [not hyps for hyps in found]
         missed = [i for i, unplaced in enumerate(free) if unplaced]
         if missed:
@@ -281,6 +292,7 @@ class LineTranslator:
             again = self.search(
                 [src_ids[i] for i in missed], nbest, options, attention,
                 [numbers[i] for i in missed], [prefixes[i] for i in missed],
+                token_scores=token_scores,
             )  # fmt: skip
             for i, hyps in zip(missed, again, strict=True):
                 found[i] = hyps
@@ -298,7 +310,7 @@ class LineTranslator:
         any; with `options.mbr`, its distinct texts in the order of minimum Bayes risk."""
         texts = output_texts(self.tokenizer, prefix, [h.tokens for h in found])
         translations = [
-            Translation(text, h.score, h.tokens, h.attention, cut, unconstrained)
+            Translation(text, h.score, h.tokens, h.attention, cut, unconstrained, h.token_scores)
             for text, h in zip(texts, found, strict=True)
         ]
         if options.mbr:

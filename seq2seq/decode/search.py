@@ -74,22 +74,22 @@ def beam_search(
     prefixes: Prefixes | None = None,
     coverage_penalty: float = 0.0,
     constraints: Constraints | None = None,
+    token_scores: bool = False,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each sentence, best first.
 
     `max_lengths` (B,) caps each output (EOS included, and forced at the cap); `min_length`
-    tokens come before EOS may (unless the cap comes first). Without `attention`, no step
-    forms or keeps weights it need not. `stopping`, `coverage_penalty` (beta of cp): the
-    module's docstring. `no_repeat_ngram` n > 0: no output repeats an n-gram (`repeats`).
-    With a `sampler`, a sentence's `beam` slots are samples; with `prefixes`, outputs start
-    with their sentence's (`prefix`); with `constraints`, they hold its phrases, or the
-    sentence has none (`constraints`)."""
+    tokens come before EOS may. Without `attention`, no step forms or keeps weights it need
+    not; with `token_scores`, each hypothesis has its tokens' log-probabilities. `stopping`,
+    `coverage_penalty` (beta of cp): the module's docstring. `no_repeat_ngram` n > 0: no
+    output repeats an n-gram (`repeats`). A `sampler` draws the `beam` slots; `prefixes`
+    start the outputs (`prefix`); `constraints`: they hold phrases, or none (`constraints`)."""
     max_lengths = max_lengths.clamp(max=EXACT_LONGEST) if stopping == "exact" else max_lengths
     beams = first_beams(
         model, src, src_mask, max_lengths, bos_id, (beam, nbest, alpha), prefixes, constraints
     )
     beams.track(src, no_repeat_ngram, coverage_penalty)
-    trail, previous_slots = Trail.start(src.size(0)), None  # the latter: see Trail
+    trail, previous_slots = Trail.start(src.size(0), attention, token_scores), None
     for t in range(int(beams.max_lengths.max())):
         step = beams.decode(model, attention or beams.coverage is not None)
         log_probs = beams.allowed(step, t, t < min_length, eos_id, no_repeat_ngram)
@@ -97,7 +97,7 @@ def beam_search(
         at_eos = (token == eos_id).view_as(top_scores)
         cp = beams.cover(step, origin, coverage_penalty)
         _record_finished(trail.finished, beams, top_scores, at_eos, beam, t, alpha, cp)
-        trail.append(token, origin, step.attention if attention else None, previous_slots)
+        trail.append(token, origin, step.attention, previous_slots, top_scores)
         beams.scores, slots = beams.open_slots(top_scores, at_eos, beam)
         done, all_done, any_done = beams.done(t, alpha, stopping)
         if all_done:

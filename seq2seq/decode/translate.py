@@ -181,6 +181,7 @@ class Translator(LineTranslator):
         lines: list[int] | None = None,
         prefixes: list[Prefix | None] | None = None,
         constraints: list[list[list[int]]] | None = None,
+        token_scores: bool = False,
     ) -> list[list[Hypothesis]]:
         """Beam search, or sampling, over a batch of piece ids (`decode`: default, the
         translator's), from their prefixes if any, holding their phrases if any."""
@@ -215,6 +216,7 @@ class Translator(LineTranslator):
             prefixes=prefixed,
             coverage_penalty=decode.coverage_penalty,
             constraints=Constraints.of(constraints, self.device) if constraints else None,
+            token_scores=token_scores,
         )
 
     @cached_property

@@ -97,6 +97,7 @@ def _searcher(translator: LineTranslator) -> Callable[..., list[list[Translation
     ) -> list[list[Translation]]:
         return translator.hypotheses(
             lines, nbest=options.nbest, attention=options.attention, skip=skip,
+            token_scores=options.token_scores,
             prefixes=prefixes, line_numbers=numbers, constraints=constraints,
             **options.decode(),
         )  # fmt: skip
@@ -187,7 +188,7 @@ def _answer(
     """The JSON of a `TranslateResponse`, written line by line: one call over an answer of
     hundreds of MB would hold the GIL, and so the event loop, for seconds."""
     lines = [
-        to_json(_line(translator, source, hyps, request.attention))
+        to_json(_line(translator, source, hyps, request))
         for source, hyps in zip(request.text, found, strict=True)
     ]
     head, tail = to_json(TranslateResponse(translations=[], beam=beam)).split(b"[]", 1)
@@ -195,13 +196,14 @@ def _answer(
 
 
 def _line(
-    translator: LineTranslator, source: str, found: list[Translation], attention: bool
+    translator: LineTranslator, source: str, found: list[Translation], request: TranslateRequest
 ) -> LineTranslation:
     hypotheses = [
         Hypothesis(
             text=t.text,
             score=round(t.score, 4),
-            attention=_attention(translator, source, t) if attention else None,
+            attention=_attention(translator, source, t) if request.attention else None,
+            token_scores=translator.token_score_record(t) if request.token_scores else None,
         )
         for t in found
     ]

@@ -167,7 +167,8 @@ def check_search(
             "place them well); send beam, and no sample"
         )  # fmt: skip
     chosen = {name: getattr(options, name) for name in names}
-    return SearchOptions(nbest=nbest, attention=request.attention, **chosen)
+    asked = {"attention": request.attention, "token_scores": request.token_scores}
+    return SearchOptions(nbest=nbest, **asked, **chosen)
 
 
 def describe_request_error(error: ValidationError) -> str:

@@ -40,6 +40,7 @@ class SearchOptions:
     beam: int
     nbest: int
     attention: bool
+    token_scores: bool
     sample: bool
     temperature: float
     top_k: int
@@ -72,6 +73,9 @@ class TranslateRequest(BaseModel):
     beam: int | None = Field(None, ge=1, description="beam size; default: the run's decode.beam")
     nbest: int = Field(1, ge=1, description="hypotheses per line, best first; at most the beam")
     attention: bool = Field(False, description="return each hypothesis' attention weights")
+    token_scores: bool = Field(
+        False, description="return each hypothesis' pieces and their log-probabilities"
+    )
     prefix: list[str] | None = Field(
         None, description='a target prefix per line of text ("": none) its output starts with'
     )
@@ -100,10 +104,16 @@ class AttentionWeights(BaseModel):
     weights: list[list[float]] | list[list[list[float]]]
 
 
+class TokenScores(BaseModel):
+    pieces: list[str]  # output pieces and </s>
+    scores: list[float]  # the log-probability of each
+
+
 class Hypothesis(BaseModel):
     text: str
     score: float  # log-probability over the length penalty (plus the coverage penalty)
     attention: AttentionWeights | None = None
+    token_scores: TokenScores | None = None
 
 
 class LineTranslation(BaseModel):

@@ -1,0 +1,118 @@
+"""Token scores: the log-probability the model gave each token of a hypothesis (and its
+EOS), read back from the search: they are what teacher-forcing the output gives, step by
+step, however the hypothesis was found."""
+
+import json
+
+import pytest
+import torch
+from cli_helpers import run_cli
+from test_search import ARCHS, BOS, EOS, source, tiny
+
+from seq2seq.decode.constraints import Constraints
+from seq2seq.decode.prefix import Prefix, Prefixes
+from seq2seq.decode.sampling import Sampler
+from seq2seq.decode.search import beam_search
+from seq2seq.decode.translate import Translator
+
+
+def forced_steps(model, src, mask, tokens) -> list[float]:
+    """log p of each of `tokens` and then EOS, teacher-forced the plain way."""
+    tgt_in = torch.tensor([[BOS, *tokens]])
+    with torch.no_grad():
+        log_probs = model(src, mask, tgt_in).log_softmax(-1)[0]
+    return [float(log_probs[t, y]) for t, y in enumerate([*tokens, EOS])]
+
+
+SEARCHES = {
+    "greedy": {"beam": 1},
+    "beam": {"beam": 4, "nbest": 4, "alpha": 1.0},
+    "samples": {"beam": 3, "nbest": 3},
+    "constraints": {"beam": 4, "nbest": 2},
+}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("search", list(SEARCHES))
+def test_token_scores_are_the_teacher_forced_log_probabilities(arch, search):
+    model = tiny(arch)
+    src, mask = source((6, 4, 2))
+    limits = torch.tensor([9, 7, 5])
+    options = dict(SEARCHES[search])
+    if search == "samples":
+        options["sampler"] = Sampler(
+            torch.rand(3, 3, 12, generator=torch.Generator().manual_seed(1))
+        )
+    if search == "constraints":
+        options["constraints"] = Constraints.of([[[7, 8]], [], [[9]]], torch.device("cpu"))
+    found = beam_search(model, src, mask, limits, BOS, EOS, token_scores=True, **options)
+    plain = beam_search(model, src, mask, limits, BOS, EOS, **options)
+    for row, (hyps, without) in enumerate(zip(found, plain, strict=True)):
+        length = int(mask[row, 0].sum())
+        one = src[row : row + 1, :length], mask[row : row + 1, :, :length]
+        assert [h.tokens for h in hyps] == [h.tokens for h in without]  # the same search
+        assert all(h.token_scores is None for h in without)
+        for h in hyps:
+            assert len(h.token_scores) == len(h.tokens) + 1
+            assert h.token_scores == pytest.approx(forced_steps(model, *one, h.tokens), abs=1e-4)
+
+
+def test_a_prefix_s_pieces_have_their_scores_too():
+    model = tiny("transformer")
+    src, mask = source((5,))
+    prefixes = Prefixes.of([Prefix("x", [11, 12])], torch.ones(30, dtype=torch.bool))
+    found = beam_search(
+        model, src, mask, torch.tensor([8]), BOS, EOS, 3, 1, prefixes=prefixes, token_scores=True
+    )[0][0]
+    assert found.tokens[:2] == [11, 12]
+    assert found.token_scores == pytest.approx(
+        forced_steps(model, src, mask, found.tokens), abs=1e-4
+    )
+
+
+LINES = ["boka mimi toto tape podo", "", "toto"]
+
+
+@pytest.fixture(scope="module")
+def translator(trained) -> Translator:
+    return Translator.load(trained, device="cpu")
+
+
+def test_translations_carry_their_pieces_scores(translator):
+    found = translator.hypotheses(LINES, beam=3, nbest=2, token_scores=True, attention=False)
+    assert found[1] == [] and all(t.token_scores is None for t in translator.hypotheses(LINES)[0])
+    for hyps in (found[0], found[2]):
+        for t in hyps:
+            record = translator.token_score_record(t)
+            assert len(record["pieces"]) == len(record["scores"]) == len(t.tokens) + 1
+            assert record["pieces"][-1] == "</s>" and all(s <= 0 for s in record["scores"])
+            lp = (len(t.tokens) + 1) ** translator.decode.length_penalty
+            assert sum(t.token_scores) == pytest.approx(t.score * lp, abs=1e-3)
+
+
+def test_the_command_line_writes_token_scores(translator, trained, tmp_path, capsys):
+    source, out, scores = tmp_path / "src.txt", tmp_path / "out.txt", tmp_path / "scores.jsonl"
+    source.write_text("".join(line + "\n" for line in LINES))
+    args = [
+        "translate",
+        "--run",
+        trained,
+        "-i",
+        source,
+        "-o",
+        out,
+        "--device",
+        "cpu",
+        "--beam",
+        "3",
+    ]
+    assert run_cli(*args, "--token-scores", scores) == 0
+    records = [json.loads(line) for line in scores.read_text().splitlines()]
+    best = translator.hypotheses(LINES, beam=3, token_scores=True, attention=False)
+    assert records[1] is None and records[0] == translator.token_score_record(best[0][0])
+    assert out.read_text().splitlines() == translator.translate(LINES, beam=3)
+
+
+def test_token_scores_is_a_bool(translator):
+    with pytest.raises(TypeError, match="token_scores must be a bool, not str"):
+        translator.hypotheses(LINES, token_scores="yes")
