@@ -77,18 +77,13 @@ def check_prefixes(prefixes: Any, count: int, file: Path | None = None) -> None:
         if problem is not None:
             where = f"prefixes[{number}]" if file is None else f"{file}, line {number + 1}"
             raise UserError(f"{where}: {problem}")
-    if len(prefixes) != count:
-        lines = "line" if len(prefixes) == 1 else "lines"
-        raise UserError(
-            f"{name} has {len(prefixes)} {lines} but the input has {count}; give one prefix "
-            "per input line, empty for none"
-        )
+    _one_per_line(prefixes, count, name, "give one prefix per input line, empty for none")
 
 
 def check_constraints(constraints: Any, count: int, file: Path | None = None) -> None:
     """`constraints` is None, or for each of `count` lines a list of the phrases its
-    outputs must contain (an empty list: none), each some text without a tab or a line
-    break; errors name `file`'s lines where they were read from one."""
+    outputs must contain (an empty list: none), each some text the tokenizer can read;
+    errors name `file`'s lines where they were read from one."""
     if constraints is None:
         return
     name = "constraints" if file is None else str(file)
@@ -102,12 +97,15 @@ def check_constraints(constraints: Any, count: int, file: Path | None = None) ->
             check_line(phrase, where)
             if not phrase.strip():
                 raise UserError(f"{where}: an empty phrase constrains nothing; leave it out")
-    if len(constraints) != count:
-        lines = "line" if len(constraints) == 1 else "lines"
-        raise UserError(
-            f"{name} has {len(constraints)} {lines} but the input has {count}; give the "
-            "phrases of each input line, an empty list (or line) for none"
-        )
+    fix = "give the phrases of each input line, an empty list (or line) for none"
+    _one_per_line(constraints, count, name, fix)
+
+
+def _one_per_line(given: list | tuple, count: int, name: str, fix: str) -> None:
+    """One line naming both counts where `given` has another length than the input."""
+    if len(given) != count:
+        lines = "line" if len(given) == 1 else "lines"
+        raise UserError(f"{name} has {len(given)} {lines} but the input has {count}; {fix}")
 
 
 def check_flag(value: Any, name: str) -> None:
