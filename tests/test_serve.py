@@ -467,7 +467,7 @@ def test_a_request_s_token_scores_are_the_translators(client, translator):
     found = translator.hypotheses(LINES, beam=3, token_scores=True, attention=False)
     for line, hyps in zip(lines, found, strict=True):
         assert [h["token_scores"] for h in line["hypotheses"]] == [
-            translator.token_score_record(t) for t in hyps
+            translator.token_score_record(t.tokens, t.token_scores) for t in hyps
         ]
     plain = client.post("/translate", json={"text": LINES[:1]}).json()["translations"][0]
     assert plain["hypotheses"][0]["token_scores"] is None

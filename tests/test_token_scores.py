@@ -83,7 +83,7 @@ def test_translations_carry_their_pieces_scores(translator):
     assert found[1] == [] and all(t.token_scores is None for t in translator.hypotheses(LINES)[0])
     for hyps in (found[0], found[2]):
         for t in hyps:
-            record = translator.token_score_record(t)
+            record = translator.token_score_record(t.tokens, t.token_scores)
             assert len(record["pieces"]) == len(record["scores"]) == len(t.tokens) + 1
             assert record["pieces"][-1] == "</s>" and all(s <= 0 for s in record["scores"])
             lp = (len(t.tokens) + 1) ** translator.decode.length_penalty
@@ -109,10 +109,35 @@ def test_the_command_line_writes_token_scores(translator, trained, tmp_path, cap
     assert run_cli(*args, "--token-scores", scores) == 0
     records = [json.loads(line) for line in scores.read_text().splitlines()]
     best = translator.hypotheses(LINES, beam=3, token_scores=True, attention=False)
-    assert records[1] is None and records[0] == translator.token_score_record(best[0][0])
+    assert records[1] is None and records[0] == translator.token_score_record(
+        best[0][0].tokens, best[0][0].token_scores
+    )
     assert out.read_text().splitlines() == translator.translate(LINES, beam=3)
 
 
 def test_token_scores_is_a_bool(translator):
     with pytest.raises(TypeError, match="token_scores must be a bool, not str"):
         translator.hypotheses(LINES, token_scores="yes")
+
+
+def test_score_gives_a_given_translation_s_token_scores(translator, trained, tmp_path):
+    outputs = translator.hypotheses(LINES, beam=3, token_scores=True, attention=False)
+    refs = [hyps[0].text if hyps else "" for hyps in outputs]
+    forced = translator.score(LINES, refs, token_scores=True, length_penalty=0.0)
+    same = 0
+    for hyps, score in zip(outputs, forced, strict=True):
+        assert sum(score.token_scores) == pytest.approx(score.log_prob, abs=1e-4)
+        # Where the text splits into the search's pieces again, the search's own scores.
+        if hyps and score.pieces == hyps[0].tokens:
+            assert score.token_scores == pytest.approx(hyps[0].token_scores, abs=1e-4)
+            same += 1
+    assert same
+    assert translator.score(LINES, refs)[0].token_scores is None
+    src, ref, out = tmp_path / "src.txt", tmp_path / "ref.txt", tmp_path / "scores.jsonl"
+    src.write_text("".join(line + "\n" for line in LINES))
+    ref.write_text("".join(line + "\n" for line in refs))
+    args = ["score", "--run", trained, "--src", src, "--ref", ref, "-o", tmp_path / "s.tsv"]
+    assert run_cli(*args, "--device", "cpu", "--token-scores", out) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert records == [translator.token_score_record(s.pieces, s.token_scores) for s in forced]
+    assert records[1] == {"pieces": ["</s>"], "scores": [round(forced[1].token_scores[0], 4)]}

@@ -176,8 +176,8 @@ TokenScoreFile = Annotated[
     typer.Option(
         "--token-scores",
         metavar="FILE",
-        help="write each best translation's pieces and the log-probability of each, a JSON "
-        "line per input line (null for a blank one)",
+        help="write the pieces of each line's (best) translation and the log-probability of "
+        "each, a JSON line per input line",
     ),
 ]
 ConstraintFile = Annotated[

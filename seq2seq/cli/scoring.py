@@ -26,6 +26,7 @@ from seq2seq.cli.options import (
     References,
     Runs,
     Threads,
+    TokenScoreFile,
 )
 from seq2seq.errors import UserError
 
@@ -201,6 +202,7 @@ def score(
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     threads: Threads = None,
+    token_scores: TokenScoreFile = None,
 ) -> None:
     """Score each translation in --ref as the model's log-probability of it given its
     source in --src: a line per pair, LOGPROB<TAB>PER_TOKEN<TAB>NORMALISED (the total, EOS
@@ -216,7 +218,12 @@ def score(
     options = {"length_penalty": length_penalty, "batch_tokens": batch_tokens}
     with _within_memory(None, batch_tokens):
         translator = _translator(Engine.torch, run, checkpoint, device, threads, None, options)
-        scores = translator.score(sources, references, progress=True)
+        scores = translator.score(
+            sources, references, progress=True, token_scores=token_scores is not None
+        )
+    if token_scores is not None:
+        rows = [translator.token_score_record(s.pieces, s.token_scores) for s in scores]
+        atomic_write_text(token_scores, "".join(json.dumps(row) + "\n" for row in rows))
     text = "".join(f"{s.log_prob:.4f}\t{s.per_token:.4f}\t{s.normalised:.4f}\n" for s in scores)
     if output is None:
         sys.stdout.write(text)

@@ -35,6 +35,9 @@ class ForcedScore:
     log_prob: float  # log P(reference + EOS | source)
     tokens: int  # reference pieces + EOS
     normalised: float  # log P / lp(tokens): the beam search's score
+    # the log-probability of each reference piece and of the EOS; None unless asked for
+    token_scores: list[float] | None = None
+    pieces: list[int] | None = None  # the reference's piece ids, with `token_scores`
 
     @property
     def per_token(self) -> float:
@@ -42,14 +45,20 @@ class ForcedScore:
 
 
 @torch.inference_mode()
-def forced_log_probs(model: Seq2Seq, batch: Batch, lengths: list[int]) -> Tensor:
-    """(B,) log P(target + EOS | source) of each pair of a batch with targets, whose
-    `lengths` count target pieces + EOS (by length, not by PAD: an output may hold PAD's id)."""
+def forced_token_log_probs(model: Seq2Seq, batch: Batch, lengths: list[int]) -> Tensor:
+    """(B, T) log p of each target piece and EOS of each pair of a batch with targets (0
+    after them), whose `lengths` count target pieces + EOS (by length, not by PAD: an
+    output may hold PAD's id)."""
     log_probs = model.log_probs(batch.src, batch.src_mask, batch.tgt_in)
     picked = log_probs.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1)
     steps = torch.arange(picked.size(1), device=picked.device)
     real = steps < torch.tensor(lengths, device=picked.device).unsqueeze(1)
-    return picked.masked_fill(~real, 0.0).sum(-1)
+    return picked.masked_fill(~real, 0.0)
+
+
+def forced_log_probs(model: Seq2Seq, batch: Batch, lengths: list[int]) -> Tensor:
+    """(B,) log P(target + EOS | source) of each pair (`forced_token_log_probs` summed)."""
+    return forced_token_log_probs(model, batch, lengths).sum(-1)
 
 
 def score_pairs(
@@ -59,10 +68,12 @@ def score_pairs(
     alpha: float,
     batch_tokens: int,
     progress: bool = False,
+    token_scores: bool = False,
 ) -> list[ForcedScore]:
     """The `ForcedScore` of each line-aligned pair (a blank side is scored as the empty
     sentence it is), with the length penalty's `alpha`, in batches of about `batch_tokens`
-    padded tokens per side; sources are cut as translation cuts them."""
+    padded tokens per side, with its pieces' log-probabilities if `token_scores`; sources
+    are cut as translation cuts them."""
     if len(sources) != len(references):
         raise UserError(
             f"{len(sources)} source lines but {len(references)} reference lines; "
@@ -72,16 +83,26 @@ def score_pairs(
     src_ids = [ids[: translator.max_source] for ids in tokenizer.encode_src(sources)]
     tgt_ids = tokenizer.encode_tgt(references)
     totals: list[float] = [0.0] * len(sources)
+    steps: list[list[float] | None] = [None] * len(sources)
     groups = token_batches([len(s) for s in src_ids], [len(t) for t in tgt_ids], batch_tokens)
     with tqdm(total=len(sources), unit="pair", disable=None if progress else True) as bar:
         for group in groups:
             batch = make_batch([src_ids[i] for i in group], [tgt_ids[i] for i in group], group)
             lengths = [len(tgt_ids[i]) + 1 for i in group]
-            found = forced_log_probs(translator.model, batch.to(translator.device), lengths)
-            for i, total in zip(group, found.tolist(), strict=True):
+            picked = forced_token_log_probs(translator.model, batch.to(translator.device), lengths)
+            for i, total in zip(group, picked.sum(-1).tolist(), strict=True):
                 totals[i] = total
+            if token_scores:  # read back only where asked for
+                for i, row, n in zip(group, picked.tolist(), lengths, strict=True):
+                    steps[i] = row[:n]
             bar.update(len(group))
     return [
-        ForcedScore(total, len(ids) + 1, total / float(length_penalty(len(ids) + 1.0, alpha)))
-        for total, ids in zip(totals, tgt_ids, strict=True)
+        ForcedScore(
+            total,
+            len(ids) + 1,
+            total / float(length_penalty(len(ids) + 1.0, alpha)),
+            row,
+            ids if token_scores else None,
+        )  # fmt: skip
+        for total, row, ids in zip(totals, steps, tgt_ids, strict=True)
     ]

@@ -55,7 +55,10 @@ def _write_records(
         atomic_write_text(records.alignments, "".join(p + "\n" for p in pairs))
     for path, record in (
         (records.attention, translator.attention_record),
-        (records.token_scores, lambda line, t: translator.token_score_record(t)),
+        (
+            records.token_scores,
+            lambda _, t: translator.token_score_record(t.tokens, t.token_scores),
+        ),
     ):
         if path is not None:
             rows = [record(line, t) if t else None for line, t in best]

@@ -114,11 +114,11 @@ class LineTranslator:
         src_pieces = [*self.tokenizer.src_pieces(line)[: self.max_source], "</s>"]
         return src_pieces, self.tokenizer.tgt_pieces_from_ids([*translation.tokens, EOS_ID])
 
-    def token_score_record(self, translation: Translation) -> dict[str, Any]:
-        """A translation's token scores as plain data: its pieces (and </s>) and the
-        log-probability of each, to 4 decimals."""
-        pieces = self.tokenizer.tgt_pieces_from_ids([*translation.tokens, EOS_ID])
-        return {"pieces": pieces, "scores": [round(s, 4) for s in translation.token_scores]}
+    def token_score_record(self, tokens: list[int], scores: list[float]) -> dict[str, Any]:
+        """Token scores as plain data: the pieces of `tokens` (and </s>) and the
+        log-probability of each (`scores`, EOS last), to 4 decimals."""
+        pieces = self.tokenizer.tgt_pieces_from_ids([*tokens, EOS_ID])
+        return {"pieces": pieces, "scores": [round(s, 4) for s in scores]}
 
     def attention_record(self, line: str, translation: Translation) -> dict[str, Any]:
         """A translation's attention as plain data: the pieces that label its columns

@@ -20,6 +20,7 @@ from seq2seq.decode.ensemble import Ensemble, load_models
 from seq2seq.decode.forced import ForcedScore, score_pairs
 from seq2seq.decode.hypotheses import Hypothesis
 from seq2seq.decode.inputs import (
+    check_flag,
     check_line,
     check_lines,
     check_load_arguments,
@@ -145,18 +146,26 @@ class Translator(LineTranslator):
         return AttentionMap(src_pieces, tgt_pieces, best.attention, best.text)
 
     def score(
-        self, sources: list[str], references: list[str], *, progress: bool = False, **decode: Any
+        self,
+        sources: list[str],
+        references: list[str],
+        *,
+        progress: bool = False,
+        token_scores: bool = False,
+        **decode: Any,
     ) -> list[ForcedScore]:
         """The model's log-probability of each reference given its line-aligned source,
-        teacher-forced (`forced.score_pairs`); `decode` as in `translate` (length_penalty
-        sets the normalised score's alpha, batch_tokens the batches)."""
+        teacher-forced (`forced.score_pairs`), and of each of its pieces if `token_scores`;
+        `decode` as in `translate` (length_penalty sets the normalised score's alpha,
+        batch_tokens the batches)."""
         check_lines(sources, "sources")
         check_lines(references, "references")
+        check_flag(token_scores, "token_scores")
         options = decode_options(self.decode, decode)
         with _evaluating(self.model):
             return score_pairs(
                 self, sources, references, options.length_penalty,
-                self.batch_tokens(options), progress,
+                self.batch_tokens(options), progress, token_scores,
             )  # fmt: skip
 
     def attention_diagnostics(self, sources: list[str], references: list[str]) -> dict:

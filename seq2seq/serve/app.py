@@ -203,7 +203,9 @@ def _line(
             text=t.text,
             score=round(t.score, 4),
             attention=_attention(translator, source, t) if request.attention else None,
-            token_scores=translator.token_score_record(t) if request.token_scores else None,
+            token_scores=translator.token_score_record(t.tokens, t.token_scores)
+            if request.token_scores
+            else None,
         )
         for t in found
     ]
