@@ -84,6 +84,23 @@ def test_a_checkpoint_translates_alike_on_the_cpu_and_the_gpu(toy, tmp_path, tra
         assert cli == [h.text for h in best["cuda"]]
 
 
+def test_constraints_and_token_scores_on_the_gpu_are_the_cpu_s(trained):
+    from seq2seq.decode.translate import Translator
+
+    phrases = [["Qozoxu"], [], ["Zuqu", "Foxo Coha"]] + [[]] * (len(SOURCES) - 3)
+    found = {
+        device: Translator.load(trained, device=device, beam=4).hypotheses(
+            SOURCES, constraints=phrases, token_scores=True, attention=False
+        )
+        for device in ("cpu", "cuda")
+    }
+    for cpu, cuda, wanted in zip(found["cpu"], found["cuda"], phrases, strict=True):
+        assert [h.tokens for h in cpu] == [h.tokens for h in cuda]
+        assert all(phrase in h.text for h in cuda for phrase in wanted)
+        for a, b in zip(cpu, cuda, strict=True):
+            assert a.token_scores == pytest.approx(b.token_scores, abs=1e-3)
+
+
 def test_serving_on_the_gpu_answers_as_its_translator_does(trained):
     pytest.importorskip("fastapi", reason="the serve extra is not installed")
     from fastapi.testclient import TestClient
