@@ -186,3 +186,14 @@ def test_prepare_says_how_many_samples_it_keeps(toy, tmp_path, capsys):
     assert "prepared 300 training pairs and 2 sampled segmentations of them" in err
     corpora = sorted(path.name for path in (tmp_path / "run/tokenizer/corpora").iterdir())
     assert len(corpora) == 3 and corpora[1].endswith("-0") and corpora[2].endswith("-1")
+
+
+def test_nbest_with_a_given_bpe_model_is_one_line(text, toy, tmp_path):
+    lines = corpus.read_lines(toy / "data/train.tgt")
+    bpe = train_tokenizer(TokenizerConfig(vocab_size=120), lines, lines, tmp_path / "bpe")
+    assert bpe.algorithms == {"bpe"}
+    given = TokenizerConfig(model=str(tmp_path / "bpe/joint.model"))
+    sampling = SubwordSamplingConfig(alpha=0.1, nbest=4, segmentations=1)
+    data = text.model_copy(update={"subword_sampling": sampling})
+    with pytest.raises(UserError, match="nbest picks among a unigram model's best .* is bpe"):
+        prepare_training_data(data, given, tmp_path / "run", seed=1)

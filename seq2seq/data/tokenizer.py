@@ -85,6 +85,19 @@ class Tokenizer:
             digest.update(self._tgt.serialized_model_proto())
         return digest.hexdigest()[:16]
 
+    @functools.cached_property
+    def algorithms(self) -> frozenset[str]:
+        """The SentencePiece algorithms of its models ("unigram", "bpe", ...), as they
+        record them (a model given by `tokenizer.model` may be either)."""
+        from sentencepiece import sentencepiece_model_pb2  # protobuf: tensorboard needs it
+
+        found = set()
+        for model in (self._src, self._tgt):
+            proto = sentencepiece_model_pb2.ModelProto.FromString(model.serialized_model_proto())
+            kind = sentencepiece_model_pb2.TrainerSpec.ModelType.Name(proto.trainer_spec.model_type)
+            found.add(kind.lower())
+        return frozenset(found)
+
     @property
     def src_vocab_size(self) -> int:
         return self._src.get_piece_size()

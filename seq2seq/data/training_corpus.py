@@ -77,15 +77,22 @@ def prepare_training_data(
             prepare_corpus(tokenizer, directory, prefix, langs, log)
             for prefix in data.train_prefixes
         ]
-        samples = _samples(data)
+        samples = _samples(data, tokenizer)
         sampled = prepare_samples(tokenizer, directory, data.train_prefixes, langs, samples, log)
     return TrainingData(tokenizer, corpora, sampled)
 
 
-def _samples(data: DataConfig) -> list[SegmentationSample]:
+def _samples(data: DataConfig, tokenizer: Tokenizer) -> list[SegmentationSample]:
+    """The segmentations `data.subword_sampling` asks for; one line where its `nbest`
+    would be ignored (BPE-dropout has no n best)."""
     sampling = data.subword_sampling
     if sampling.alpha is None:
         return []
+    if sampling.nbest != -1 and tokenizer.algorithms != {"unigram"}:
+        raise UserError(
+            "data.subword_sampling.nbest picks among a unigram model's best segmentations, "
+            f"and the tokenizer is {'/'.join(sorted(tokenizer.algorithms))}: leave it -1"
+        )
     return [
         SegmentationSample(sampling.alpha, sampling.nbest, number)
         for number in range(sampling.segmentations)
