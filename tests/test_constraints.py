@@ -10,6 +10,7 @@ from cli_helpers import run_cli
 from test_search import ARCHS, BOS, EOS, every_output, sequence_log_prob, source, tiny
 
 from seq2seq.decode.constraints import ConstrainedBeams, Constraints, Progress
+from seq2seq.decode.prefix import Prefix, Prefixes
 from seq2seq.decode.sampling import Sampler
 from seq2seq.decode.search import beam_search, length_penalty
 from seq2seq.decode.translate import Translator
@@ -255,3 +256,25 @@ def test_bench_decodes_with_constraints(load_script, trained, toy, tmp_path):
     )  # fmt: skip
     measured = bench.measure_decode(args, "torch", 4, None)
     assert measured["constraints"] == str(tmp_path / "phrases.txt") and measured["sentences"] == 10
+
+
+def test_constraints_with_a_prefix_come_after_it_or_within_it():
+    model = tiny("transformer")
+    src, mask = source((5, 4))
+    prefixes = Prefixes.of([Prefix("x", [11, 12]), None], torch.ones(30, dtype=torch.bool))
+    phrases = Constraints.of([[[12, 13], [20]], [[20]]], torch.device("cpu"))
+    found = beam_search(
+        model, src, mask, torch.tensor([6, 6]), BOS, EOS, 4, 4, prefixes=prefixes,
+        constraints=phrases,
+    )  # fmt: skip
+    assert found[0] and all(h.tokens[:2] == [11, 12] for h in found[0])
+    assert all(contains(h.tokens, [12, 13]) and 20 in h.tokens for h in found[0])
+    assert found[1] and all(20 in h.tokens for h in found[1])
+
+
+def test_an_ensemble_and_mbr_keep_to_the_phrases(trained):
+    ensemble = Translator.load([trained, trained], device="cpu")
+    texts = ensemble.translate(LINES, beam=4, nbest=2, constraints=PHRASES)
+    chosen = ensemble.translate(LINES, beam=4, mbr=4, constraints=PHRASES)
+    for phrases, best, mbr in zip(PHRASES, texts, chosen, strict=True):
+        assert all(phrase in text for text in [*best, mbr] for phrase in phrases)
