@@ -239,9 +239,7 @@ def test_a_hypothesis_that_met_its_phrases_finishes_where_its_bank_gives_it_a_sl
     )
     assert list(zip(origin[:2].tolist(), token[:2].tolist(), strict=True)) == [(0, EOS), (1, 4)]
     assert scores[0, :2].tolist() == [-5.0, -1.0]
-    slots_scores, slots = beams.allocate(
-        scores, token.view_as(scores) == EOS, 2, torch.zeros(scores.numel(), dtype=torch.long)
-    )
+    slots_scores, slots = beams.allocate(scores, token.view_as(scores) == EOS, 2)
     assert [(int(origin[s]), int(token[s])) for s in slots] == [(1, 7), (1, 4)]  # a slot a bank
 
 

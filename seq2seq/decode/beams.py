@@ -76,9 +76,9 @@ class Beams:
             self.constrained.mask_incomplete_eos_(log_probs, self.row_sentences(), eos_id)
         return log_probs
 
-    def row_sentences(self, width: int | None = None) -> Tensor:
-        """(A*width,) the input sentence of each row (of each candidate, A*C, for C)."""
-        return self.sentences.repeat_interleave(width or self.width)
+    def row_sentences(self) -> Tensor:
+        """(A*K,) the input sentence of each row."""
+        return self.sentences.repeat_interleave(self.width)
 
     def widen(
         self, log_probs: Tensor, beam: int, top_scores: Tensor, origin: Tensor, token: Tensor
@@ -95,8 +95,7 @@ class Beams:
         """`_open_slots`, or with constraints their allocation to banks."""
         if self.constrained is None:
             return open_slots(top_scores, at_eos, beam)
-        sentences = self.row_sentences(top_scores.size(1))
-        return self.constrained.allocate(top_scores, at_eos, beam, sentences)
+        return self.constrained.allocate(top_scores, at_eos, beam)
 
     def track(self, src: Tensor, no_repeat_ngram: int, coverage_penalty: float) -> None:
         """Start the records of each row that the search needs: its output so far, to

@@ -110,6 +110,8 @@ class ConstrainedBeams:
     constraints: Constraints  # by input sentence
     progress: Progress  # by row of the decoder batch
     candidates: Progress | None = None  # by candidate of the last step, once `widen`ed
+    banks: Tensor | None = None  # (A, N) the pieces each of those candidates has placed
+    totals: Tensor | None = None  # (A, N) those of its sentence's phrases
 
     @classmethod
     def start(cls, constraints: Constraints) -> ConstrainedBeams:
@@ -158,20 +160,18 @@ class ConstrainedBeams:
         order = _bank_order(scores.isfinite(), bank, totals, self.constraints.most, beam)
         flat = (order + torch.arange(active, device=order.device)[:, None] * order.size(1)).view(-1)
         scores, origin, token = scores.gather(1, order), origin[flat], token[flat]
-        return replace(self, candidates=after.select(flat)), scores, origin, token
+        banks, totals = bank.gather(1, order), totals.gather(1, order)
+        chosen = replace(self, candidates=after.select(flat), banks=banks, totals=totals)
+        return chosen, scores, origin, token
 
-    def allocate(
-        self, top_scores: Tensor, at_eos: Tensor, beam: int, candidate_sentences: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """The next step's K = `beam` slots of each sentence from its candidates (A, N),
-        by banks of constraint pieces met (see the module): their scores (A, K; -inf:
-        closed) and the candidate each is (A*K,), an index into the step's A*N."""
+    def allocate(self, top_scores: Tensor, at_eos: Tensor, beam: int) -> tuple[Tensor, Tensor]:
+        """The next step's K = `beam` slots of each sentence from the candidates `widen`
+        gave (A, N), by banks of constraint pieces met (see the module): their scores (A,
+        K; -inf: closed) and the candidate each is (A*K,), an index into the step's A*N."""
         active, width = top_scores.shape
-        lengths = self.constraints.lengths[candidate_sentences]
-        bank = self.candidates.pieces_met(lengths).view(active, width)
-        totals = self.constraints.totals[candidate_sentences].view(active, width)
         open_ = top_scores.isfinite() & ~at_eos
-        order = _bank_order(open_, bank, totals, self.constraints.most, beam)[:, :beam]
+        order = _bank_order(open_, self.banks, self.totals, self.constraints.most, beam)
+        order = order[:, :beam]
         scores = top_scores.gather(1, order).masked_fill(~open_.gather(1, order), -torch.inf)
         first = (torch.arange(active, device=order.device) * width).unsqueeze(1)
         return scores, (order + first).view(-1)
