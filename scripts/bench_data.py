@@ -89,7 +89,8 @@ def _fields(lines, names: tuple[str, ...]) -> dict[str, int]:
 
 def workers(launcher: int) -> list[int]:
     """The training processes under `launcher`: itself, or torchrun's ranks (they have RANK
-    in their environment), in rank order."""
+    in their environment), in rank order. A rank's own children inherit RANK and are not
+    ranks: the search stops at a rank."""
     found, pending = [], [launcher]
     while pending:
         pid = pending.pop()
@@ -101,7 +102,8 @@ def workers(launcher: int) -> list[int]:
         rank = next((e[5:] for e in environ if e.startswith(b"RANK=")), None)
         if rank is not None:
             found.append((int(rank), pid))
-        pending += map(int, children)
+        else:
+            pending += map(int, children)
     return [pid for _, pid in sorted(found)] or [launcher]
 
 
