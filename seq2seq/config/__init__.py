@@ -1,6 +1,7 @@
 """The run configuration: its schema (`schema.py`, with the attention sections and their
 registry of types in `attention.py`, the data and tokenizer sections in `data.py`, the
-decoding section in `decode.py`) and how files become one (`loading.py`).
+decoding section in `decode.py`, the training section in `training.py`) and how files
+become one (`loading.py`).
 
 A YAML file is read with `yaml.safe_load` (following `extends`), dotted `--set key=value`
 overrides are applied, and the result is validated by the schema's pydantic models.
@@ -23,15 +24,12 @@ from seq2seq.config.loading import (
     load_config,
     read_yaml,
 )
-from seq2seq.config.schema import (
+from seq2seq.config.schema import Config, ModelConfig, config_differences, flatten
+from seq2seq.config.training import (
     VALIDATION_LOSS,
-    Config,
-    ModelConfig,
     OptimizerConfig,
     ScheduleConfig,
     TrainConfig,
-    config_differences,
-    flatten,
     parse_duration,
     validation_metrics,
 )

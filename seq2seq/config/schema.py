@@ -3,14 +3,12 @@ and the one home of defaults. Unknown keys, inf and NaN are errors in every sect
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
     Field,
     PositiveInt,
-    field_validator,
     model_validator,
 )
 
@@ -22,36 +20,7 @@ from seq2seq.config.attention import (
 from seq2seq.config.data import DataConfig, TokenizerConfig
 from seq2seq.config.decode import DecodeConfig
 from seq2seq.config.section import Section
-
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from a number of seconds or a string such as '90s', '25m', '1h30m'."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as 90s, 25m or 1h30m")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value).replace(" ", ""))
-        if not match or not any(match.groups()):
-            raise ValueError("expected a duration such as 90s, 25m or 1h30m")
-        hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
-        seconds = hours * 3600 + minutes * 60 + secs
-    if seconds <= 0:
-        raise ValueError("a duration must be positive")
-    return seconds
-
-
-VALIDATION_LOSS = "loss"  # train.metric's name of the validation loss (lower is better)
-
-
-def validation_metrics() -> list[str]:
-    """What `train.metric` may name: each metric of the table, then the loss."""
-    # Here, not at the top: sacrebleu is slow to import and most config readers score nothing.
-    from seq2seq.evaluate import METRICS
-
-    return [*(metric.key for metric in METRICS), VALIDATION_LOSS]
+from seq2seq.config.training import TrainConfig
 
 
 class ModelConfig(Section):
@@ -208,137 +177,6 @@ class ModelConfig(Section):
                     f"{name}.heads = {heads} must divide hidden_dim = {self.hidden_dim}"
                 )
         return self
-
-
-_Beta = Annotated[float, Field(ge=0, lt=1)]
-
-
-class OptimizerConfig(Section):
-    name: Literal["adam", "adamw"] = Field("adam", description="adamw: decoupled weight decay")
-    lr: float = Field(1e-3, gt=0, le=10, description="learning rate (the peak, with warm-up)")
-    betas: tuple[_Beta, _Beta] = Field((0.9, 0.999), description="Adam's moment decay rates")
-    weight_decay: float = Field(0.0, ge=0, le=10, description="L2 penalty (adamw: decoupled)")
-
-
-class ScheduleConfig(Section):
-    type: Literal["constant", "plateau", "inverse_sqrt", "cosine"] = Field(
-        "constant",
-        description="plateau: cut on a validation plateau; inverse_sqrt: lr / sqrt(step); "
-        "cosine: from lr down to min_lr along half a cosine, ending at train.max_steps",
-    )
-    warmup_steps: int = Field(0, ge=0, description="linear warm-up from 0 to lr")
-    factor: float = Field(0.5, gt=0, lt=1, description="plateau: lr multiplier on a plateau")
-    patience: int = Field(2, ge=0, description="plateau: validations without improvement")
-    min_lr: float = Field(
-        1e-6, ge=0, le=10, description="after warm-up the lr is never below this (cosine: its end)"
-    )
-
-
-class TrainConfig(Section):
-    batch_tokens: PositiveInt = Field(4096, description="sentences x longer padded side")
-    accumulate: PositiveInt = Field(
-        1,
-        le=1024,
-        description="batches per update: their gradients are summed, the loss normalised by "
-        "all their target tokens, before one optimizer step (an update of N x batch_tokens "
-        "in the memory of one batch); steps count updates",
-    )
-    max_epochs: PositiveInt = Field(30, description="budget: passes over the training data")
-    max_steps: PositiveInt | None = Field(None, description="budget: updates; null: no limit")
-    max_time: float | None = Field(
-        None,
-        le=366 * 86400,
-        description="budget: wall-clock seconds, or a duration: 90s, 25m, 1h30m",
-    )
-    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Adam")
-    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="the lr schedule")
-    clip_grad_norm: float = Field(1.0, ge=0, le=1e6, description="0 disables clipping")
-    label_smoothing: float = Field(0.1, ge=0, lt=1, description="of the cross-entropy loss")
-    ema_decay: float | None = Field(
-        None,
-        gt=0,
-        lt=1,
-        description="an exponential moving average of the weights at this decay (0.999: about "
-        "the last 1,000 updates), which validation scores and checkpoints keep for "
-        "translation; null: the weights themselves",
-    )
-    valid_every: PositiveInt = Field(500, description="updates between validations")
-    attention_diagnostics: bool = Field(
-        True,
-        description="measure every attention module's entropy, saturation, energies and "
-        "sink mass at each validation (docs/attention.md); false: skip it",
-    )
-    log_every: PositiveInt = Field(100, description="updates between log lines")
-    metric: str = Field(
-        "bleu",
-        description="what picks the best checkpoint and early stopping: a metric of the "
-        "validation translations (seq2seq.evaluate.METRICS) or the validation loss",
-        json_schema_extra=lambda schema: schema.update(enum=validation_metrics()),
-    )
-    test_checkpoint: Literal["best", "last", "average"] = Field(
-        "best",
-        description="the checkpoint that translates the test sets: best (by metric), last, or "
-        "average (the mean of the kept step-N checkpoints, the keep_best best by metric); "
-        "the last one's test scores are also kept, in test/last/",
-    )
-    patience: PositiveInt | None = Field(10, description="early stopping, in validations")
-    keep_best: PositiveInt = Field(3, description="step-N checkpoints kept, the best by metric")
-    max_skipped_updates: PositiveInt = Field(
-        10, description="stop after this many non-finite updates in a row"
-    )
-    threads: PositiveInt | None = Field(
-        None,
-        description="CPU threads; default: the CPUs this process may use, shared among "
-        "torchrun's processes on the machine; may change on resume",
-    )
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA if available")
-    precision: Literal["fp32", "bf16", "fp16"] = Field(
-        "fp32",
-        description="bf16: autocast the training forward pass (GPU, or a CPU with native "
-        "bf16); fp16: the same in fp16 with gradient scaling (CUDA only)",
-    )
-    cuda_graphs: bool = Field(
-        True,
-        description="on one CUDA GPU in bf16 or fp32, Transformer: pad batches to a few shapes "
-        "and replay each shape's update as a CUDA graph (docs/training.md); false: launch it "
-        "op by op",
-    )
-    checkpoint_activations: bool = Field(
-        False,
-        description="transformer: keep each layer's input alone in the forward pass and "
-        "recompute the rest in the backward pass (torch.utils.checkpoint): less memory for "
-        "more compute, the same gradients; no CUDA graphs",
-    )
-    init_from: str | None = Field(
-        None,
-        description="fine-tune: start from this run directory's best checkpoint (or this "
-        ".pt file in a run) and its tokenizer, with a fresh optimizer, schedule and step count",
-    )
-
-    @model_validator(mode="after")
-    def _cosine_needs_its_end(self) -> TrainConfig:
-        if self.schedule.type != "cosine":
-            return self
-        if self.max_steps is None or self.max_steps <= self.schedule.warmup_steps:
-            raise ValueError(
-                f"schedule.type cosine decays until train.max_steps, which is "
-                f"{'null' if self.max_steps is None else self.max_steps} with "
-                f"{self.schedule.warmup_steps} warm-up steps; set max_steps above warmup_steps"
-            )
-        return self
-
-    @field_validator("max_time", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> float | None:
-        return None if value is None else parse_duration(value)
-
-    @field_validator("metric")
-    @classmethod
-    def _validated(cls, value: str) -> str:
-        names = validation_metrics()
-        if value not in names:
-            raise ValueError(f"unknown metric {value!r}; known: {', '.join(names)}")
-        return value
 
 
 class Config(Section):
