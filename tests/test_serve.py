@@ -250,7 +250,7 @@ def test_a_body_not_sent_as_json_is_415_saying_so(client, content_type):
             422,
             f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, beam, nbest, attention, "
             "token_scores, prefix, constraints, sample, temperature, top_k, top_p, epsilon, "
-            "seed, length_penalty, coverage_penalty, mbr, mbr_utility",
+            "seed, length_penalty, coverage_penalty, mbr, mbr_utility, tag",
         ),
     ],
     ids=["8 wrong lines", "1,000 lines", "a 5,000-character field"],

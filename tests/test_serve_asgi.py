@@ -27,7 +27,7 @@ class HeldSearch:
     answer, once it is being built, waits until `answered` is set."""
 
     def __init__(self, held: str = "") -> None:
-        self.decode = DecodeConfig(beam=1)
+        self.decode, self.tags = DecodeConfig(beam=1), ()
         self.held = held
         self.started = threading.Event()
         self.release = threading.Event()

@@ -136,6 +136,14 @@ Seed = Annotated[
     int | None,
     typer.Option(min=0, help="with --sample: with each line's index, seeds its draws; default 1"),
 ]
+Tag = Annotated[
+    str | None,
+    typer.Option(
+        metavar="TAG",
+        help="put TAG, one of the run's data.tags, before every source: translate as that kind "
+        "of text (docs/training.md#tags); default: the run's decode.tag",
+    ),
+]
 Mbr = Annotated[
     int | None,
     typer.Option(

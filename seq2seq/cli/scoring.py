@@ -25,6 +25,7 @@ from seq2seq.cli.options import (
     NoRepeatNgram,
     References,
     Runs,
+    Tag,
     Threads,
     TokenScoreFile,
 )
@@ -58,6 +59,7 @@ def evaluate(
     no_repeat_ngram: NoRepeatNgram = None,
     mbr: Mbr = None,
     mbr_utility: MbrUtility = None,
+    tag: Tag = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     threads: Threads = None,
@@ -71,7 +73,7 @@ def evaluate(
 
     references = _read_references(ref)
     options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram,
-                        mbr=mbr, mbr_utility=mbr_utility)  # fmt: skip
+                        mbr=mbr, mbr_utility=mbr_utility, tag=tag)  # fmt: skip
     if hyp:
         given = {"run": run or None, "src": src, "checkpoint": checkpoint, **options}
         given |= {"device": device, "threads": threads, "int8": int8}
@@ -81,9 +83,8 @@ def evaluate(
         raise UserError("pass --run RUN and --src FILE to translate, or --hyp FILE to score")
     sources = _aligned_lines(src, ref[0], len(references[0]), "reference")
     with _within_memory(beam, batch_tokens):
-        translator = _translator(
-            Engine.torch, run, checkpoint, device, threads, None, options, int8
-        )
+        translator = _translator(Engine.torch, run, checkpoint, device, threads, None, options,
+                                 int8)  # fmt: skip
         hypotheses = translator.translate(sources, progress=True)
     _print_scores([str(src)], [hypotheses], references, as_json)
 
@@ -199,6 +200,7 @@ def score(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="default: stdout")] = None,
     checkpoint: Checkpoints = None,
     length_penalty: LengthPenalty = None,
+    tag: Tag = None,
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     threads: Threads = None,
@@ -215,7 +217,7 @@ def score(
 
     references = _read_lines(ref)
     sources = _aligned_lines(src, ref, len(references), "translation")
-    options = {"length_penalty": length_penalty, "batch_tokens": batch_tokens}
+    options = {"length_penalty": length_penalty, "batch_tokens": batch_tokens, "tag": tag}
     with _within_memory(None, batch_tokens):
         translator = _translator(Engine.torch, run, checkpoint, device, threads, None, options)
         scores = translator.score(

@@ -32,6 +32,7 @@ from seq2seq.cli.options import (
     Quantization,
     Sample,
     Seed,
+    Tag,
     Temperature,
     Threads,
     TokenScoreFile,
@@ -113,6 +114,7 @@ def translate(
     seed: Seed = None,
     mbr: Mbr = None,
     mbr_utility: MbrUtility = None,
+    tag: Tag = None,
     prefix_file: PrefixFile = None,
     constraint_file: ConstraintFile = None,
     attention: AttentionFile = None,
@@ -123,10 +125,9 @@ def translate(
     Empty and blank lines give empty lines. A line that is not valid UTF-8 gives an empty
     line too, and a source longer than the model reads (twice data.max_len pieces) is cut
     to that; stderr counts and names such lines. On a terminal, stdin is translated
-    interactively: one line in, one translation out.
-    """
+    interactively: one line in, one translation out."""
     options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram,
-                        mbr=mbr, mbr_utility=mbr_utility)  # fmt: skip
+                        mbr=mbr, mbr_utility=mbr_utility, tag=tag)  # fmt: skip
     options |= {"sample": sample, "temperature": temperature, "top_k": top_k, "top_p": top_p,
                 "epsilon": epsilon, "seed": seed}  # fmt: skip
     with _within_memory(beam, batch_tokens):
@@ -175,6 +176,7 @@ def _decoding(
     *,
     mbr: int | None,
     mbr_utility: str | None,
+    tag: str | None,
 ) -> dict:
     """The decoding options given on the command line (None: the run's own)."""
     return {
@@ -185,6 +187,7 @@ def _decoding(
         "no_repeat_ngram": no_repeat_ngram,
         "mbr": mbr,
         "mbr_utility": mbr_utility,
+        "tag": tag,
     }
 
 

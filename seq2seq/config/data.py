@@ -6,9 +6,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic import AfterValidator, Field, PositiveInt, field_validator, model_validator
 
 from seq2seq.config.section import Section
+
+SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # the tokenizer's own: no symbol's
+
+
+def check_symbol(value: str) -> str:
+    """A piece a user names (a tag, a user symbol): some text without whitespace, not one
+    of the tokenizer's special pieces."""
+    if not value or any(character.isspace() for character in value):
+        raise ValueError(f"{value!r} is not one piece: give some text without whitespace")
+    if value in SPECIAL_PIECES:
+        raise ValueError(f"{value} is a special piece of the tokenizer; name another")
+    return value
+
+
+Symbol = Annotated[str, AfterValidator(check_symbol)]
 
 
 class SubwordSamplingConfig(Section):
@@ -61,6 +76,12 @@ class DataConfig(Section):
     test: list[str] = Field(
         default_factory=list, description="prefixes scored after training; one may be a string"
     )
+    tags: list[Symbol | None] | None = Field(
+        None,
+        description="a tag per data.train prefix, in its order (null: none), put before each "
+        "source of that corpus as one piece: tagged back-translation, domains "
+        "(docs/training.md#tags); decode.tag puts one before the sources translated",
+    )
     max_len: PositiveInt = Field(100, description="training pairs longer (in pieces) are dropped")
     max_len_ratio: float | None = Field(
         None,
@@ -85,15 +106,21 @@ class DataConfig(Section):
         """`train` as a list, one prefix or several."""
         return [self.train] if isinstance(self.train, str) else list(self.train)
 
+    @property
+    def tag_names(self) -> list[str]:
+        """The distinct tags of `tags`, in order."""
+        return list(dict.fromkeys(tag for tag in self.tags or () if tag is not None))
+
     @model_validator(mode="after")
-    def _a_weight_per_corpus(self) -> DataConfig:
-        if self.weights is not None and len(self.weights) != len(self.train_prefixes):
-            corpora = len(self.train_prefixes)
-            raise ValueError(
-                f"weights has {len(self.weights)} values for {corpora} training "
-                f"{'corpus' if corpora == 1 else 'corpora'} (data.train); give one weight per "
-                "prefix, in its order"
-            )
+    def _one_per_corpus(self) -> DataConfig:
+        corpora = len(self.train_prefixes)
+        for name, values, what in (("weights", self.weights, "weight"), ("tags", self.tags, "tag")):
+            if values is not None and len(values) != corpora:
+                raise ValueError(
+                    f"{name} has {len(values)} values for {corpora} training "
+                    f"{'corpus' if corpora == 1 else 'corpora'} (data.train); give one {what} "
+                    "per prefix, in its order"
+                )
         return self
 
     @field_validator("test", mode="before")
@@ -129,9 +156,23 @@ class TokenizerConfig(Section):
         description="a character outside the vocabulary becomes its UTF-8 bytes (256 pieces "
         "of the vocabulary), not <unk>, and translations can write it",
     )
+    user_symbols: list[Symbol] = Field(
+        default_factory=list,
+        description="pieces kept whole wherever they occur, never split (data.tags's tags "
+        "are added here)",
+    )
+
+    @field_validator("user_symbols")
+    @classmethod
+    def _each_once(cls, symbols: list[str]) -> list[str]:
+        twice = next((symbol for symbol in symbols if symbols.count(symbol) > 1), None)
+        if twice is not None:
+            raise ValueError(f"{twice} is given twice; give each symbol once")
+        return symbols
+
     model: str | None = Field(
         None,
         description="use this SentencePiece model instead of training one: a .model file (both "
         "sides), or a directory with joint.model or src.model and tgt.model; model_type, "
-        "vocab_size, character_coverage and byte_fallback are then not read",
+        "vocab_size, character_coverage, byte_fallback and user_symbols are then not read",
     )

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
+from seq2seq.config.data import Symbol
 from seq2seq.config.section import Section
 
 # Wider beams find no better translations (they grow shorter) and cost memory in
@@ -85,6 +86,11 @@ class DecodeConfig(Section):
         gt=0,
         le=1,
         description="sampling: only the fewest most probable tokens whose mass reaches p",
+    )
+    tag: Symbol | None = Field(
+        None,
+        description="a tag of data.tags put before every source translated (the test sets' "
+        "and validation's too): the kind of text to translate as; null: none",
     )
     seed: int = Field(
         1, ge=0, le=2**31 - 1, description="sampling: with the line's index, seeds its draws"

@@ -216,6 +216,23 @@ class Config(Section):
         return self
 
     @model_validator(mode="after")
+    def _tags_are_pieces(self) -> Config:
+        """decode.tag must be a tag the model trains with; a tokenizer trained here keeps
+        every tag whole (added to tokenizer.user_symbols; a given one is checked when it
+        is loaded)."""
+        tags = self.data.tag_names
+        if self.decode.tag is not None and self.decode.tag not in tags:
+            trained = f"data.tags has {', '.join(tags)}" if tags else "data.tags is not set"
+            raise ValueError(
+                f"decode.tag {self.decode.tag} is not a tag the model trains with "
+                f"({trained}); give one of them, or null"
+            )
+        if self.tokenizer.model is None:
+            symbols = self.tokenizer.user_symbols
+            symbols += [tag for tag in tags if tag not in symbols]
+        return self
+
+    @model_validator(mode="after")
     def _recomputed_layers_are_transformers(self) -> Config:
         if not self.train.checkpoint_activations:
             return self

@@ -151,6 +151,12 @@ class Tokenizer:
     def tgt_vocabulary(self) -> list[str]:
         return [self._tgt.id_to_piece(i) for i in range(self.tgt_vocab_size)]
 
+    def src_piece_id(self, piece: str) -> int | None:
+        """The id of one whole source piece (a tag); None where the source vocabulary has
+        no such piece."""
+        found = self._src.piece_to_id(piece)
+        return None if self._src.is_unknown(found) else found
+
     def src_pieces_from_ids(self, ids: list[int]) -> list[str]:
         return [self._src.id_to_piece(i) for i in ids]
 
@@ -224,6 +230,7 @@ def _train_model(cfg: TokenizerConfig, lines: Iterable[str], seed: int) -> bytes
             vocab_size=cfg.vocab_size,
             character_coverage=cfg.character_coverage,
             byte_fallback=cfg.byte_fallback,
+            user_defined_symbols=cfg.user_symbols,
             # A small corpus may not support vocab_size pieces; take what it supports.
             hard_vocab_limit=False,
             pad_id=PAD_ID,

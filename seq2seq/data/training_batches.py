@@ -1,7 +1,8 @@
 """The training set as batches: prepared corpora read one after another, pairs longer than
 `data.max_len` left out, and each epoch's length-bucketed batches, reproducible from
 (seed, epoch) for exact resumption. With subword sampling, each epoch reads the corpora in
-one of their sampled segmentations (each prepared like the corpora themselves).
+one of their sampled segmentations (each prepared like the corpora themselves). A corpus's
+tag (data.tags) is put before each of its sources as its batches are built.
 
 Nothing here holds a Python object per pair. A process holds, per kept pair, its 4-byte
 place in the epoch's order (while the next epoch's is made: 4 more, 4 for the shuffle
@@ -35,55 +36,71 @@ SCAN_CHUNK = 1 << 16  # pairs whose lengths are read at a time
 
 
 class TrainingPairs:
-    """The pairs of several prepared corpora, numbered one corpus after another."""
+    """The pairs of several prepared corpora, numbered one corpus after another; a corpus
+    with a tag (`tags`, a piece id or None each: data.tags) has it before each source."""
 
-    def __init__(self, corpora: list[PreparedCorpus]) -> None:
+    def __init__(self, corpora: list[PreparedCorpus], tags: Sequence[int | None] = ()) -> None:
         self.corpora = corpora
+        self.tags = list(tags) or [None] * len(corpora)
         self.starts = np.cumsum([0, *(corpus.pairs for corpus in corpora)])
 
     def __len__(self) -> int:
         return int(self.starts[-1])
 
+    def _added(self, number: int, side: str) -> int:
+        """The pieces a side of corpus `number` has before its own: its tag's, or none."""
+        return int(side == "src" and self.tags[number] is not None)
+
     def longest(self, side: str) -> int:
-        return max(corpus.manifest["longest"][side] for corpus in self.corpora)
+        return max(
+            corpus.manifest["longest"][side] + self._added(number, side)
+            for number, corpus in enumerate(self.corpora)
+        )
 
     def length_chunks(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(first pair, source lengths, target lengths) of every pair, a chunk at a time."""
-        for corpus, base in zip(self.corpora, self.starts.tolist(), strict=False):
+        for number, corpus in enumerate(self.corpora):
+            base = int(self.starts[number])
             for start in range(0, corpus.pairs, SCAN_CHUNK):
                 stop = min(start + SCAN_CHUNK, corpus.pairs)
-                yield base + start, corpus.src.lengths(start, stop), corpus.tgt.lengths(start, stop)
+                src = corpus.src.lengths(start, stop) + self._added(number, "src")
+                yield base + start, src, corpus.tgt.lengths(start, stop)
 
-    def _parts(
-        self, indices: np.ndarray
-    ) -> Iterator[tuple[np.ndarray, PreparedCorpus, np.ndarray]]:
-        """(which of `indices`, their corpus, their positions in it), per corpus they hit."""
+    def _parts(self, indices: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(corpus number, which of `indices`, their positions in it), per corpus they hit."""
         if len(self.corpora) == 1:
-            yield np.ones(len(indices), bool), self.corpora[0], indices
+            yield 0, np.ones(len(indices), bool), indices
             return
         part = np.searchsorted(self.starts, indices, side="right") - 1
         for number in np.unique(part).tolist():
             chosen = part == number
-            yield chosen, self.corpora[number], indices[chosen] - self.starts[number]
+            yield number, chosen, indices[chosen] - self.starts[number]
 
     def lengths_at(self, side: str, indices: np.ndarray) -> np.ndarray:
         lengths = np.empty(len(indices), np.int64)
-        for chosen, corpus, local in self._parts(indices):
-            lengths[chosen] = corpus.sides[side].lengths_at(local)
+        for number, chosen, local in self._parts(indices):
+            found = self.corpora[number].sides[side].lengths_at(local)
+            lengths[chosen] = found + self._added(number, side)
         return lengths
 
     def padded(self, side: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ids of the pairs at `indices` as the rows of a (pairs, longest + 1) int64
-        array, PAD after each row's ids (room for one more token); and their lengths."""
+        array (a source's tag first, if its corpus has one), PAD after each row's ids (room
+        for one more token); and their lengths."""
         rows: list[np.ndarray] = [np.zeros(0)] * len(indices)
-        for chosen, corpus, local in self._parts(indices):
-            read = corpus.sides[side].rows(local)
+        tags = np.full(len(indices), -1, np.int64)  # -1: none
+        for number, chosen, local in self._parts(indices):
+            read = self.corpora[number].sides[side].rows(local)
             for slot, row in zip(np.flatnonzero(chosen).tolist(), read, strict=True):
                 rows[slot] = row
-        lengths = np.fromiter(map(len, rows), np.int64, count=len(rows))
+            if self._added(number, side):
+                tags[chosen] = self.tags[number]
+        tagged = tags >= 0
+        lengths = np.fromiter(map(len, rows), np.int64, count=len(rows)) + tagged
         padded = np.full((len(rows), int(lengths.max()) + 1), PAD_ID, np.int64)
-        for slot, row in enumerate(rows):
-            padded[slot, : len(row)] = row
+        padded[tagged, 0] = tags[tagged]
+        for slot, (row, start) in enumerate(zip(rows, tagged.tolist(), strict=True)):
+            padded[slot, start : start + len(row)] = row
         return padded, lengths
 
 

@@ -42,6 +42,8 @@ class TrainingData:
     corpora: list[PreparedCorpus]  # one per prefix of data.train, in its order
     # data.subword_sampling's segmentations: for each, the corpora as above (none: off)
     samples: list[list[PreparedCorpus]] = field(default_factory=list)
+    # the piece id of each corpus's tag (data.tags), put before its sources; None: none
+    tags: list[int | None] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -79,7 +81,23 @@ def prepare_training_data(
         ]
         samples = _samples(data, tokenizer)
         sampled = prepare_samples(tokenizer, directory, data.train_prefixes, langs, samples, log)
-    return TrainingData(tokenizer, corpora, sampled)
+    return TrainingData(tokenizer, corpora, sampled, _tag_ids(data, cfg, tokenizer))
+
+
+def _tag_ids(data: DataConfig, cfg: TokenizerConfig, tokenizer: Tokenizer) -> list[int | None]:
+    """The source piece id of each corpus's tag; one line for a tag the tokenizer splits
+    (a given `tokenizer.model` trained without it)."""
+    ids = []
+    for tag in data.tags or [None] * len(data.train_prefixes):
+        found = None if tag is None else tokenizer.src_piece_id(tag)
+        if tag is not None and found is None:
+            raise UserError(
+                f"data.tags: {tag} is not a piece of tokenizer.model {cfg.model}, so it would be "
+                "split; give a model trained with it as a user-defined symbol, or leave "
+                "tokenizer.model out to train one"
+            )
+        ids.append(found)
+    return ids
 
 
 def _samples(data: DataConfig, tokenizer: Tokenizer) -> list[SegmentationSample]:

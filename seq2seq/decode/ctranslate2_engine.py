@@ -12,6 +12,7 @@ engine). A target prefix is its `target_prefix`, whose pieces its scores leave o
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ class ExportSettings(BaseModel):
     # of the last layer's cross-attention, as this project's search (None: exported
     # before it was recorded, with CTranslate2's default of the first head alone)
     alignment_heads: PositiveInt | None = None
+    tags: list[str] = []  # the run's data.tags (none: exported before they were recorded)
 
 
 def _read_settings(directory: Path) -> ExportSettings:
@@ -70,8 +72,9 @@ class CTranslate2Translator(LineTranslator):
         decode: DecodeConfig,
         max_source: int | None,
         every_head: bool = True,
+        tags: Sequence[str] = (),
     ) -> None:
-        super().__init__(tokenizer, decode, max_source, on_gpu=engine.device == "cuda")
+        super().__init__(tokenizer, decode, max_source, engine.device == "cuda", tags)
         self.engine = engine
         self.every_head = every_head  # its attention averages every head (ExportSettings)
 
@@ -96,7 +99,7 @@ class CTranslate2Translator(LineTranslator):
         tokenizer = _load_tokenizer(directory, settings)
         options = decode_options(settings.decode, decode)
         every_head = settings.alignment_heads is not None
-        return cls(engine, tokenizer, options, settings.max_source, every_head)
+        return cls(engine, tokenizer, options, settings.max_source, every_head, settings.tags)
 
     def search(
         self,

@@ -113,6 +113,7 @@ def export_ctranslate2(
         "max_source": max_source_pieces(cfg),
         "tokenizer": tokenizer.fingerprint,
         "alignment_heads": cfg.model.heads(cfg.model.attention),
+        "tags": cfg.data.tag_names,
     }
 
     def write(tmp: Path) -> None:
@@ -122,7 +123,8 @@ def export_ctranslate2(
         spec.save(str(tmp))
         shutil.copytree(run.tokenizer, tmp / TOKENIZER, ignore=shutil.ignore_patterns(*DERIVED))
         (tmp / SETTINGS).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-        (tmp / "README.md").write_text(_readme(run, quantization), encoding="utf-8")
+        readme = _readme(run, quantization, cfg.data.tag_names)
+        (tmp / "README.md").write_text(readme, encoding="utf-8")
 
     publish_directory(Path(output), write, new=True)
 
@@ -209,7 +211,13 @@ def _set_feed_forward(spec, layers: FeedForward, norm: torch.nn.LayerNorm) -> No
     _set_norm(spec.layer_norm, norm)
 
 
-def _readme(run: RunDir, quantization: str) -> str:
+def _readme(run: RunDir, quantization: str, tags: list[str]) -> str:
+    tagged = (
+        f"\nIt was trained with tags ({', '.join(tags)}): a tag, where you give one, is one "
+        f'piece before the source\'s, as in `["{tags[0]}", *pieces]`.\n'
+        if tags
+        else ""
+    )
     return f"""# A CTranslate2 model exported by seq2seq
 
 From `{run.root}` ({quantization} weights). With seq2seq:
@@ -228,4 +236,4 @@ With CTranslate2 alone (Python), the SentencePiece models are in `{TOKENIZER}/`:
 (A run with separate vocabularies has `src.model` and `tgt.model` instead of
 `joint.model`: encode with the first, decode with the second.) `{SETTINGS}` holds the
 run's decoding settings.
-"""
+{tagged}"""

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import Batch, make_batch, token_batches
 from seq2seq.decode.search import length_penalty
 from seq2seq.errors import UserError
@@ -65,23 +66,22 @@ def score_pairs(
     translator: Translator,
     sources: list[str],
     references: list[str],
-    alpha: float,
-    batch_tokens: int,
+    options: DecodeConfig,
     progress: bool = False,
     token_scores: bool = False,
 ) -> list[ForcedScore]:
     """The `ForcedScore` of each line-aligned pair (a blank side is scored as the empty
-    sentence it is), with the length penalty's `alpha`, in batches of about `batch_tokens`
-    padded tokens per side, with its pieces' log-probabilities if `token_scores`; sources
-    are cut as translation cuts them."""
+    sentence it is), with the length penalty of `options`, in batches of about its batch
+    tokens (padded tokens per side), with its pieces' log-probabilities if `token_scores`;
+    sources are read as translation reads them (cut, after `options.tag`)."""
     if len(sources) != len(references):
         raise UserError(
             f"{len(sources)} source lines but {len(references)} reference lines; "
             "give one reference per source line"
         )
-    tokenizer = translator.tokenizer
-    src_ids = [ids[: translator.max_source] for ids in tokenizer.encode_src(sources)]
-    tgt_ids = tokenizer.encode_tgt(references)
+    src_ids = translator.source_ids(sources, options.tag)[0]
+    tgt_ids = translator.tokenizer.encode_tgt(references)
+    alpha, batch_tokens = options.length_penalty, translator.batch_tokens(options)
     totals: list[float] = [0.0] * len(sources)
     steps: list[list[float] | None] = [None] * len(sources)
     groups = token_batches([len(s) for s in src_ids], [len(t) for t in tgt_ids], batch_tokens)

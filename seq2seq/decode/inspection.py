@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 def inspect_attention(translator: Translator, sources: list[str], references: list[str]) -> dict:
     """{"pairs": N, "skipped": [line numbers], "sites": site -> diagnostics} of the
     translator's model on line-aligned sources and references. Pairs with a blank side are
-    skipped and listed (1-based); sources are cut as translation cuts them."""
+    skipped and listed (1-based); sources are read as translation reads them (cut, after
+    the tag of `decode.tag`)."""
     if isinstance(sources, str) or isinstance(references, str):
         raise TypeError("pass lists of lines; for one pair: [source], [reference]")
     if len(sources) != len(references):
@@ -29,11 +30,8 @@ def inspect_attention(translator: Translator, sources: list[str], references: li
     keep = [i for i, (source, reference) in pairs if source.strip() and reference.strip()]
     if not keep:
         raise UserError("no sentence pair to inspect: every pair has a blank side")
-    tokenizer = translator.tokenizer
-    src_ids = [
-        ids[: translator.max_source] for ids in tokenizer.encode_src([sources[i] for i in keep])
-    ]
-    tgt_ids = tokenizer.encode_tgt([references[i] for i in keep])
+    src_ids = translator.source_ids([sources[i] for i in keep], translator.decode.tag)[0]
+    tgt_ids = translator.tokenizer.encode_tgt([references[i] for i in keep])
     groups = token_batches(
         [len(s) for s in src_ids],
         [len(t) for t in tgt_ids],

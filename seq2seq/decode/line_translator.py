@@ -4,7 +4,7 @@ constraints) and the decoding options a call may change."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
@@ -55,6 +55,7 @@ class Translation:
     unconstrained: bool = False  # no hypothesis held the line's phrases: searched without
     # the log-probability of each token and of the EOS; None unless asked for
     token_scores: list[float] | None = None
+    tag: str | None = None  # the tag put before the source (decode.tag), its first piece
 
 
 # decode.batch_tokens where a config leaves it null, by device.
@@ -66,8 +67,9 @@ class LineTranslator:
     """Lines of text in, translations out, whatever computes them: blank lines give no
     hypotheses, sources are cut to `max_source` pieces (None: no limit), lines go in
     batches of `decode.batch_tokens` padded source tokens (counted once per beam, and at
-    least one line per batch) in length order and come back in input order. An engine
-    implements `search`."""
+    least one line per batch) in length order and come back in input order. `tags`: the
+    tags the model was trained with (data.tags), one of which `decode.tag` may put before
+    every source. An engine implements `search`."""
 
     def __init__(
         self,
@@ -75,11 +77,13 @@ class LineTranslator:
         decode: DecodeConfig,
         max_source: int | None = None,
         on_gpu: bool = False,
+        tags: Sequence[str] = (),
     ) -> None:
         self.tokenizer = tokenizer
         self.decode = decode
         self.max_source = max_source
         self.on_gpu = on_gpu
+        self.tags = tuple(tags)
 
     def batch_tokens(self, options: DecodeConfig) -> int:
         """`options.batch_tokens`, or where it is null the default of the device searching."""
@@ -109,9 +113,11 @@ class LineTranslator:
         raise NotImplementedError
 
     def attention_labels(self, line: str, translation: Translation) -> tuple[list[str], list[str]]:
-        """The pieces that label a translation's attention: the (cut) source's and the
-        output's, each with its </s>."""
-        src_pieces = [*self.tokenizer.src_pieces(line)[: self.max_source], "</s>"]
+        """The pieces that label a translation's attention: the (cut) source's, its tag
+        first if it has one, and the output's, each with its </s>."""
+        tag = [] if translation.tag is None else [translation.tag]
+        pieces = self.tokenizer.src_pieces(line)[: self._room(translation.tag)]
+        src_pieces = [*tag, *pieces, "</s>"]
         return src_pieces, self.tokenizer.tgt_pieces_from_ids([*translation.tokens, EOS_ID])
 
     def token_score_record(self, tokens: list[int], scores: list[float]) -> dict[str, Any]:
@@ -213,7 +219,7 @@ class LineTranslator:
         numbers = range(len(lines)) if line_numbers is None else line_numbers
         outputs: list[list[Translation]] = [[] for _ in lines]
         keep = [i for i, line in enumerate(lines) if line.strip()]
-        src_ids, cut = self._sources([lines[i] for i in keep])
+        src_ids, cut = self.source_ids([lines[i] for i in keep], options.tag)
         candidates = options.mbr or nbest  # what a line's search finds
         width = candidates if options.sample else options.beam  # the rows of a source
         budget = max(self.batch_tokens(options) // width, 1)
@@ -234,12 +240,33 @@ class LineTranslator:
                 bar.update(len(group))
         return outputs
 
-    def _sources(self, lines: list[str]) -> tuple[list[list[int]], list[bool]]:
-        """The piece ids of each line, cut to `max_source`, and whether each was cut."""
+    def source_ids(self, lines: list[str], tag: str | None) -> tuple[list[list[int]], list[bool]]:
+        """The piece ids of each line as the model reads them (no EOS): `tag`'s piece first,
+        if given, and at most `max_source` in all; and whether each line was cut."""
+        tag_id = self._tag_id(tag)
         src_ids = self.tokenizer.encode_src(lines)
-        limit = self.max_source
+        limit = self._room(tag)
         cut = [limit is not None and len(ids) > limit for ids in src_ids]
-        return [ids[:limit] for ids in src_ids], cut
+        first = [] if tag_id is None else [tag_id]
+        return [[*first, *ids[:limit]] for ids in src_ids], cut
+
+    def _room(self, tag: str | None) -> int | None:
+        """The source pieces of a line a translation reads (None: all): `max_source`, less
+        one for a tag."""
+        if self.max_source is None or tag is None:
+            return self.max_source
+        return self.max_source - 1
+
+    def _tag_id(self, tag: str | None) -> int | None:
+        """The source piece id of `tag` (None: no tag); one line for a tag the model was
+        not trained with."""
+        if tag is None:
+            return None
+        found = self.tokenizer.src_piece_id(tag) if tag in self.tags else None
+        if found is None:
+            fix = f"give one of {', '.join(self.tags)}" if self.tags else "it was trained with none"
+            raise UserError(f"tag {tag} is not one this model was trained with (data.tags); {fix}")
+        return found
 
     def _options(
         self, lines: list[str], nbest: int, asked: tuple, decode: dict[str, Any]
@@ -310,9 +337,12 @@ class LineTranslator:
         any; with `options.mbr`, its distinct texts in the order of minimum Bayes risk."""
         texts = output_texts(self.tokenizer, prefix, [h.tokens for h in found])
         translations = [
-            Translation(text, h.score, h.tokens, h.attention, cut, unconstrained, h.token_scores)
+            Translation(
+                text, h.score, h.tokens, h.attention, cut, unconstrained, h.token_scores,
+                options.tag,
+            )
             for text, h in zip(texts, found, strict=True)
-        ]
+        ]  # fmt: skip
         if options.mbr:
             translations = [translations[i] for i in mbr_order(texts, options.mbr_utility)]
         return translations

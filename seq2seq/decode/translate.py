@@ -64,8 +64,9 @@ class Translator(LineTranslator):
         device: torch.device,
         max_source: int | None = None,
         origin: Origin | None = None,
+        tags: Sequence[str] = (),
     ) -> None:
-        super().__init__(tokenizer, decode, max_source, on_gpu=device.type == "cuda")
+        super().__init__(tokenizer, decode, max_source, device.type == "cuda", tags)
         self.model = model.to(device).eval()
         self.device = device
         # set by `load`: the run and checkpoint the model comes from (an ensemble's first)
@@ -111,7 +112,10 @@ class Translator(LineTranslator):
             model = int8_weights(model)
         elif target.type == "cpu":
             model = packed_weights(model)
-        return cls(model, loaded.tokenizer, decode_cfg, target, loaded.max_source, loaded.origin)
+        return cls(
+            model, loaded.tokenizer, decode_cfg, target, loaded.max_source, loaded.origin,
+            cfg.data.tag_names,
+        )  # fmt: skip
 
     def hypotheses(self, lines: list[str], **options: Any) -> list[list[Translation]]:
         with _evaluating(self.model):
@@ -123,9 +127,10 @@ class Translator(LineTranslator):
             return ""
         if translation.attention is None:
             raise UserError("word alignments need attention: call hypotheses(..., attention=True)")
+        tagged = translation.tag is not None  # the tag's column is no word's
         pairs = word_alignment(
-            translation.attention,
-            self.tokenizer.src_pieces(line)[: self.max_source],
+            translation.attention[..., int(tagged) :],
+            self.attention_labels(line, translation)[0][int(tagged) : -1],
             self.tokenizer.tgt_pieces_from_ids(translation.tokens),
             len(line.split()),
             len(translation.text.split()),
@@ -164,8 +169,7 @@ class Translator(LineTranslator):
         options = decode_options(self.decode, decode)
         with _evaluating(self.model):
             return score_pairs(
-                self, sources, references, options.length_penalty,
-                self.batch_tokens(options), progress, token_scores,
+                self, sources, references, options, progress, token_scores,
             )  # fmt: skip
 
     def attention_diagnostics(self, sources: list[str], references: list[str]) -> dict:

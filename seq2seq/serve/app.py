@@ -74,7 +74,7 @@ def create_app(
     @app.post("/translate")
     async def translate(http: Request) -> Response:
         request = read_request(await http.body(), http.headers.get("content-type"), limits)
-        options = check_search(request, limits, translator.decode)
+        options = check_search(request, limits, translator.decode, translator.tags)
         found = await _decode(batcher, request, options, limits.timeout, http.receive)
         # Off the event loop: an answer with attention can be hundreds of MB, seconds of
         # work during which no other request would be answered.

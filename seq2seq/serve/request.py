@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import HTTPException
@@ -136,16 +137,19 @@ def check_constraints(request: TranslateRequest, limits: ServeLimits) -> None:
 
 
 def check_search(
-    request: TranslateRequest, limits: ServeLimits, default: DecodeConfig
+    request: TranslateRequest, limits: ServeLimits, default: DecodeConfig, tags: Sequence[str]
 ) -> SearchOptions:
     """How the request is decoded, from the run's `default`; 422 for bad decoding options
-    or a search over the server's limits."""
+    (a tag not among the model's `tags`) or a search over the server's limits."""
     names = SearchOptions.decode_fields()
     asked = {name: getattr(request, name) for name in names}
     try:
         options = decode_options(default, asked)
     except UserError as error:
         raise HTTPException(422, str(error)) from None
+    if options.tag is not None and options.tag not in tags:
+        known = f"one of {', '.join(tags)}" if tags else "none: it was trained without data.tags"
+        raise HTTPException(422, f"tag: {options.tag} is not a tag of this model; send {known}")
     beam, nbest = options.beam, request.nbest
     if beam > limits.max_beam:
         raise HTTPException(

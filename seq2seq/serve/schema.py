@@ -51,6 +51,7 @@ class SearchOptions:
     coverage_penalty: float
     mbr: int
     mbr_utility: str
+    tag: str | None
 
     @classmethod
     def decode_fields(cls) -> list[str]:
@@ -94,6 +95,10 @@ class TranslateRequest(BaseModel):
     coverage_penalty: float | None = Field(None, description="beta of GNMT's coverage penalty")
     mbr: int | None = Field(None, description="minimum Bayes risk among this many candidates")
     mbr_utility: str | None = Field(None, description="mbr: chrf or bleu")
+    tag: str | None = Field(
+        None, description="a tag of the model's (GET /info: tags) before every line; default: "
+        "the run's decode.tag"
+    )  # fmt: skip
 
 
 class AttentionWeights(BaseModel):

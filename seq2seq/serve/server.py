@@ -67,6 +67,7 @@ def model_info(translator: Translator, limits: ServeLimits) -> dict[str, Any]:
         "model": architecture,
         "checkpoint": {"name": origin.checkpoint_name, "step": origin.step},
         "decode": translator.decode.model_dump(),
+        "tags": list(translator.tags),
         "max_source_pieces": translator.max_source,
         "limits": asdict(limits) | {"max_body": limits.max_body},
         "device": str(translator.device),

@@ -54,7 +54,8 @@ _RESERVED = {
     "name": "the sweep names every run after its directory",
 }
 # Grid fields that change what the tokenizer is trained on, or how.
-_TOKENIZER_FIELDS = {"tokenizer", "data", "data.train", "data.src", "data.tgt"}
+# (data.tags: a tag is one of the tokenizer's user symbols)
+_TOKENIZER_FIELDS = {"tokenizer", "data", "data.train", "data.src", "data.tgt", "data.tags"}
 
 
 class SweepFile(BaseModel):

@@ -32,8 +32,8 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
         corpus_path(prefix, data.src), corpus_path(prefix, data.tgt)
     valid = read_parallel(data.valid, data.src, data.tgt)
     prepared = prepare_training_data(data, cfg.tokenizer, run.tokenizer, cfg.seed, log)
-    pairs = TrainingPairs(prepared.corpora)
-    samples = [TrainingPairs(corpora) for corpora in prepared.samples]
+    pairs = TrainingPairs(prepared.corpora, prepared.tags)
+    samples = [TrainingPairs(corpora, prepared.tags) for corpora in prepared.samples]
     batches = TrainBatches(
         pairs, data.max_len, cfg.train.batch_tokens, cfg.seed, data.weights, samples,
         data.max_len_ratio,

@@ -66,7 +66,9 @@ class Validator:
         self.data = data
         self.device = device
         self.heatmap_sources = [s for s in data.valid_src if s.strip()][:HEATMAP_SENTENCES]
-        self.src_ids = data.tokenizer.encode_src(data.valid_src)
+        tag = cfg.decode.tag  # a piece of the tokenizer: the training data's check
+        first = [] if tag is None else [data.tokenizer.src_piece_id(tag)]
+        self.src_ids = [[*first, *ids] for ids in data.tokenizer.encode_src(data.valid_src)]
         self.tgt_ids = data.tokenizer.encode_tgt(data.valid_ref)
         self.batches = token_batches(
             [len(s) for s in self.src_ids], [len(t) for t in self.tgt_ids], cfg.train.batch_tokens
@@ -94,7 +96,8 @@ class Validator:
         loss = self.teacher_forced_loss(model)
         # Greedy: validation runs often, and it ranks checkpoints rather than scoring them.
         greedy = self.cfg.decode.model_copy(update={"beam": 1})
-        translator = Translator(model, self.data.tokenizer, greedy, self.device)
+        tags = self.cfg.data.tag_names
+        translator = Translator(model, self.data.tokenizer, greedy, self.device, tags=tags)
         hypotheses = translator.translate(self.data.valid_src)
         scores = score_corpus(hypotheses, self.data.valid_ref)
         found = [translator.attention_map(line) for line in self.heatmap_sources]
