@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(
-        f"wrote {args.out}/{{train,valid,test}}.{{src,tgt}}: train {args.train}, "
+        f"wrote {args.out}/{{train,valid,test}}.{{src,tgt,align}}: train {args.train}, "
         f"valid {args.valid}, test {args.test} sentences of 3-{args.max_words} words "
         f"(seed {args.seed})"
     )

@@ -1,6 +1,14 @@
-import torch
+import json
 
-from seq2seq.decode.alignment import pharaoh, piece_words, word_alignment
+import pytest
+import torch
+from cli_helpers import run_cli
+
+from seq2seq.data.corpus import read_lines
+from seq2seq.decode.alignment import alignment_error_rate, pharaoh, piece_words, word_alignment
+from seq2seq.decode.forced import forced_translations
+from seq2seq.decode.translate import Translator
+from seq2seq.errors import UserError
 
 
 def test_pieces_map_to_the_words_they_belong_to():
@@ -28,3 +36,60 @@ def test_links_outside_the_words_are_dropped_and_empty_output_has_none():
     weights = torch.eye(3)
     assert word_alignment(weights, ["▁a", "▁b"], ["▁x", "▁y"], 2, 1) == [(0, 0)]
     assert word_alignment(torch.ones(1, 3), ["▁a", "▁b"], [], 2, 0) == []
+
+
+def test_alignment_error_rate_counts_sure_and_possible_links():
+    # A = {0-0, 1-1, 2-1}; S = {0-0, 2-2}; P = S + {1-1}: |A&S| = 1, |A&P| = 2
+    scores = alignment_error_rate(["0-0 1-1 2-1", ""], ["0-0 1?1 2-2", ""])
+    assert (scores.links, scores.sure, scores.possible) == (3, 2, 3)
+    assert scores.aer == pytest.approx(1 - (1 + 2) / (3 + 2))
+    assert scores.precision == pytest.approx(2 / 3) and scores.recall == pytest.approx(1 / 2)
+    assert scores.to_dict()["aer"] == 40.0 and str(scores).startswith("AER 40.00")
+    perfect = alignment_error_rate(["1-0 0-1", "0-0"], ["0-1 1-0 1?1", "0-0"])
+    assert perfect.aer == 0 and perfect.recall == 1 and perfect.precision == 1
+
+
+@pytest.mark.parametrize(
+    ("hypotheses", "gold", "error"),
+    [
+        (["0-0"], ["0-0", "1-1"], "1 alignment lines but 2 gold lines"),
+        (["0-0 1:1"], ["0-0"], "alignment line 1: '1:1' is not a link"),
+        (["0-0"], ["0-x"], "gold line 1: '0-x' is not a link"),
+    ],
+)
+def test_malformed_alignments_are_one_line_each(hypotheses, gold, error):
+    with pytest.raises(UserError, match=error):
+        alignment_error_rate(hypotheses, gold)
+
+
+def test_forced_attention_is_the_attention_of_a_search_held_to_the_same_pieces(trained, toy):
+    """A greedy search made to start with each reference (its prefix) attends over it as
+    the teacher-forced steps over the reference do."""
+    translator = Translator.load(trained, beam=1)
+    sources, references = read_lines(toy / "data/test.src"), read_lines(toy / "data/test.tgt")
+    found = [hyps[0] for hyps in translator.hypotheses(sources, prefixes=references)]
+    forced = forced_translations(translator, sources, references, translator.decode)
+    for best, again in zip(found, forced, strict=True):
+        n = len(again.tokens)
+        assert best.tokens[:n] == again.tokens
+        torch.testing.assert_close(again.attention[:n], best.attention[:n], atol=1e-5, rtol=0)
+    aligned = translator.align(sources, references)
+    assert aligned[0] == translator.alignment(sources[0], forced[0])
+    assert len(set(aligned)) > 1 and translator.align(["toto", " "], [" ", "Coha"]) == ["", ""]
+
+
+def test_score_writes_forced_alignments_and_evaluate_alignments_scores_them(
+    trained, toy, tmp_path, capsys
+):
+    data, out = toy / "data", tmp_path / "forced.align"
+    assert run_cli("score", "--run", trained, "--src", data / "test.src", "--ref",
+                   data / "test.tgt", "--alignments", out) == 0  # fmt: skip
+    translator = Translator.load(trained)
+    sources, references = read_lines(data / "test.src"), read_lines(data / "test.tgt")
+    assert read_lines(out) == translator.align(sources, references)
+    capsys.readouterr()
+    gold = data / "test.align"
+    assert run_cli("evaluate-alignments", "--gold", gold, "--hyp", out, "--json") == 0
+    printed = json.loads(capsys.readouterr().out)
+    expected = alignment_error_rate(read_lines(out), read_lines(gold))
+    assert printed == expected.to_dict() and printed["pairs"] == len(sources)

@@ -74,7 +74,9 @@ def test_the_tag_is_the_first_piece_the_model_reads(tagged):
     )
     assert best.attention.size(-1) == len(source)
     words = len(line.split())
-    assert all(int(pair.split("-")[0]) < words for pair in translator.alignment(line, best).split())
+    aligned = translator.alignment(line, best)
+    assert all(int(pair.split("-")[0]) < words for pair in aligned.split())
+    assert translator.align([line], [best.text], tag=TAG) == [aligned]  # forced, as searched
     # a cut source keeps its tag: max_source pieces in all
     translator.max_source = 3
     cut = translator.hypotheses([line], tag=TAG)[0][0]

@@ -7,7 +7,8 @@ import pytest
 from seq2seq.data.toy import LEXICON, LEXICON_SIZE, make_toy_corpus, translate
 from seq2seq.errors import UserError
 
-FILES = [f"{split}.{side}" for split in ("train", "valid", "test") for side in ("src", "tgt")]
+SIDES = ("src", "tgt", "align")
+FILES = [f"{split}.{side}" for split in ("train", "valid", "test") for side in SIDES]
 SIZES = {"train": 400, "valid": 30, "test": 20}
 
 
@@ -32,12 +33,17 @@ def test_other_seed_gives_other_sentences_but_the_same_lexicon(tmp_path: Path) -
     assert words_one == words_two == set(LEXICON)
 
 
-def test_target_is_the_reversed_word_by_word_translation(tmp_path: Path) -> None:
+def test_target_is_the_reversed_word_by_word_translation_and_aligned_so(tmp_path: Path) -> None:
     data = make(tmp_path)
     for split in SIZES:
-        for src, tgt in zip(data[f"{split}.src"], data[f"{split}.tgt"], strict=True):
+        lines = (data[f"{split}.{side}"] for side in SIDES)
+        for src, tgt, links in zip(*lines, strict=True):
             assert tgt.split(" ") == [LEXICON[w] for w in src.split(" ")][::-1]
             assert translate(src) == tgt
+            pairs = [link.split("-") for link in links.split(" ")]
+            words, targets = src.split(" "), tgt.split(" ")
+            assert sorted(int(j) for _, j in pairs) == list(range(len(targets)))
+            assert all(LEXICON[words[int(i)]] == targets[int(j)] for i, j in pairs)
 
 
 def test_line_and_word_counts(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import typer
 
 from seq2seq.cli.app import app
 from seq2seq.cli.options import (
+    AlignmentFile,
     BatchTokens,
     Beam,
     Checkpoints,
@@ -205,11 +206,13 @@ def score(
     device: DeviceChoice = None,
     threads: Threads = None,
     token_scores: TokenScoreFile = None,
+    alignments: AlignmentFile = None,
 ) -> None:
     """Score each translation in --ref as the model's log-probability of it given its
     source in --src: a line per pair, LOGPROB<TAB>PER_TOKEN<TAB>NORMALISED (the total, EOS
     included; over the tokens; over the length penalty, as beam search ranks). Several
-    --run or --checkpoint: an ensemble, whose log-probability is the mean of its models'."""
+    --run or --checkpoint: an ensemble, whose log-probability is the mean of its models'.
+    --alignments: each pair's word alignment, from the attention over the translation."""
     # Here, not at the top: importing translation.py first would register its commands
     # before training.py's.
     from seq2seq.cli.translation import _read_lines, _translator, _within_memory
@@ -223,6 +226,9 @@ def score(
         scores = translator.score(
             sources, references, progress=True, token_scores=token_scores is not None
         )
+        aligned = translator.align(sources, references, progress=True) if alignments else None
+    if aligned is not None:
+        atomic_write_text(alignments, "".join(line + "\n" for line in aligned))
     if token_scores is not None:
         rows = [translator.token_score_record(s.pieces, s.token_scores) for s in scores]
         atomic_write_text(token_scores, "".join(json.dumps(row) + "\n" for row in rows))
@@ -231,3 +237,30 @@ def score(
         sys.stdout.write(text)
     else:
         atomic_write_text(output, text)
+
+
+@app.command("evaluate-alignments")
+def evaluate_alignments(
+    gold: Annotated[
+        Path,
+        typer.Option(
+            "--gold", help="gold word alignments, a Pharaoh line per pair: i-j sure, i?j possible"
+        ),
+    ],
+    hyp: Annotated[
+        Path,
+        typer.Option(
+            "--hyp",
+            help="the word alignments to score (translate or score --alignments), a line per pair",
+        ),
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Score word alignments against gold ones: the alignment error rate (AER; Och and
+    Ney, 2003), precision and recall over all pairs (in %). Words count from 0, the
+    source's first in each link."""
+    from seq2seq.cli.translation import _read_lines
+    from seq2seq.decode.alignment import alignment_error_rate
+
+    scores = alignment_error_rate(_read_lines(hyp), _read_lines(gold))
+    print(json.dumps(scores.to_dict()) if as_json else str(scores))

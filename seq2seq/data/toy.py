@@ -59,6 +59,13 @@ def translate(sentence: str) -> str:
     return " ".join(LEXICON[word] for word in reversed(sentence.split(" ")))
 
 
+def gold_alignment(sentence: str) -> str:
+    """The word alignment of a toy source sentence and its translation, in Pharaoh format:
+    target word j translates source word n - 1 - j, every link sure."""
+    n = len(sentence.split(" "))
+    return " ".join(f"{n - 1 - j}-{j}" for j in range(n))
+
+
 def _sentences(seed: int, split: str, count: int, max_words: int) -> list[str]:
     # A string seed is hashed with SHA-512 by `random`, so it is stable across processes
     # (unlike hash()) and gives each split an independent stream.
@@ -78,7 +85,8 @@ def make_toy_corpus(
     test: int = 300,
     max_words: int = 16,
 ) -> None:
-    """Write `out_dir/{train,valid,test}.{src,tgt}`; the same arguments give identical bytes."""
+    """Write `out_dir/{train,valid,test}.{src,tgt}` and each split's gold word alignments,
+    `.align`; the same arguments give identical bytes."""
     if max_words < MIN_WORDS:
         raise UserError(f"max_words is {max_words}; it must be at least {MIN_WORDS}")
     for name, count in (("train", train), ("valid", valid), ("test", test)):
@@ -91,3 +99,5 @@ def make_toy_corpus(
         atomic_write_text(out_dir / f"{split}.src", "".join(line + "\n" for line in src))
         targets = "".join(translate(line) + "\n" for line in src)
         atomic_write_text(out_dir / f"{split}.tgt", targets)
+        links = "".join(gold_alignment(line) + "\n" for line in src)
+        atomic_write_text(out_dir / f"{split}.align", links)

@@ -8,10 +8,14 @@ reported with its length in tokens n + 1, per token (log P / (n + 1)) and normal
 beam search ranks hypotheses (log P / lp(n + 1), the length penalty of `search`), so that
 a search's hypothesis scores here what the search said. One teacher-forced pass per batch,
 as in training; how corpora are filtered and n-best lists reranked.
+
+Forced alignment: the word alignment of a given pair, read from the attention of the
+decoder's steps over the reference as a translation's is read from its search's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,6 +25,7 @@ from tqdm import tqdm
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import Batch, make_batch, token_batches
+from seq2seq.decode.line_translator import Translation
 from seq2seq.decode.search import length_penalty
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq
@@ -62,6 +67,71 @@ def forced_log_probs(model: Seq2Seq, batch: Batch, lengths: list[int]) -> Tensor
     return forced_token_log_probs(model, batch, lengths).sum(-1)
 
 
+@torch.inference_mode()
+def forced_attention(model: Seq2Seq, batch: Batch) -> Tensor:
+    """(B, T, [heads,] S) the attention weights of the decoder's steps over a batch's
+    target inputs (BOS first; T: the longest target + EOS), as a search's steps give them
+    for the same tokens: one `decode_step` a position."""
+    memory = model.encode(batch.src, batch.src_mask)
+    state, rows = model.init_state(memory), []
+    for t in range(batch.tgt_in.size(1)):
+        step = model.decode_step(memory, state, batch.tgt_in[:, t])
+        rows.append(step.attention)
+        state = step.state
+    return torch.stack(rows, 1)
+
+
+def _pair_ids(
+    translator: Translator, sources: list[str], references: list[str], options: DecodeConfig
+) -> tuple[list[list[int]], list[list[int]]]:
+    """The piece ids of line-aligned sources (as translation reads them: cut, after
+    `options.tag`) and references."""
+    if len(sources) != len(references):
+        raise UserError(
+            f"{len(sources)} source lines but {len(references)} reference lines; "
+            "give one reference per source line"
+        )
+    src_ids = translator.source_ids(sources, options.tag)[0]
+    return src_ids, translator.tokenizer.encode_tgt(references)
+
+
+def _pair_batches(
+    translator: Translator, ids: tuple[list[list[int]], list[list[int]]], options: DecodeConfig
+) -> Iterator[tuple[list[int], Batch]]:
+    """(the pairs' numbers, their batch on the translator's device), in batches of about
+    `options`' batch tokens (padded tokens per side)."""
+    src_ids, tgt_ids = ids
+    lengths = [len(s) for s in src_ids], [len(t) for t in tgt_ids]
+    for group in token_batches(*lengths, translator.batch_tokens(options)):
+        batch = make_batch([src_ids[i] for i in group], [tgt_ids[i] for i in group], group)
+        yield group, batch.to(translator.device)
+
+
+def forced_translations(
+    translator: Translator,
+    sources: list[str],
+    references: list[str],
+    options: DecodeConfig,
+    progress: bool = False,
+) -> list[Translation | None]:
+    """Each line-aligned pair as the `Translation` of its source into its reference: the
+    reference's tokens, the attention of the teacher-forced steps over them (what a search
+    that found them gives) and `options.tag` (its score is not computed: `score_pairs`);
+    None where a side is blank."""
+    ids = _pair_ids(translator, sources, references, options)
+    found: list[Translation | None] = [None] * len(sources)
+    with tqdm(total=len(sources), unit="pair", disable=None if progress else True) as bar:
+        for group, batch in _pair_batches(translator, ids, options):
+            weights = forced_attention(translator.model, batch).float().cpu()
+            for row, i in enumerate(group):
+                tokens = ids[1][i]
+                if sources[i].strip() and tokens:
+                    attention = weights[row, : len(tokens) + 1, ..., : len(ids[0][i]) + 1]
+                    found[i] = Translation(references[i], 0.0, tokens, attention, tag=options.tag)
+            bar.update(len(group))
+    return found
+
+
 def score_pairs(
     translator: Translator,
     sources: list[str],
@@ -74,22 +144,13 @@ def score_pairs(
     sentence it is), with the length penalty of `options`, in batches of about its batch
     tokens (padded tokens per side), with its pieces' log-probabilities if `token_scores`;
     sources are read as translation reads them (cut, after `options.tag`)."""
-    if len(sources) != len(references):
-        raise UserError(
-            f"{len(sources)} source lines but {len(references)} reference lines; "
-            "give one reference per source line"
-        )
-    src_ids = translator.source_ids(sources, options.tag)[0]
-    tgt_ids = translator.tokenizer.encode_tgt(references)
-    alpha, batch_tokens = options.length_penalty, translator.batch_tokens(options)
+    src_ids, tgt_ids = _pair_ids(translator, sources, references, options)
     totals: list[float] = [0.0] * len(sources)
     steps: list[list[float] | None] = [None] * len(sources)
-    groups = token_batches([len(s) for s in src_ids], [len(t) for t in tgt_ids], batch_tokens)
     with tqdm(total=len(sources), unit="pair", disable=None if progress else True) as bar:
-        for group in groups:
-            batch = make_batch([src_ids[i] for i in group], [tgt_ids[i] for i in group], group)
+        for group, batch in _pair_batches(translator, (src_ids, tgt_ids), options):
             lengths = [len(tgt_ids[i]) + 1 for i in group]
-            picked = forced_token_log_probs(translator.model, batch.to(translator.device), lengths)
+            picked = forced_token_log_probs(translator.model, batch, lengths)
             for i, total in zip(group, picked.sum(-1).tolist(), strict=True):
                 totals[i] = total
             if token_scores:  # read back only where asked for
@@ -100,7 +161,7 @@ def score_pairs(
         ForcedScore(
             total,
             len(ids) + 1,
-            total / float(length_penalty(len(ids) + 1.0, alpha)),
+            total / float(length_penalty(len(ids) + 1.0, options.length_penalty)),
             row,
             ids if token_scores else None,
         )  # fmt: skip

@@ -17,7 +17,7 @@ from seq2seq.decode.alignment import pharaoh, word_alignment
 from seq2seq.decode.constraints import Constraints
 from seq2seq.decode.cpu_weights import int8_weights, packed_weights
 from seq2seq.decode.ensemble import Ensemble, load_models
-from seq2seq.decode.forced import ForcedScore, score_pairs
+from seq2seq.decode.forced import ForcedScore, forced_translations, score_pairs
 from seq2seq.decode.hypotheses import Hypothesis
 from seq2seq.decode.inputs import (
     check_flag,
@@ -171,6 +171,21 @@ class Translator(LineTranslator):
             return score_pairs(
                 self, sources, references, options, progress, token_scores,
             )  # fmt: skip
+
+    def align(
+        self, sources: list[str], references: list[str], *, progress: bool = False, **decode: Any
+    ) -> list[str]:
+        """The Pharaoh word alignment of each line-aligned pair of a source and its given
+        translation, read from the attention of the model's steps over that translation as
+        `alignment` reads a search's (forced alignment: `forced.forced_translations`); "" where a
+        side is blank. `decode` as in `translate` (tag, batch_tokens)."""
+        check_lines(sources, "sources")
+        check_lines(references, "references")
+        options = decode_options(self.decode, decode)
+        with _evaluating(self.model):
+            found = forced_translations(self, sources, references, options, progress)
+        pairs = zip(sources, found, strict=True)
+        return ["" if forced is None else self.alignment(line, forced) for line, forced in pairs]
 
     def attention_diagnostics(self, sources: list[str], references: list[str]) -> dict:
         """The attention diagnostics of this model (docs/attention.md) over the
