@@ -13,7 +13,11 @@ run() {  # NAME CONFIG [--set FIELD=VALUE ...]
   $SEQ2SEQ train --config "configs/$config.yaml" --run-dir "$work/$name" "$@" 2> "$work/$name.log"
   $SEQ2SEQ score --run "$work/$name" --src data/toy/test.src --ref data/toy/test.tgt \
     --alignments "$work/$name.align" > /dev/null
-  echo "$name: $($SEQ2SEQ evaluate-alignments --gold data/toy/test.align --hyp "$work/$name.align")"
+  local bleu
+  bleu=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["test"]["bleu"])' \
+    "$work/$name/test/scores.json")
+  echo "$name (test BLEU $bleu): $($SEQ2SEQ evaluate-alignments --gold data/toy/test.align \
+    --hyp "$work/$name.align")"
 }
 mkdir -p "$work"
 run rnn-bahdanau demo

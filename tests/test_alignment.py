@@ -73,23 +73,35 @@ def test_forced_attention_is_the_attention_of_a_search_held_to_the_same_pieces(t
         n = len(again.tokens)
         assert best.tokens[:n] == again.tokens
         torch.testing.assert_close(again.attention[:n], best.attention[:n], atol=1e-5, rtol=0)
+    scored = [s.normalised for s in translator.score(sources, references)]  # in one pass
+    assert [t.score for t in forced] == pytest.approx(scored, abs=1e-4)
     aligned = translator.align(sources, references)
     assert aligned[0] == translator.alignment(sources[0], forced[0])
     assert len(set(aligned)) > 1 and translator.align(["toto", " "], [" ", "Coha"]) == ["", ""]
 
 
-def test_score_writes_forced_alignments_and_evaluate_alignments_scores_them(
+def test_score_writes_forced_alignments_and_attention_and_evaluate_alignments_scores_them(
     trained, toy, tmp_path, capsys
 ):
-    data, out = toy / "data", tmp_path / "forced.align"
+    data, out, weights = toy / "data", tmp_path / "forced.align", tmp_path / "forced.jsonl"
     assert run_cli("score", "--run", trained, "--src", data / "test.src", "--ref",
-                   data / "test.tgt", "--alignments", out) == 0  # fmt: skip
+                   data / "test.tgt", "--alignments", out, "--attention", weights) == 0  # fmt: skip
     translator = Translator.load(trained)
     sources, references = read_lines(data / "test.src"), read_lines(data / "test.tgt")
     assert read_lines(out) == translator.align(sources, references)
+    forced = translator.forced(sources, references)
+    records = [json.loads(line) for line in read_lines(weights)]
+    pairs = zip(sources, forced, strict=True)
+    assert records == [translator.attention_record(line, again) for line, again in pairs]
+    drawn = translator.attention_map(sources[0], references[0])
+    assert (drawn.src_pieces, drawn.tgt_pieces) == (records[0]["source"], records[0]["target"])
     capsys.readouterr()
     gold = data / "test.align"
     assert run_cli("evaluate-alignments", "--gold", gold, "--hyp", out, "--json") == 0
     printed = json.loads(capsys.readouterr().out)
     expected = alignment_error_rate(read_lines(out), read_lines(gold))
     assert printed == expected.to_dict() and printed["pairs"] == len(sources)
+    png = tmp_path / "forced.png"
+    assert run_cli("plot-attention", "--run", trained, "--src", sources[0], "--ref",
+                   references[0], "-o", png) == 0  # fmt: skip
+    assert png.read_bytes()[:4] == b"\x89PNG" and capsys.readouterr().out == references[0] + "\n"

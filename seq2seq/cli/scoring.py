@@ -1,5 +1,6 @@
 """`evaluate`: translations scored against references (and compared with each other);
-`score`: the model's log-probability of given translations (forced decoding)."""
+`score`: the model's log-probability of given translations (forced decoding), and their
+attention; `evaluate-alignments`: word alignments scored against gold ones."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import typer
 from seq2seq.cli.app import app
 from seq2seq.cli.options import (
     AlignmentFile,
+    AttentionFile,
     BatchTokens,
     Beam,
     Checkpoints,
@@ -33,6 +35,8 @@ from seq2seq.cli.options import (
 from seq2seq.errors import UserError
 
 if TYPE_CHECKING:
+    from seq2seq.decode.line_translator import Translation
+    from seq2seq.decode.translate import Translator
     from seq2seq.evaluate import Scores
     from seq2seq.significance import Comparison
 
@@ -207,12 +211,14 @@ def score(
     threads: Threads = None,
     token_scores: TokenScoreFile = None,
     alignments: AlignmentFile = None,
+    attention: AttentionFile = None,
 ) -> None:
     """Score each translation in --ref as the model's log-probability of it given its
     source in --src: a line per pair, LOGPROB<TAB>PER_TOKEN<TAB>NORMALISED (the total, EOS
     included; over the tokens; over the length penalty, as beam search ranks). Several
     --run or --checkpoint: an ensemble, whose log-probability is the mean of its models'.
-    --alignments: each pair's word alignment, from the attention over the translation."""
+    --alignments, --attention: each pair's word alignment and attention weights, those of
+    the model's steps over the given translation."""
     # Here, not at the top: importing translation.py first would register its commands
     # before training.py's.
     from seq2seq.cli.translation import _read_lines, _translator, _within_memory
@@ -226,9 +232,10 @@ def score(
         scores = translator.score(
             sources, references, progress=True, token_scores=token_scores is not None
         )
-        aligned = translator.align(sources, references, progress=True) if alignments else None
-    if aligned is not None:
-        atomic_write_text(alignments, "".join(line + "\n" for line in aligned))
+        asked = alignments or attention
+        forced = translator.forced(sources, references, progress=True) if asked else None
+    if forced is not None:
+        _write_forced(translator, sources, forced, alignments, attention)
     if token_scores is not None:
         rows = [translator.token_score_record(s.pieces, s.token_scores) for s in scores]
         atomic_write_text(token_scores, "".join(json.dumps(row) + "\n" for row in rows))
@@ -237,6 +244,26 @@ def score(
         sys.stdout.write(text)
     else:
         atomic_write_text(output, text)
+
+
+def _write_forced(
+    translator: Translator,
+    sources: list[str],
+    forced: list[Translation | None],
+    alignments: Path | None,
+    attention: Path | None,
+) -> None:
+    """The word alignment (a Pharaoh line) and the attention record (a JSON line: null for
+    a blank side) of each given pair, into the files asked for."""
+    from seq2seq.files import atomic_write_text
+
+    pairs = list(zip(sources, forced, strict=True))
+    if alignments is not None:
+        lines = ("" if f is None else translator.alignment(s, f) for s, f in pairs)
+        atomic_write_text(alignments, "".join(line + "\n" for line in lines))
+    if attention is not None:
+        records = (None if f is None else translator.attention_record(s, f) for s, f in pairs)
+        atomic_write_text(attention, "".join(json.dumps(r) + "\n" for r in records))
 
 
 @app.command("evaluate-alignments")

@@ -260,11 +260,20 @@ def plot_attention(
     src: Annotated[
         str, typer.Option("--src", metavar="SENTENCE", help="the source sentence to translate")
     ],
+    ref: Annotated[
+        str | None,
+        typer.Option(
+            "--ref",
+            metavar="SENTENCE",
+            help="draw the attention over this translation instead of the model's own",
+        ),
+    ] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="PNG file")] = Path(
         "attention.png"
     ),
     checkpoint: Checkpoint = "best",
     device: DeviceChoice = None,
+    tag: Tag = None,
 ) -> None:
     """Translate one sentence and draw its attention heatmap (source x target pieces)."""
     from seq2seq.decode.translate import Translator
@@ -272,7 +281,8 @@ def plot_attention(
     from seq2seq.plots import attention_figure, figure_png
 
     with _within_memory(None, None):
-        amap = Translator.load(run, checkpoint, device_name(device)).attention_map(src)
+        translator = Translator.load(run, checkpoint, device_name(device), tag=tag)
+        amap = translator.attention_map(src, ref)
     if amap is None:
         raise UserError(
             f"the model of {run} finished no translation of this sentence (its outputs are "

@@ -68,17 +68,19 @@ def forced_log_probs(model: Seq2Seq, batch: Batch, lengths: list[int]) -> Tensor
 
 
 @torch.inference_mode()
-def forced_attention(model: Seq2Seq, batch: Batch) -> Tensor:
-    """(B, T, [heads,] S) the attention weights of the decoder's steps over a batch's
-    target inputs (BOS first; T: the longest target + EOS), as a search's steps give them
-    for the same tokens: one `decode_step` a position."""
+def forced_steps(model: Seq2Seq, batch: Batch) -> tuple[Tensor, Tensor]:
+    """The decoder's steps over a batch's targets, one `decode_step` a position fed the
+    previous piece (BOS first), as a search's steps that found them: their attention
+    weights (B, T, [heads,] S) and the log-probability of each target piece and EOS
+    (B, T), T the longest target + EOS."""
     memory = model.encode(batch.src, batch.src_mask)
-    state, rows = model.init_state(memory), []
+    state, rows, picked = model.init_state(memory), [], []
     for t in range(batch.tgt_in.size(1)):
         step = model.decode_step(memory, state, batch.tgt_in[:, t])
         rows.append(step.attention)
+        picked.append(step.log_probs.float().gather(-1, batch.tgt_out[:, t, None]))
         state = step.state
-    return torch.stack(rows, 1)
+    return torch.stack(rows, 1), torch.cat(picked, -1)
 
 
 def _pair_ids(
@@ -115,19 +117,23 @@ def forced_translations(
     progress: bool = False,
 ) -> list[Translation | None]:
     """Each line-aligned pair as the `Translation` of its source into its reference: the
-    reference's tokens, the attention of the teacher-forced steps over them (what a search
-    that found them gives) and `options.tag` (its score is not computed: `score_pairs`);
-    None where a side is blank."""
+    reference's tokens, their score (log P / lp, as the search ranks) and the attention
+    of the steps over them (`forced_steps`), and `options.tag`; None where a side is
+    blank."""
     ids = _pair_ids(translator, sources, references, options)
     found: list[Translation | None] = [None] * len(sources)
     with tqdm(total=len(sources), unit="pair", disable=None if progress else True) as bar:
         for group, batch in _pair_batches(translator, ids, options):
-            weights = forced_attention(translator.model, batch).float().cpu()
+            weights, picked = (x.float().cpu() for x in forced_steps(translator.model, batch))
             for row, i in enumerate(group):
                 tokens = ids[1][i]
                 if sources[i].strip() and tokens:
-                    attention = weights[row, : len(tokens) + 1, ..., : len(ids[0][i]) + 1]
-                    found[i] = Translation(references[i], 0.0, tokens, attention, tag=options.tag)
+                    n = len(tokens) + 1
+                    score = picked[row, :n].sum() / length_penalty(float(n), options.length_penalty)
+                    attention = weights[row, :n, ..., : len(ids[0][i]) + 1]
+                    found[i] = Translation(
+                        references[i], float(score), tokens, attention, tag=options.tag
+                    )
             bar.update(len(group))
     return found
 

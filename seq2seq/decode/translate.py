@@ -137,16 +137,24 @@ class Translator(LineTranslator):
         )
         return pharaoh(pairs)
 
-    def attention_map(self, line: str) -> AttentionMap | None:
+    def attention_map(self, line: str, reference: str | None = None) -> AttentionMap | None:
         """Translate one line and return its attention with the pieces that label it; None
-        when the search finished no hypothesis (a model whose outputs are not finite)."""
+        when the search finished no hypothesis (a model whose outputs are not finite).
+        With `reference`, the attention of the model's steps over that translation instead
+        (`forced`)."""
         check_line(line)
         if not line.strip():
             raise UserError("nothing to translate: the source sentence is empty")
-        found = self.hypotheses([line])[0]
-        if not found:
-            return None
-        best = found[0]
+        if reference is not None:
+            check_line(reference)
+            best = self.forced([line], [reference])[0]
+            if best is None:
+                raise UserError("the reference is empty; give the translation to draw")
+        else:
+            found = self.hypotheses([line])[0]
+            if not found:
+                return None
+            best = found[0]
         src_pieces, tgt_pieces = self.attention_labels(line, best)
         return AttentionMap(src_pieces, tgt_pieces, best.attention, best.text)
 
@@ -172,18 +180,25 @@ class Translator(LineTranslator):
                 self, sources, references, options, progress, token_scores,
             )  # fmt: skip
 
-    def align(
+    def forced(
         self, sources: list[str], references: list[str], *, progress: bool = False, **decode: Any
-    ) -> list[str]:
-        """The Pharaoh word alignment of each line-aligned pair of a source and its given
-        translation, read from the attention of the model's steps over that translation as
-        `alignment` reads a search's (forced alignment: `forced.forced_translations`); "" where a
-        side is blank. `decode` as in `translate` (tag, batch_tokens)."""
+    ) -> list[Translation | None]:
+        """Each line-aligned pair of a source and a given translation as a `Translation`:
+        its pieces, their score as the search ranks, and the attention of the model's
+        steps over them, fed each previous piece as a search that found it would have been
+        (`forced.forced_translations`), with the tag. None where a side is blank. `decode`
+        as in `translate` (tag, batch_tokens, length_penalty)."""
         check_lines(sources, "sources")
         check_lines(references, "references")
         options = decode_options(self.decode, decode)
         with _evaluating(self.model):
-            found = forced_translations(self, sources, references, options, progress)
+            return forced_translations(self, sources, references, options, progress)
+
+    def align(self, sources: list[str], references: list[str], **options: Any) -> list[str]:
+        """The Pharaoh word alignment of each line-aligned pair of a source and a given
+        translation, read from `forced`'s attention as `alignment` reads a search's (forced
+        alignment); "" where a side is blank. `options` as in `forced`."""
+        found = self.forced(sources, references, **options)
         pairs = zip(sources, found, strict=True)
         return ["" if forced is None else self.alignment(line, forced) for line, forced in pairs]
 
