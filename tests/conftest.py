@@ -79,8 +79,11 @@ def toy(tmp_path_factory) -> Path:
         },
         "tokenizer": {"vocab_size": 120},
         "model": {"embed_dim": 16, "hidden_dim": 16, "dropout": 0.2},
-        # One thread: a 16-dim model gains nothing from two, and the suite runs faster.
+        # One thread: a 16-dim model gains nothing from two, and the suite runs faster. No
+        # heatmaps: drawing them takes most of a toy validation's time (the shared runs
+        # below draw them, for the tests that read them).
         "train": {
+            "heatmaps": 0,
             "batch_tokens": 200,
             "valid_every": 2,
             "log_every": 1,

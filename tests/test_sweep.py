@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import draw_one_heatmap, run_cli
+from cli_helpers import run_cli
 from sweep_helpers import BASE, SWEEP, write_sweep
 
 from seq2seq.checkpoint import RunDir, training_lock
@@ -174,7 +174,6 @@ def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):
     """2 cells x 2 seeds on the tiny corpus: in two shards (one run interrupted and
     resumed), then again with nothing left to do."""
     monkeypatch.chdir(tmp_path)
-    draw_one_heatmap(monkeypatch)
     path = write_sweep(
         tmp_path,
         base_config=load_config(toy / "run.yaml").to_dict(),
@@ -268,7 +267,6 @@ def assert_run_equals_plain_training(root: Path, run, alone: Path) -> None:
 
 def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    draw_one_heatmap(monkeypatch)
     path = write_sweep(
         tmp_path,
         base_config=load_config(toy / "run.yaml").to_dict(),

@@ -99,6 +99,13 @@ class TrainConfig(Section):
         description="measure every attention module's entropy, saturation, energies and "
         "sink mass at each validation (docs/attention.md); false: skip it",
     )
+    heatmaps: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description="the first validation sentences whose attention heatmaps each validation "
+        "draws (RUN/attention/, TensorBoard); 0: none",
+    )
     log_every: PositiveInt = Field(100, description="updates between log lines")
     metric: str = Field(
         "bleu",

@@ -53,7 +53,7 @@ from seq2seq.version import VERSION
 RESUMABLE_CHANGES = {
     "name", "train.max_time", "train.max_steps", "train.max_epochs", "train.patience",
     "train.log_every", "train.keep_best", "train.max_skipped_updates", "train.test_checkpoint",
-    "train.threads", "train.checkpoint_activations",
+    "train.threads", "train.checkpoint_activations", "train.heatmaps",
 }  # fmt: skip
 RESUMABLE_SECTIONS = ("decode.",)
 ONEDNN_KERNEL_CACHE = 64

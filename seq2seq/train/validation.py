@@ -26,7 +26,6 @@ from seq2seq.train.datasets import Datasets
 from seq2seq.train.logs import TensorBoardLog
 from seq2seq.train.loss import perplexity, token_cross_entropy
 
-HEATMAP_SENTENCES = 3  # the first non-empty validation sources, the same at every validation
 SHOWN_TRANSLATIONS = 5  # the first validation translations TensorBoard shows as text
 
 
@@ -65,7 +64,8 @@ class Validator:
         self.cfg = cfg
         self.data = data
         self.device = device
-        self.heatmap_sources = [s for s in data.valid_src if s.strip()][:HEATMAP_SENTENCES]
+        # the first non-empty sources, the same at every validation
+        self.heatmap_sources = [s for s in data.valid_src if s.strip()][: cfg.train.heatmaps]
         tag = cfg.decode.tag  # a piece of the tokenizer: the training data's check
         first = [] if tag is None else [data.tokenizer.src_piece_id(tag)]
         self.src_ids = [[*first, *ids] for ids in data.tokenizer.encode_src(data.valid_src)]
