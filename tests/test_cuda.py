@@ -101,6 +101,20 @@ def test_constraints_and_token_scores_on_the_gpu_are_the_cpu_s(trained):
             assert a.token_scores == pytest.approx(b.token_scores, abs=1e-3)
 
 
+def test_forced_attention_and_alignments_on_the_gpu_are_the_cpu_s(trained, toy):
+    from seq2seq.data.corpus import read_lines
+    from seq2seq.decode.translate import Translator
+
+    sources, references = read_lines(toy / "data/test.src"), read_lines(toy / "data/test.tgt")
+    found = {
+        device: Translator.load(trained, device=device).forced(sources, references)
+        for device in ("cpu", "cuda")
+    }
+    for cpu, cuda in zip(found["cpu"], found["cuda"], strict=True):
+        torch.testing.assert_close(cuda.attention, cpu.attention, atol=1e-4, rtol=0)
+        assert cuda.score == pytest.approx(cpu.score, abs=1e-3)
+
+
 def test_serving_on_the_gpu_answers_as_its_translator_does(trained):
     pytest.importorskip("fastapi", reason="the serve extra is not installed")
     from fastapi.testclient import TestClient
