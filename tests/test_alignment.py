@@ -32,6 +32,16 @@ def test_each_target_piece_links_to_its_most_attended_source_word():
     assert word_alignment(heads, src, tgt, 3, 3) == pairs  # heads averaged
 
 
+def test_one_head_links_by_its_own_weights():
+    src, tgt = ["▁a", "▁b", "▁c"], ["▁x", "▁y"]
+    heads = torch.zeros(3, 2, 4)  # (T + 1, heads, S + 1)
+    heads[0, 0, 0] = heads[1, 0, 1] = 1.0  # head 0: x-a, y-b
+    heads[0, 1, 2] = heads[1, 1, 2] = 0.9  # head 1: x-c, y-c
+    assert word_alignment(heads, src, tgt, 3, 2, head=0) == [(0, 0), (1, 1)]
+    assert word_alignment(heads, src, tgt, 3, 2, head=1) == [(2, 0), (2, 1)]
+    assert word_alignment(heads, src, tgt, 3, 2) == [(0, 0), (1, 1)]  # the mean: 0.5 > 0.45
+
+
 def test_links_outside_the_words_are_dropped_and_empty_output_has_none():
     weights = torch.eye(3)
     assert word_alignment(weights, ["▁a", "▁b"], ["▁x", "▁y"], 2, 1) == [(0, 0)]
@@ -105,3 +115,17 @@ def test_score_writes_forced_alignments_and_attention_and_evaluate_alignments_sc
     assert run_cli("plot-attention", "--run", trained, "--src", sources[0], "--ref",
                    references[0], "-o", png) == 0  # fmt: skip
     assert png.read_bytes()[:4] == b"\x89PNG" and capsys.readouterr().out == references[0] + "\n"
+
+
+def test_alignment_heads_are_chosen_in_range_and_only_with_alignments(trained, toy, capsys):
+    """The RNN's attention is one head: head 0 is it, head 1 is refused in one line, and a
+    head without --alignments is refused before any work."""
+    translator = Translator.load(trained)
+    sources, references = read_lines(toy / "data/test.src"), read_lines(toy / "data/test.tgt")
+    assert translator.align(sources, references, head=0) == translator.align(sources, references)
+    with pytest.raises(UserError, match=r"alignment head 1: .* has 1 head \(0 to 0\)"):
+        translator.align(sources, references, head=1)
+    data = toy / "data"
+    args = ("score", "--run", trained, "--src", data / "test.src", "--ref", data / "test.tgt")
+    assert run_cli(*args, "--alignment-head", "0") == 2
+    assert "pass --alignments FILE too" in capsys.readouterr().err

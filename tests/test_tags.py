@@ -63,20 +63,17 @@ def test_the_tag_is_the_first_piece_the_model_reads(tagged):
     line = "boka mimi toto tape"
     best = translator.hypotheses([line], tag=TAG)[0][0]
     source, _ = translator.attention_labels(line, best)
-    assert (
-        best.tag == TAG
-        and source[0] == TAG
-        and source[1:]
-        == [
-            *translator.tokenizer.src_pieces(line),
-            "</s>",
-        ]
-    )
+    assert best.tag == TAG and source[0] == TAG
+    assert source[1:] == [*translator.tokenizer.src_pieces(line), "</s>"]
     assert best.attention.size(-1) == len(source)
     words = len(line.split())
     aligned = translator.alignment(line, best)
     assert all(int(pair.split("-")[0]) < words for pair in aligned.split())
     assert translator.align([line], [best.text], tag=TAG) == [aligned]  # forced, as searched
+    heads = best.attention.size(1)  # a head's own links: some head links otherwise than the mean
+    by_head = [translator.alignment(line, best, head) for head in range(heads)]
+    assert any(links != aligned for links in by_head)
+    assert translator.align([line], [best.text], head=heads - 1, tag=TAG) == by_head[-1:]
     # a cut source keeps its tag: max_source pieces in all
     translator.max_source = 3
     cut = translator.hypotheses([line], tag=TAG)[0][0]

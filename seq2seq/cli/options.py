@@ -179,6 +179,15 @@ AlignmentFile = Annotated[
     Path | None,
     typer.Option("--alignments", help="write Pharaoh word alignments (i-j), a line per input"),
 ]
+AlignmentHead = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        metavar="H",
+        help="with --alignments: link each target piece by head H's attention (from 0), not "
+        "the heads' mean",
+    ),
+]
 TokenScoreFile = Annotated[
     Path | None,
     typer.Option(

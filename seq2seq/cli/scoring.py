@@ -14,6 +14,7 @@ import typer
 from seq2seq.cli.app import app
 from seq2seq.cli.options import (
     AlignmentFile,
+    AlignmentHead,
     AttentionFile,
     BatchTokens,
     Beam,
@@ -35,8 +36,6 @@ from seq2seq.cli.options import (
 from seq2seq.errors import UserError
 
 if TYPE_CHECKING:
-    from seq2seq.decode.line_translator import Translation
-    from seq2seq.decode.translate import Translator
     from seq2seq.evaluate import Scores
     from seq2seq.significance import Comparison
 
@@ -211,6 +210,7 @@ def score(
     threads: Threads = None,
     token_scores: TokenScoreFile = None,
     alignments: AlignmentFile = None,
+    alignment_head: AlignmentHead = None,
     attention: AttentionFile = None,
 ) -> None:
     """Score each translation in --ref as the model's log-probability of it given its
@@ -222,8 +222,11 @@ def score(
     # Here, not at the top: importing translation.py first would register its commands
     # before training.py's.
     from seq2seq.cli.translation import _read_lines, _translator, _within_memory
+    from seq2seq.decode.line_io import RecordFiles, write_records
     from seq2seq.files import atomic_write_text
 
+    records = RecordFiles(alignments, attention, alignment_head=alignment_head)
+    records.check()
     references = _read_lines(ref)
     sources = _aligned_lines(src, ref, len(references), "translation")
     options = {"length_penalty": length_penalty, "batch_tokens": batch_tokens, "tag": tag}
@@ -235,7 +238,7 @@ def score(
         asked = alignments or attention
         forced = translator.forced(sources, references, progress=True) if asked else None
     if forced is not None:
-        _write_forced(translator, sources, forced, alignments, attention)
+        write_records(translator, records, list(zip(sources, forced, strict=True)))
     if token_scores is not None:
         rows = [translator.token_score_record(s.pieces, s.token_scores) for s in scores]
         atomic_write_text(token_scores, "".join(json.dumps(row) + "\n" for row in rows))
@@ -244,26 +247,6 @@ def score(
         sys.stdout.write(text)
     else:
         atomic_write_text(output, text)
-
-
-def _write_forced(
-    translator: Translator,
-    sources: list[str],
-    forced: list[Translation | None],
-    alignments: Path | None,
-    attention: Path | None,
-) -> None:
-    """The word alignment (a Pharaoh line) and the attention record (a JSON line: null for
-    a blank side) of each given pair, into the files asked for."""
-    from seq2seq.files import atomic_write_text
-
-    pairs = list(zip(sources, forced, strict=True))
-    if alignments is not None:
-        lines = ("" if f is None else translator.alignment(s, f) for s, f in pairs)
-        atomic_write_text(alignments, "".join(line + "\n" for line in lines))
-    if attention is not None:
-        records = (None if f is None else translator.attention_record(s, f) for s, f in pairs)
-        atomic_write_text(attention, "".join(json.dumps(r) + "\n" for r in records))
 
 
 @app.command("evaluate-alignments")

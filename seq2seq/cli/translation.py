@@ -12,6 +12,7 @@ import typer
 from seq2seq.cli.app import app
 from seq2seq.cli.options import (
     AlignmentFile,
+    AlignmentHead,
     AttentionFile,
     BatchTokens,
     Beam,
@@ -101,6 +102,7 @@ def translate(
     batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     alignments: AlignmentFile = None,
+    alignment_head: AlignmentHead = None,
     engine: Annotated[
         Engine, typer.Option(help="ctranslate2: a model that `seq2seq export` wrote")
     ] = Engine.torch,
@@ -122,10 +124,9 @@ def translate(
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
 
-    Empty and blank lines give empty lines. A line that is not valid UTF-8 gives an empty
-    line too, and a source longer than the model reads (twice data.max_len pieces) is cut
-    to that; stderr counts and names such lines. On a terminal, stdin is translated
-    interactively: one line in, one translation out."""
+    Blank lines and lines that are not valid UTF-8 give empty lines, and a source longer
+    than the model reads (twice data.max_len pieces) is cut to that; stderr counts and
+    names such lines. On a terminal, stdin is translated interactively, line by line."""
     options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram,
                         mbr=mbr, mbr_utility=mbr_utility, tag=tag)  # fmt: skip
     options |= {"sample": sample, "temperature": temperature, "top_k": top_k, "top_p": top_p,
@@ -134,7 +135,7 @@ def translate(
         translator = _translator(
             engine, run, checkpoint, device, threads, alignments or attention, options, int8
         )
-        records = (alignments, attention, token_scores)
+        records = (alignments, attention, token_scores, alignment_head)
         _translate_input(translator, input, output, nbest, records, (prefix_file, constraint_file))
 
 
@@ -143,7 +144,7 @@ def _translate_input(
     input: Path | None,
     output: Path | None,
     nbest: int,
-    records: tuple[Path | None, Path | None, Path | None],
+    records: tuple[Path | None, Path | None, Path | None, int | None],
     guides: tuple[Path | None, Path | None],
 ) -> None:
     """Translate a file, piped stdin or a terminal session; `records`: the files to write
@@ -156,7 +157,7 @@ def _translate_input(
     if input is None and sys.stdin is None:
         raise UserError("stdin is closed: nothing to translate; pass --input FILE or pipe text in")
     if input is None and sys.stdin.isatty():
-        if any(records) or output:
+        if any(record is not None for record in records) or output:
             raise UserError("interactive translation writes to the terminal; pass --input FILE")
         for option, file in zip(("--prefix-file", "--constraints"), guides, strict=True):
             if file is not None:

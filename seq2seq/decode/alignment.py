@@ -1,9 +1,10 @@
 """Word alignments from attention weights, in Pharaoh format ("i-j": source word i, target
 word j), and word alignments scored against gold ones (AER).
 
-Each target piece is aligned to the source piece it attends to most (heads averaged, the
-EOS row and column left out); pieces map to the words they belong to, a word starting at
-each piece that begins with SentencePiece's word marker "▁". Pairs are unique and sorted.
+Each target piece is aligned to the source piece it attends to most (heads averaged, or
+one head's; the EOS row and column left out); pieces map to the words they belong to, a
+word starting at each piece that begins with SentencePiece's word marker "▁". Pairs are
+unique and sorted.
 """
 
 from __future__ import annotations
@@ -28,14 +29,20 @@ def piece_words(pieces: list[str]) -> list[int]:
 
 
 def word_alignment(
-    weights: Tensor, src_pieces: list[str], tgt_pieces: list[str], src_words: int, tgt_words: int
+    weights: Tensor,
+    src_pieces: list[str],
+    tgt_pieces: list[str],
+    src_words: int,
+    tgt_words: int,
+    head: int | None = None,
 ) -> list[tuple[int, int]]:
-    """(source word, target word) pairs from `weights` (T + 1, [heads,] S + 1), EOS last.
+    """(source word, target word) pairs from `weights` (T + 1, [heads,] S + 1), EOS last:
+    the heads' mean, or `head`'s weights alone.
 
     Pairs outside the given word counts (a piece with no word of its own) are dropped.
     """
     if weights.dim() == 3:
-        weights = weights.mean(dim=1)
+        weights = weights.mean(dim=1) if head is None else weights[:, head]
     weights = weights[: len(tgt_pieces), : len(src_pieces)]
     if weights.numel() == 0:
         return []

@@ -17,6 +17,7 @@ from typing import NamedTuple
 from seq2seq.data.corpus import raw_lines, read_lines
 from seq2seq.decode.inputs import check_constraints, check_prefixes
 from seq2seq.decode.line_translator import LineTranslator, Translation
+from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text
 
 INVALID_UTF8 = ("not valid UTF-8", "translated as empty; re-encode the input as UTF-8")
@@ -46,12 +47,13 @@ def read_source_lines(path: Path) -> tuple[list[str], list[int]]:
     return lines, invalid
 
 
-def _write_records(
+def write_records(
     translator: LineTranslator, records: RecordFiles, best: list[tuple[str, Translation | None]]
 ) -> None:
     """Each record file asked for, a line per (input line, its best translation or None)."""
     if records.alignments is not None:
-        pairs = [translator.alignment(line, t) if t else "" for line, t in best]
+        head = records.alignment_head
+        pairs = [translator.alignment(line, t, head) if t else "" for line, t in best]
         atomic_write_text(records.alignments, "".join(p + "\n" for p in pairs))
     for path, record in (
         (records.attention, translator.attention_record),
@@ -118,6 +120,15 @@ class RecordFiles(NamedTuple):
     alignments: Path | None = None  # Pharaoh word alignments, a line each
     attention: Path | None = None  # its attention weights and pieces, JSON lines
     token_scores: Path | None = None  # its pieces and their log-probabilities, JSON lines
+    alignment_head: int | None = None  # the head alignments read (None: the heads' mean)
+
+    def check(self) -> None:
+        """One line for a choice that would do nothing."""
+        if self.alignment_head is not None and self.alignments is None:
+            raise UserError(
+                "--alignment-head chooses the head that --alignments reads; pass --alignments "
+                "FILE too"
+            )
 
 
 NO_RECORDS = RecordFiles()
@@ -134,6 +145,7 @@ def translate_file(
     """Translate every line of `source` into `output` (None: stdout), each from its line of
     the prefix file and holding the phrases of its line of the constraint file (`guides`),
     if given, and write the `records` asked for."""
+    records.check()
     lines, invalid = read_source_lines(source)
     prefix_file, constraint_file = guides
     prefixes = None if prefix_file is None else read_lines(prefix_file)
@@ -147,7 +159,7 @@ def translate_file(
     )  # fmt: skip
     text = "".join(format_output(i, hyps, nbest) for i, hyps in enumerate(found))
     best = list(zip(lines, [hyps[0] if hyps else None for hyps in found], strict=True))
-    _write_records(translator, records, best)
+    write_records(translator, records, best)
     if output is None:
         sys.stdout.write(text)
     else:

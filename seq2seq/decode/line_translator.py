@@ -136,8 +136,9 @@ class LineTranslator:
         rounded = weights.mul(1e4).round().div(1e4).tolist()
         return {"source": source, "target": target, "heads": heads, "weights": rounded}
 
-    def alignment(self, line: str, translation: Translation) -> str:
-        """Pharaoh word alignment (i-j) of a line and its translation, from attention."""
+    def alignment(self, line: str, translation: Translation, head: int | None = None) -> str:
+        """Pharaoh word alignment (i-j) of a line and its translation, from attention (the
+        heads' mean, or `head`'s)."""
         raise UserError("word alignments need attention weights, which this engine does not give")
 
     @overload

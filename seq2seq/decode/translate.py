@@ -121,8 +121,11 @@ class Translator(LineTranslator):
         with _evaluating(self.model):
             return super().hypotheses(lines, **options)
 
-    def alignment(self, line: str, translation: Translation) -> str:
-        """Pharaoh word alignment (i-j) of a line and its translation (found with attention)."""
+    def alignment(self, line: str, translation: Translation, head: int | None = None) -> str:
+        """Pharaoh word alignment (i-j) of a line and its translation (found with attention):
+        each target piece linked by the heads' mean attention, or by `head`'s."""
+        if translation.attention is not None:
+            _check_head(head, translation.attention)
         if not translation.tokens:
             return ""
         if translation.attention is None:
@@ -134,6 +137,7 @@ class Translator(LineTranslator):
             self.tokenizer.tgt_pieces_from_ids(translation.tokens),
             len(line.split()),
             len(translation.text.split()),
+            head,
         )
         return pharaoh(pairs)
 
@@ -194,13 +198,16 @@ class Translator(LineTranslator):
         with _evaluating(self.model):
             return forced_translations(self, sources, references, options, progress)
 
-    def align(self, sources: list[str], references: list[str], **options: Any) -> list[str]:
+    def align(
+        self, sources: list[str], references: list[str], head: int | None = None, **options: Any
+    ) -> list[str]:
         """The Pharaoh word alignment of each line-aligned pair of a source and a given
         translation, read from `forced`'s attention as `alignment` reads a search's (forced
-        alignment); "" where a side is blank. `options` as in `forced`."""
+        alignment; `head`: by one head's attention); "" where a side is blank. `options`
+        as in `forced`."""
         found = self.forced(sources, references, **options)
         pairs = zip(sources, found, strict=True)
-        return ["" if forced is None else self.alignment(line, forced) for line, forced in pairs]
+        return ["" if t is None else self.alignment(line, t, head) for line, t in pairs]
 
     def attention_diagnostics(self, sources: list[str], references: list[str]) -> dict:
         """The attention diagnostics of this model (docs/attention.md) over the
@@ -266,6 +273,20 @@ class Translator(LineTranslator):
     def word_starts(self) -> torch.Tensor:
         """`prefix.word_starts` on the device: read once, when a prefix first needs it."""
         return word_starts(self.tokenizer).to(self.device)
+
+
+def _check_head(head: int | None, attention: torch.Tensor) -> None:
+    """One line for a head that `attention` (T, [heads,] S) does not have."""
+    if head is None:
+        return
+    heads = attention.size(1) if attention.dim() == 3 else 1
+    if attention.dim() != 3 and head == 0:
+        return  # one distribution a step: the one head there is
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < heads:
+        raise UserError(
+            f"alignment head {head}: the attention alignments read has {heads} "
+            f"head{'s' if heads > 1 else ''} (0 to {heads - 1}); give one of them"
+        )
 
 
 @contextmanager
