@@ -53,6 +53,11 @@ def test_a_grid_over_the_tokenizer_gets_a_tokenizer_per_value(tmp_path, monkeypa
         "tokenizers/tokenizer.vocab_size=50",
         "tokenizers/tokenizer.vocab_size=60",
     }
+    # a tag is one of the tokenizer's symbols: tagged and untagged cells train their own
+    grid = {"data.tags": [None, ["<bt>"]], "model.attention.type": ["dot"]}
+    (tmp_path / "tags").mkdir()
+    tagged = load_sweep(write_sweep(tmp_path / "tags", grid=grid))
+    assert len({r.tokenizer for r in tagged.runs}) == 2
 
 
 BAD_SWEEPS = [  # changes to SWEEP, fragments of the one-line error
