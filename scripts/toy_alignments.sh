@@ -1,34 +1,38 @@
 #!/usr/bin/env bash
-# How well the demo models' attention aligns words: each model trained on the toy task,
-# then its forced alignments of the toy test set (`score --alignments`) scored against the
-# toy's gold alignments (`evaluate-alignments`). docs/decoding.md gives the figures.
+# How well the demo models' attention aligns words: each model trained on the toy task
+# (seeds 1 to 3), then its forced alignments of the toy test set (`score --alignments`, the
+# heads' mean, and for the Transformer each head alone) scored against the toy's gold
+# alignments (`evaluate-alignments`). docs/decoding.md gives the figures.
 #   scripts/toy_alignments.sh [WORK_DIR]     (default runs/toy-alignments; resumable)
 set -euo pipefail
 work=${1:-runs/toy-alignments}
 SEQ2SEQ=${SEQ2SEQ:-seq2seq}
 python scripts/make_toy_data.py --out data/toy > /dev/null
-aer() {  # NAME [--alignment-head H]: the run's forced alignments of the test set, scored
-  local name=$1
+aer() {  # RUN [--alignment-head H]: the run's forced alignments of the test set, scored
+  local run=$1
   shift
-  $SEQ2SEQ score --run "$work/$name" --src data/toy/test.src --ref data/toy/test.tgt \
-    --alignments "$work/$name.align" "$@" > /dev/null
-  $SEQ2SEQ evaluate-alignments --gold data/toy/test.align --hyp "$work/$name.align"
+  $SEQ2SEQ score --run "$work/$run" --src data/toy/test.src --ref data/toy/test.tgt \
+    --alignments "$work/$run.align" "$@" > /dev/null
+  $SEQ2SEQ evaluate-alignments --gold data/toy/test.align --hyp "$work/$run.align"
 }
-run() {  # NAME CONFIG [--set FIELD=VALUE ...]
-  local name=$1 config=$2
-  shift 2
-  $SEQ2SEQ train --config "configs/$config.yaml" --run-dir "$work/$name" "$@" 2> "$work/$name.log"
+run() {  # NAME SEED CONFIG [--set FIELD=VALUE ...]
+  local run="$1,seed=$2" seed=$2 config=$3
+  shift 3
+  $SEQ2SEQ train --config "configs/$config.yaml" --run-dir "$work/$run" --set "seed=$seed" \
+    "$@" 2> "$work/$run.log"
   local bleu scores
   bleu=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["test"]["bleu"])' \
-    "$work/$name/test/scores.json")
-  scores=$(aer "$name")
-  echo "$name (test BLEU $bleu): $scores"
+    "$work/$run/test/scores.json")
+  scores=$(aer "$run")
+  echo "$run (test BLEU $bleu): $scores"
 }
 mkdir -p "$work"
-run rnn-bahdanau demo
-run rnn-dot demo --set model.attention.type=dot
-run transformer demo_transformer
-for head in 0 1 2 3; do  # the Transformer's last layer has 4 heads
-  scores=$(aer transformer --alignment-head $head)
-  echo "transformer, head $head: $scores"
+for seed in 1 2 3; do
+  run rnn-bahdanau "$seed" demo
+  run rnn-dot "$seed" demo --set model.attention.type=dot
+  run transformer "$seed" demo_transformer
+  for head in 0 1 2 3; do  # the Transformer's last layer has 4 heads
+    scores=$(aer "transformer,seed=$seed" --alignment-head "$head")
+    echo "transformer,seed=$seed, head $head: $scores"
+  done
 done
