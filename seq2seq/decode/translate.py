@@ -279,9 +279,7 @@ def _check_head(head: int | None, attention: torch.Tensor) -> None:
     """One line for a head that `attention` (T, [heads,] S) does not have."""
     if head is None:
         return
-    heads = attention.size(1) if attention.dim() == 3 else 1
-    if attention.dim() != 3 and head == 0:
-        return  # one distribution a step: the one head there is
+    heads = attention.size(1) if attention.dim() == 3 else 1  # one distribution: one head
     if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < heads:
         raise UserError(
             f"alignment head {head}: the attention alignments read has {heads} "

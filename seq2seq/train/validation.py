@@ -16,7 +16,7 @@ from seq2seq.attention.diagnostics import measure_attention
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import VALIDATION_LOSS, Config
 from seq2seq.data.batching import Batch, make_batch, token_batches
-from seq2seq.decode.line_translator import AttentionMap
+from seq2seq.decode.line_translator import AttentionMap, LineTranslator
 from seq2seq.decode.translate import Translator
 from seq2seq.evaluate import METRICS, score_corpus, scores_line
 from seq2seq.files import atomic_write_bytes, atomic_write_text
@@ -66,9 +66,9 @@ class Validator:
         self.device = device
         # the first non-empty sources, the same at every validation
         self.heatmap_sources = [s for s in data.valid_src if s.strip()][: cfg.train.heatmaps]
-        tag = cfg.decode.tag  # a piece of the tokenizer: the training data's check
-        first = [] if tag is None else [data.tokenizer.src_piece_id(tag)]
-        self.src_ids = [[*first, *ids] for ids in data.tokenizer.encode_src(data.valid_src)]
+        # the sources as translation reads them, after decode.tag (uncut)
+        reader = LineTranslator(data.tokenizer, cfg.decode, tags=cfg.data.tag_names)
+        self.src_ids = reader.source_ids(data.valid_src, cfg.decode.tag)[0]
         self.tgt_ids = data.tokenizer.encode_tgt(data.valid_ref)
         self.batches = token_batches(
             [len(s) for s in self.src_ids], [len(t) for t in self.tgt_ids], cfg.train.batch_tokens
