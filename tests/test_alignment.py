@@ -4,8 +4,9 @@ import pytest
 import torch
 from cli_helpers import run_cli
 
+from seq2seq.data.alignments import piece_words
 from seq2seq.data.corpus import read_lines
-from seq2seq.decode.alignment import alignment_error_rate, pharaoh, piece_words, word_alignment
+from seq2seq.decode.alignment import alignment_error_rate, pharaoh, word_alignment
 from seq2seq.decode.forced import forced_translations
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError

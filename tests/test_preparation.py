@@ -186,8 +186,8 @@ from seq2seq.data import prepared, preparation
 from seq2seq.data.training_corpus import prepare_training_data
 preparation.CHUNK_PAIRS = 100
 add = prepared.CorpusWriter.add
-def add_then_die(self, src, tgt):
-    add(self, src, tgt)
+def add_then_die(self, src, tgt, links=None):
+    add(self, src, tgt, links)
     os.kill(os.getpid(), signal.SIGKILL)
 prepared.CorpusWriter.add = add_then_die
 data = DataConfig(src="src", tgt="tgt", train={text.train!r}, valid={text.train!r})
@@ -229,8 +229,8 @@ def test_a_text_that_changes_while_it_is_prepared_is_refused(text, tmp_path, mon
     monkeypatch.setattr(preparation, "CHUNK_PAIRS", 100)
     add = prepared.CorpusWriter.add
 
-    def add_and_edit(self, src, tgt):
-        add(self, src, tgt)
+    def add_and_edit(self, src, tgt, links=None):
+        add(self, src, tgt, links)
         later = time.time() + 100
         os.utime(tmp_path / "train.src", (later, later))  # rewritten meanwhile
 

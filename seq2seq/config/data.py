@@ -82,6 +82,13 @@ class DataConfig(Section):
         "source of that corpus as one piece: tagged back-translation, domains "
         "(docs/training.md#tags); decode.tag puts one before the sources translated",
     )
+    alignments: bool | list[bool] = Field(
+        False,
+        description="guided alignment: train the attention towards the word alignments of "
+        "{prefix}.align (Pharaoh: i-j links source word i and target word j, one line a "
+        "pair), true for every data.train prefix or one true/false per prefix; "
+        "train.alignment_weight weighs its loss (docs/training.md#guided-alignment)",
+    )
     max_len: PositiveInt = Field(100, description="training pairs longer (in pieces) are dropped")
     max_len_ratio: float | None = Field(
         None,
@@ -107,6 +114,13 @@ class DataConfig(Section):
         return [self.train] if isinstance(self.train, str) else list(self.train)
 
     @property
+    def aligned(self) -> list[bool]:
+        """`alignments` per data.train prefix."""
+        if isinstance(self.alignments, bool):
+            return [self.alignments] * len(self.train_prefixes)
+        return list(self.alignments)
+
+    @property
     def tag_names(self) -> list[str]:
         """The distinct tags of `tags`, in order."""
         return list(dict.fromkeys(tag for tag in self.tags or () if tag is not None))
@@ -114,7 +128,12 @@ class DataConfig(Section):
     @model_validator(mode="after")
     def _one_per_corpus(self) -> DataConfig:
         corpora = len(self.train_prefixes)
-        for name, values, what in (("weights", self.weights, "weight"), ("tags", self.tags, "tag")):
+        lists = (
+            ("weights", self.weights, "weight"),
+            ("tags", self.tags, "tag"),
+            ("alignments", None if isinstance(self.alignments, bool) else self.alignments, "flag"),
+        )
+        for name, values, what in lists:
             if values is not None and len(values) != corpora:
                 raise ValueError(
                     f"{name} has {len(values)} values for {corpora} training "

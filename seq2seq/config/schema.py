@@ -216,6 +216,16 @@ class Config(Section):
         return self
 
     @model_validator(mode="after")
+    def _guided_attention_is_a_distribution(self) -> Config:
+        if any(self.data.aligned) and self.model.attention.normalizer == "hard":
+            raise ValueError(
+                "data.alignments guides the attention's weights, and hard attention's are "
+                "one chosen position; guide a soft or sparse normalizer, or set "
+                "data.alignments: false"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _tags_are_pieces(self) -> Config:
         """decode.tag must be a tag the model trains with; a tokenizer trained here keeps
         every tag whole (added to tokenizer.user_symbols; a given one is checked when it

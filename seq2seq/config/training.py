@@ -93,6 +93,14 @@ class TrainConfig(Section):
         "the last 1,000 updates), which validation scores and checkpoints keep for "
         "translation; null: the weights themselves",
     )
+    alignment_weight: float = Field(
+        0.05,
+        gt=0,
+        le=100,
+        description="guided alignment (data.alignments): lambda, the weight of the "
+        "cross-entropy of the last decoder layer's attention (heads averaged) against the "
+        "gold alignment, per target token, added to the loss",
+    )
     valid_every: PositiveInt = Field(500, description="updates between validations")
     attention_diagnostics: bool = Field(
         True,

@@ -30,6 +30,9 @@ class Batch:
     indices: list[int]
     n_src_tokens: int
     n_tgt_tokens: int
+    # (B, T, S) each target position's gold attention over the source (guided alignment:
+    # data.alignments); None without
+    alignment: Tensor | None = None
 
     def __len__(self) -> int:
         return self.src.size(0)
@@ -50,6 +53,7 @@ class Batch:
             src_lengths=move(self.src_lengths),
             tgt_in=move(self.tgt_in),
             tgt_out=move(self.tgt_out),
+            alignment=move(self.alignment),
         )
 
 

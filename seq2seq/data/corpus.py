@@ -152,33 +152,52 @@ def _check_counts(src_path: Path, src_lines: int, tgt_path: Path, tgt_lines: int
 
 @dataclass
 class PairChunk:
-    """Consecutive pairs of a corpus with both sides non-empty, and how many were dropped."""
+    """Consecutive pairs of a corpus with both sides non-empty, and how many were dropped;
+    with alignments, each pair's Pharaoh line and the number of its lines in the files."""
 
     src: list[str]
     tgt: list[str]
     empty: int
+    align: list[str] | None = None
+    lines: list[int] | None = None
 
 
 def read_pairs(
-    src_path: Path, tgt_path: Path, chunk: int, digests: tuple[Any, Any] | None = None
+    src_path: Path,
+    tgt_path: Path,
+    chunk: int,
+    digests: tuple[Any, ...] | None = None,
+    align_path: Path | None = None,
 ) -> Iterator[PairChunk]:
     """The pairs of a corpus, `chunk` lines at a time, checked as `read_parallel` checks a
     whole one (aligned, not empty, UTF-8), pairs with an empty side (or one of
-    whitespace only) dropped. `digests` (hashlib objects) are fed each file's bytes as stored."""
-    src_digest, tgt_digest = digests or (None, None)
-    src_lines, tgt_lines = raw_lines(src_path, src_digest), raw_lines(tgt_path, tgt_digest)
+    whitespace only) dropped; with `align_path`, each with its line of that file (which
+    must have as many). `digests` (hashlib objects, one a file) are fed each file's bytes
+    as stored."""
+    paths = [src_path, tgt_path] + ([] if align_path is None else [align_path])
+    streams = [
+        raw_lines(path, digest)
+        for path, digest in zip(paths, digests or [None] * len(paths), strict=True)
+    ]
     first = 1  # the number of the chunk's first line
     while True:
-        src_raw, tgt_raw = list(islice(src_lines, chunk)), list(islice(tgt_lines, chunk))
-        if len(src_raw) != len(tgt_raw) or not src_raw:
-            src_count = first - 1 + len(src_raw) + sum(1 for _ in src_lines)
-            tgt_count = first - 1 + len(tgt_raw) + sum(1 for _ in tgt_lines)
-            _check_counts(src_path, src_count, tgt_path, tgt_count)
+        raws = [list(islice(lines, chunk)) for lines in streams]
+        if len({len(raw) for raw in raws}) > 1 or not raws[0]:
+            counts = [
+                first - 1 + len(raw) + sum(1 for _ in lines)
+                for raw, lines in zip(raws, streams, strict=True)
+            ]
+            _check_counts(src_path, counts[0], tgt_path, counts[1])
+            if align_path is not None:
+                _check_counts(src_path, counts[0], align_path, counts[2])
             return
-        src = decode_lines(src_raw, src_path, first)
-        tgt = decode_lines(tgt_raw, tgt_path, first)
-        first += len(src_raw)
-        kept = [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
-        if len(kept) < len(src):
-            src, tgt = [src[i] for i in kept], [tgt[i] for i in kept]
-        yield PairChunk(src, tgt, len(src_raw) - len(kept))
+        texts = [decode_lines(raw, path, first) for raw, path in zip(raws, paths, strict=True)]
+        pairs = zip(texts[0], texts[1], strict=True)
+        kept = [i for i, (s, t) in enumerate(pairs) if s.strip() and t.strip()]
+        if len(kept) < len(raws[0]):
+            texts = [[lines[i] for i in kept] for lines in texts]
+        align, numbers = None, None
+        if align_path is not None:
+            align, numbers = texts[2], [first + i for i in kept]
+        first += len(raws[0])
+        yield PairChunk(texts[0], texts[1], len(raws[0]) - len(kept), align, numbers)

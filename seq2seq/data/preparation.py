@@ -25,8 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from seq2seq.data.alignments import PieceLinks, word_starts
 from seq2seq.data.corpus import PairChunk, corpus_path, read_pairs
-from seq2seq.data.prepared import SIDES, CorpusWriter, PreparedCorpus, Stale, file_record
+from seq2seq.data.prepared import ALIGN, SIDES, CorpusWriter, PreparedCorpus, Stale, file_record
 from seq2seq.data.tokenizer import SegmentationSample, Tokenizer
 from seq2seq.errors import ResourceError, UserError
 from seq2seq.files import publish_directory, write_problem
@@ -50,22 +51,31 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def source_files(prefix: str, src: str, tgt: str) -> dict[str, Path]:
-    """The two text files of a corpus prefix, by side, as absolute paths."""
+def source_files(prefix: str, src: str, tgt: str, aligned: bool = False) -> dict[str, Path]:
+    """The two text files of a corpus prefix, by side, as absolute paths; `aligned`: and
+    its word alignments, `{prefix}.align` (ALIGN)."""
+    names = (*SIDES, ALIGN) if aligned else SIDES
+    suffixes = (src, tgt, ALIGN)
     return {
-        side: corpus_path(prefix, lang).absolute()
-        for side, lang in zip(SIDES, (src, tgt), strict=True)
+        side: corpus_path(prefix, suffix).absolute()
+        for side, suffix in zip(names, suffixes[: len(names)], strict=True)
     }
 
 
 def corpus_directory(
-    tokenizer_dir: Path, prefix: str, src: str, tgt: str, sample: SegmentationSample | None = None
+    tokenizer_dir: Path,
+    prefix: str,
+    src: str,
+    tgt: str,
+    sample: SegmentationSample | None = None,
+    aligned: bool = False,
 ) -> Path:
     """Where the corpus of `prefix` is prepared: named by the prefix's last part, the
     languages and a hash of its absolute path (two corpora named `train` never meet); a
-    sampled segmentation of it by its settings' hash and its number too."""
+    sampled segmentation of it by its settings' hash and its number too; one with its
+    alignments apart from one without."""
     where = hashlib.sha256(str(Path(prefix).absolute()).encode()).hexdigest()[:12]
-    name = f"{Path(prefix).name}.{src}-{tgt}.{where}"
+    name = f"{Path(prefix).name}.{src}-{tgt}.{where}" + (".aligned" if aligned else "")
     if sample is not None:
         drawn = hashlib.sha256(f"{sample.alpha} {sample.nbest}".encode())
         name += f".sample-{drawn.hexdigest()[:8]}-{sample.number}"
@@ -103,12 +113,14 @@ def prepare_corpus(
     langs: tuple[str, str],
     log: logging.Logger | None = None,
     sample: SegmentationSample | None = None,
+    aligned: bool = False,
 ) -> PreparedCorpus:
     """The prepared corpus of `prefix` (in the tokenizer's best segmentation, or in
-    `sample`): opened if it is there and still matches its text, the tokenizer and the
-    sample, else prepared (again). Hold `preparation_lock` around it."""
-    sources = source_files(prefix, *langs)
-    target = corpus_directory(tokenizer_dir, prefix, *langs, sample)
+    `sample`; `aligned`: with the piece links of its alignments): opened if it is there and
+    still matches its text, the tokenizer and the sample, else prepared (again). Hold
+    `preparation_lock` around it."""
+    sources = source_files(prefix, *langs, aligned)
+    target = corpus_directory(tokenizer_dir, prefix, *langs, sample, aligned)
     if target.is_dir():
         try:
             return PreparedCorpus.open(target, tokenizer.fingerprint, sources, sample)
@@ -118,7 +130,7 @@ def prepare_corpus(
                             target, why)  # fmt: skip
     _remove_leftovers(target)
     if log:
-        log.info("preparing %s and %s in %s", sources["src"], sources["tgt"], target)
+        log.info("preparing %s in %s", " and ".join(map(str, sources.values())), target)
     started = time.monotonic()
     write = functools.partial(_write, tokenizer, sources, log=log, sample=sample)
     publish_directory(target, write, replace=True)
@@ -133,19 +145,20 @@ def prepare_corpus(
 def prepare_samples(
     tokenizer: Tokenizer,
     tokenizer_dir: Path,
-    prefixes: list[str],
+    prefixes: list[tuple[str, bool]],
     langs: tuple[str, str],
     samples: list[SegmentationSample],
     log: logging.Logger | None = None,
 ) -> list[list[PreparedCorpus]]:
-    """The prepared corpus of each prefix in each sampled segmentation. Those not there
-    are drawn in child processes, one a core: SentencePiece's sampling runs on one
-    thread, from a seed global to its process. Hold `preparation_lock` around it."""
+    """The prepared corpus of each (prefix, whether aligned) in each sampled
+    segmentation. Those not there are drawn in child processes, one a core:
+    SentencePiece's sampling runs on one thread, from a seed global to its process. Hold
+    `preparation_lock` around it."""
     missing = [
-        (prefix, sample)
+        (prefix, aligned, sample)
         for sample in samples
-        for prefix in prefixes
-        if not _usable(tokenizer, tokenizer_dir, prefix, langs, sample)
+        for prefix, aligned in prefixes
+        if not _usable(tokenizer, tokenizer_dir, prefix, langs, sample, aligned)
     ]
     # One missing (or one core): drawn here, below, as the rest is opened.
     workers = min(cores(), len(missing))
@@ -157,7 +170,10 @@ def prepare_samples(
         if log:
             log.info("sampled them in %.0f s", time.monotonic() - started)
     prepare = functools.partial(prepare_corpus, tokenizer, tokenizer_dir, langs=langs, log=log)
-    return [[prepare(prefix, sample=sample) for prefix in prefixes] for sample in samples]
+    return [
+        [prepare(prefix, sample=sample, aligned=aligned) for prefix, aligned in prefixes]
+        for sample in samples
+    ]
 
 
 def _usable(
@@ -166,11 +182,13 @@ def _usable(
     prefix: str,
     langs: tuple[str, str],
     sample: SegmentationSample,
+    aligned: bool,
 ) -> bool:
     """Whether the corpus of `prefix` in `sample` is prepared and still right."""
-    target = corpus_directory(tokenizer_dir, prefix, *langs, sample)
+    target = corpus_directory(tokenizer_dir, prefix, *langs, sample, aligned)
+    sources = source_files(prefix, *langs, aligned)
     try:
-        PreparedCorpus.open(target, tokenizer.fingerprint, source_files(prefix, *langs), sample)
+        PreparedCorpus.open(target, tokenizer.fingerprint, sources, sample)
     except Stale:
         return False
     return True
@@ -179,17 +197,18 @@ def _usable(
 def _draw_in_processes(
     tokenizer_dir: Path,
     langs: tuple[str, str],
-    jobs: list[tuple[str, SegmentationSample]],
+    jobs: list[tuple[str, bool, SegmentationSample]],
     workers: int,
 ) -> None:
-    """Prepare each (prefix, sample) of `jobs` in a child process, `workers` at a time
-    (`main` below); a child's error is raised here as its one line."""
+    """Prepare each (prefix, whether aligned, sample) of `jobs` in a child process,
+    `workers` at a time (`main` below); a child's error is raised here as its one line."""
     environ = same_code_environment(dict(os.environ))
 
-    def draw(job: tuple[str, SegmentationSample]) -> subprocess.CompletedProcess:
-        prefix, sample = job
+    def draw(job: tuple[str, bool, SegmentationSample]) -> subprocess.CompletedProcess:
+        prefix, aligned, sample = job
         record = json.dumps(sample.record)
         command = [sys.executable, "-m", __name__, str(tokenizer_dir), prefix, *langs, record]
+        command += ["aligned"] if aligned else []
         return subprocess.run(
             command, env=environ, stdin=subprocess.DEVNULL, capture_output=True, text=True
         )
@@ -206,13 +225,17 @@ def _draw_in_processes(
 
 
 def main(argv: list[str]) -> int:
-    """`python -m seq2seq.data.preparation TOKENIZER_DIR PREFIX SRC TGT SAMPLE`: prepare
-    the corpus of PREFIX in the sampled segmentation SAMPLE (its record, JSON)."""
-    directory, prefix, src, tgt, record = argv
+    """`python -m seq2seq.data.preparation TOKENIZER_DIR PREFIX SRC TGT SAMPLE [aligned]`:
+    prepare the corpus of PREFIX in the sampled segmentation SAMPLE (its record, JSON),
+    with its alignments if `aligned`."""
+    directory, prefix, src, tgt, record, *aligned = argv
     sample = SegmentationSample(**json.loads(record))
     try:
         tokenizer = Tokenizer.load(Path(directory))
-        prepare_corpus(tokenizer, Path(directory), prefix, (src, tgt), None, sample)
+        langs = (src, tgt)
+        prepare_corpus(
+            tokenizer, Path(directory), prefix, langs, None, sample, aligned == ["aligned"]
+        )
     except UserError as error:
         print(f"{type(error).__name__}: {error}", file=sys.stderr)
         return error.exit_code
@@ -239,7 +262,8 @@ def _write(
     directory.mkdir()
     digests = {side: hashlib.sha256() for side in sources}
     before = {side: _stamp(path) for side, path in sources.items()}
-    writer = CorpusWriter(directory, max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
+    vocab_size = max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+    writer = CorpusWriter(directory, vocab_size, aligned=ALIGN in sources)
     try:
         empty = _encode(tokenizer, sources, digests, writer, log, sample)
         if not writer.pairs:
@@ -276,22 +300,44 @@ def _encode(
     log,
     sample: SegmentationSample | None,
 ) -> int:
-    """Read, encode (or sample) and write every pair; the count of pairs dropped for an
-    empty side."""
+    """Read, encode (or sample) and write every pair (with its piece links, where the
+    corpus has alignments); the count of pairs dropped for an empty side."""
     empty, threads, last_log = 0, cores(), time.monotonic()
-    chunks = read_pairs(sources["src"], sources["tgt"], CHUNK_PAIRS, tuple(digests.values()))
+    align = sources.get(ALIGN)
+    chunks = read_pairs(sources["src"], sources["tgt"], CHUNK_PAIRS, tuple(digests.values()), align)
+    to_pieces = None if align is None else piece_links(tokenizer)
     for index, chunk in enumerate(_read_ahead(chunks)):
         if sample is None:
             src = tokenizer.encode_src(chunk.src, threads)
-            writer.add(src, tokenizer.encode_tgt(chunk.tgt, threads))
+            tgt = tokenizer.encode_tgt(chunk.tgt, threads)
         else:
             src = tokenizer.sample("src", chunk.src, sample, index)
-            writer.add(src, tokenizer.sample("tgt", chunk.tgt, sample, index))
+            tgt = tokenizer.sample("tgt", chunk.tgt, sample, index)
+        links = None if to_pieces is None else _links(to_pieces, align, chunk, src, tgt)
+        writer.add(src, tgt, links)
         empty += chunk.empty
         if log and time.monotonic() - last_log > _LOG_EVERY:
             log.info("... %d pairs prepared", writer.pairs)
             last_log = time.monotonic()
     return empty
+
+
+def _links(
+    to_pieces: PieceLinks, path: Path, chunk: PairChunk, src: list[list[int]], tgt: list[list[int]]
+) -> list:
+    """The piece links of each pair of `chunk` (encoded as `src` and `tgt`), from its
+    alignments (read from `path`)."""
+    pairs = zip(chunk.align, chunk.lines, chunk.src, chunk.tgt, src, tgt, strict=True)
+    return [
+        to_pieces(line, f"{path}, line {number}", (src_text, tgt_text), (src_ids, tgt_ids))
+        for line, number, src_text, tgt_text, src_ids, tgt_ids in pairs
+    ]
+
+
+def piece_links(tokenizer: Tokenizer) -> PieceLinks:
+    """The mapping of word links to piece links in `tokenizer`'s segmentations."""
+    vocabularies = tokenizer.src_vocabulary(), tokenizer.tgt_vocabulary()
+    return PieceLinks(*map(word_starts, vocabularies))
 
 
 def _read_ahead(chunks: Iterator[PairChunk]) -> Iterator[PairChunk]:

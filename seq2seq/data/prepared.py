@@ -6,6 +6,9 @@ them.
 tokenizer/corpora/NAME/  manifest.json   what it was made from; each file's dtype, size, hash
                          src.ids tgt.ids          piece ids, one flat array per side
                          src.offsets tgt.offsets  int64: where pair i starts (pairs + 1)
+                         align.ids align.offsets  with alignments (data.alignments): the
+                                                  int32 (source, target) piece links of
+                                                  each pair, flat
 ```
 
 Ids are uint16 where the vocabulary has at most 65,536 pieces, else uint32; pair i of a
@@ -39,6 +42,7 @@ from seq2seq.files import atomic_write_text
 FORMAT = 1
 MANIFEST = "manifest.json"
 SIDES = ("src", "tgt")
+ALIGN = "align"  # the piece links of a corpus with alignments, stored as a third side
 _HASH_BLOCK = 1 << 20
 
 
@@ -104,29 +108,42 @@ class CorpusWriter:
     """Writes a prepared corpus into an empty directory, a chunk of pairs at a time; the
     manifest, written last by `finish`, is what makes it complete."""
 
-    def __init__(self, directory: Path, vocab_size: int) -> None:
+    def __init__(self, directory: Path, vocab_size: int, aligned: bool = False) -> None:
         self.directory = Path(directory)
-        self.dtype = id_dtype(vocab_size)
+        self.sides = (*SIDES, ALIGN) if aligned else SIDES
+        self.dtypes = {**dict.fromkeys(SIDES, id_dtype(vocab_size)), ALIGN: np.dtype(np.int32)}
         self.files = {
             f"{side}.{kind}": _HashedFile(self.directory / f"{side}.{kind}")
-            for side in SIDES
+            for side in self.sides
             for kind in ("ids", "offsets")
         }
-        self.tokens = dict.fromkeys(SIDES, 0)
+        self.tokens = dict.fromkeys(self.sides, 0)
         self.longest = dict.fromkeys(SIDES, 0)
         self.pairs = 0
-        for side in SIDES:
+        for side in self.sides:
             self.files[f"{side}.offsets"].write(np.zeros(1, np.int64))
 
-    def add(self, src: list[list[int]], tgt: list[list[int]]) -> None:
-        """Append pairs: the piece ids of each side (lists, as SentencePiece returns them)."""
-        for side, rows in zip(SIDES, (src, tgt), strict=True):
-            lengths = np.fromiter(map(len, rows), np.int64, count=len(rows))
-            ids = np.fromiter(chain.from_iterable(rows), self.dtype, count=int(lengths.sum()))
+    def add(
+        self,
+        src: list[list[int]],
+        tgt: list[list[int]],
+        links: list[np.ndarray] | None = None,
+    ) -> None:
+        """Append pairs: the piece ids of each side (lists, as SentencePiece returns them)
+        and, for a corpus with alignments, each pair's (M, 2) piece links."""
+        rows = {"src": src, "tgt": tgt, ALIGN: links}
+        for side in self.sides:
+            size, flat = (
+                (len, rows[side]) if side in SIDES else (np.size, map(np.ravel, rows[side]))
+            )
+            lengths = np.fromiter(map(size, rows[side]), np.int64, count=len(src))
+            flat = chain.from_iterable(flat)
+            ids = np.fromiter(flat, self.dtypes[side], count=int(lengths.sum()))
             self.files[f"{side}.ids"].write(ids)
             self.files[f"{side}.offsets"].write(self.tokens[side] + np.cumsum(lengths))
             self.tokens[side] += ids.size
-            self.longest[side] = max(self.longest[side], int(lengths.max(initial=0)))
+            if side in SIDES:
+                self.longest[side] = max(self.longest[side], int(lengths.max(initial=0)))
         self.pairs += len(src)
 
     def finish(self, about: dict) -> None:
@@ -138,14 +155,14 @@ class CorpusWriter:
             record = file_record(file.path, sha256)
             del record["path"]  # inside the directory, wherever it is moved or copied
             side, kind = name.split(".")
-            dtype = self.dtype if kind == "ids" else np.dtype(np.int64)
+            dtype = self.dtypes[side] if kind == "ids" else np.dtype(np.int64)
             count = self.tokens[side] if kind == "ids" else self.pairs + 1
             files[name] = {**record, "dtype": dtype.name, "count": count}
         manifest = {
             "format": FORMAT,
             **about,
             "pairs": self.pairs,
-            "tokens": self.tokens,
+            "tokens": {side: self.tokens[side] for side in SIDES},
             "longest": self.longest,
             "files": files,
         }
@@ -213,11 +230,23 @@ class PreparedCorpus:
         self.directory = Path(directory)
         self.manifest = manifest
         self.pairs: int = manifest["pairs"]
-        self.sides = {side: Side(self.directory, side, manifest["files"]) for side in SIDES}
-        for side in self.sides.values():
+        files = manifest["files"]
+        self.sides = {side: Side(self.directory, side, files) for side in SIDES}
+        # the piece links of a corpus with alignments (`links`)
+        self.alignment = Side(self.directory, ALIGN, files) if f"{ALIGN}.ids" in files else None
+        for side in [*self.sides.values(), self.alignment]:
+            if side is None:
+                continue
             ends = side.offsets(0, 0)[0], side.offsets(side.pairs, side.pairs)[0]
             if side.pairs != self.pairs or ends != (0, side.tokens):
                 raise Stale("its offsets do not match its ids")
+
+    def links(self, pairs: np.ndarray) -> list[np.ndarray] | None:
+        """The (M, 2) (source piece, target piece) links of each pair; None for a corpus
+        without alignments."""
+        if self.alignment is None:
+            return None
+        return [row.reshape(-1, 2) for row in self.alignment.rows(pairs)]
 
     @property
     def src(self) -> Side:
@@ -229,7 +258,8 @@ class PreparedCorpus:
 
     @property
     def sources_sha256(self) -> list[str]:
-        return [self.manifest["sources"][side]["sha256"] for side in SIDES]
+        """The hash of each text file: the sides', then the alignments' if it has them."""
+        return [record["sha256"] for record in self.manifest["sources"].values()]
 
     @classmethod
     def open(
@@ -255,6 +285,8 @@ class PreparedCorpus:
             raise Stale("it was prepared with another tokenizer")
         if manifest.get("sample") != (None if sample is None else sample.record):
             raise Stale("it was segmented otherwise")
+        if set(manifest.get("sources", ())) != set(sources):
+            raise Stale("it was prepared from other files")
         try:
             refreshed = _check_files(directory, manifest, sources)
         except (KeyError, TypeError, AttributeError):

@@ -20,7 +20,9 @@ from typing import NamedTuple, overload
 
 import numpy as np
 import torch
+from torch import Tensor
 
+from seq2seq.data.alignments import gold_attention
 from seq2seq.data.batching import (
     Batch,
     ShapeKeys,
@@ -102,6 +104,20 @@ class TrainingPairs:
         for slot, (row, start) in enumerate(zip(rows, tagged.tolist(), strict=True)):
             padded[slot, start : start + len(row)] = row
         return padded, lengths
+
+    def gold_attention(self, indices: np.ndarray, shape: tuple[int, int, int]) -> Tensor | None:
+        """The gold attention (B, T, S) of a batch of `shape` of the pairs at `indices`
+        (alignments.gold_attention), where a corpus has alignments; else None."""
+        if all(corpus.alignment is None for corpus in self.corpora):
+            return None
+        links: list[np.ndarray | None] = [None] * len(indices)
+        shifts = np.zeros(len(indices), np.int64)
+        for number, chosen, local in self._parts(indices):
+            found = self.corpora[number].links(local)
+            for slot, row in zip(np.flatnonzero(chosen).tolist(), found or (), strict=False):
+                links[slot] = row
+            shifts[chosen] = self._added(number, "src")
+        return gold_attention(links, shifts, shape)
 
 
 class KeptPairs:
@@ -309,4 +325,7 @@ class TrainBatches:
             indices=list(indices),
             n_src_tokens=int(src_lengths.sum()) + len(pairs),
             n_tgt_tokens=int(tgt_lengths.sum()) + len(pairs),
+            alignment=self.pairs.gold_attention(
+                pairs, (len(pairs), *tgt_out.shape[1:], src.shape[1])
+            ),
         )

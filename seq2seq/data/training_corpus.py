@@ -70,17 +70,18 @@ def prepare_training_data(
     `cfg.model`) if there is none, or if the one there was made with another tokenizer
     config (left by a start that failed)."""
     directory = Path(directory)
-    for prefix in data.train_prefixes:  # every file is found before anything is trained
-        source_files(prefix, data.src, data.tgt)
+    prefixes = list(zip(data.train_prefixes, data.aligned, strict=True))
+    for prefix, aligned in prefixes:  # every file is found before anything is trained
+        source_files(prefix, data.src, data.tgt, aligned)
     with preparation_lock(directory, log):
         tokenizer = _tokenizer(data, cfg, directory, seed, log)
         langs = (data.src, data.tgt)
         corpora = [
-            prepare_corpus(tokenizer, directory, prefix, langs, log)
-            for prefix in data.train_prefixes
+            prepare_corpus(tokenizer, directory, prefix, langs, log, aligned=aligned)
+            for prefix, aligned in prefixes
         ]
         samples = _samples(data, tokenizer)
-        sampled = prepare_samples(tokenizer, directory, data.train_prefixes, langs, samples, log)
+        sampled = prepare_samples(tokenizer, directory, prefixes, langs, samples, log)
     return TrainingData(tokenizer, corpora, sampled, _tag_ids(data, cfg, tokenizer))
 
 

@@ -13,19 +13,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from seq2seq.data.alignments import piece_words, read_links
 from seq2seq.errors import UserError
-
-WORD_START = "\u2581"
-
-
-def piece_words(pieces: list[str]) -> list[int]:
-    """The word index of each piece."""
-    words, index = [], -1
-    for piece in pieces:
-        if index < 0 or piece.startswith(WORD_START):
-            index += 1
-        words.append(index)
-    return words
 
 
 def word_alignment(
@@ -99,23 +88,6 @@ class AlignmentScores:
             f"{100 * self.recall:.2f}  ({self.pairs} pairs, {self.links} links; gold "
             f"{self.sure} sure, {self.possible} possible)"
         )
-
-
-def read_links(line: str, where: str) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
-    """The sure and possible links of a Pharaoh line: "i-j" is a sure link of source word
-    i and target word j (counted from 0), "i?j" a possible one; the sure are possible too.
-    One line, naming `where`, for anything else."""
-    sure, possible = set(), set()
-    for link in line.split():
-        mark = "-" if "-" in link else "?"
-        i, _, j = link.partition(mark)
-        if not (i.isdecimal() and j.isdecimal()):
-            raise UserError(
-                f"{where}: {link!r} is not a link; write i-j (sure) or i?j (possible), word "
-                "numbers from 0"
-            )
-        (sure if mark == "-" else possible).add((int(i), int(j)))
-    return sure, possible | sure
 
 
 def alignment_error_rate(hypotheses: list[str], gold: list[str]) -> AlignmentScores:

@@ -126,6 +126,10 @@ class Seq2Seq(nn.Module):
         # baseline is soft.
         self.choice_loss: ChoiceLoss | None = None
         self.baseline_logits: Tensor | None = None
+        # Guided alignment: while `keeps_attention` (the trainer sets it), the teacher-forced
+        # pass keeps its last decoder layer's attention, heads averaged, for the loss.
+        self.keeps_attention = False
+        self.kept_attention: Tensor | None = None
 
     def run_layer(self, layer: nn.Module, *args: Any) -> Any:
         """`layer(*args)`; where training checkpoints activations, through
@@ -162,6 +166,20 @@ class Seq2Seq(nn.Module):
         """Teacher-forced log-probabilities (B, T, V), float32: what the steps of a search
         give for the same targets (forced scoring reads them)."""
         return self(src, src_mask, tgt_in).float().log_softmax(-1)
+
+    def keep_attention(self, weights: Tensor, heads_dim: int) -> None:
+        """Keep a teacher-forced pass's attention (B, T, S), `weights` with the heads on
+        `heads_dim` (multi-head) averaged, where `keeps_attention`."""
+        if weights.dim() == 4:
+            weights = weights.mean(heads_dim)
+        self.kept_attention = weights
+
+    def take_kept_attention(self) -> Tensor:
+        """The attention the last teacher-forced pass kept (`keeps_attention`), given up."""
+        kept, self.kept_attention = self.kept_attention, None
+        if kept is None:
+            raise RuntimeError("the last pass kept no attention: set keeps_attention first")
+        return kept
 
     def needs_soft_baseline(self) -> bool:
         """Whether the pass under way draws REINFORCE's choices against the soft baseline,

@@ -217,9 +217,11 @@ class RNNSeq2Seq(Seq2Seq):
         # of the whole (B, T, E) input, T times over.
         for step_input in embedded.unbind(1):
             positions = self.source_positions(state.step.unsqueeze(1))
-            step = decoder.step(memory, state, step_input, positions, need_weights=False)
+            step = decoder.step(memory, state, step_input, positions, self.keeps_attention)
             state = step.state
             steps.append(step)
+        if self.keeps_attention:  # (B, T, [H,] S)
+            self.keep_attention(torch.stack([step.weights for step in steps], dim=1), 2)
         if decoder.choice is None:
             return decoder.output(torch.stack([step.attentional for step in steps], dim=1))
         if self.needs_soft_baseline():  # the same pass's soft attentional vectors

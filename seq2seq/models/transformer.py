@@ -385,19 +385,22 @@ class TransformerSeq2Seq(Seq2Seq):
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
         memory = self.encode(src, src_mask)
-        logits = self.tied_to_choices(self.teacher_forced(memory, tgt_in))
+        logits = self.tied_to_choices(self.teacher_forced(memory, tgt_in, self.keeps_attention))
         if self.needs_soft_baseline():  # its dropout masks are drawn anew
             with torch.no_grad(), attending_softly(self):
                 self.baseline_logits = self.teacher_forced(memory, tgt_in)
         return logits
 
-    def teacher_forced(self, memory: Memory, tgt_in: Tensor) -> Tensor:
-        """The decoder's logits (B, T, V) over the encoded source for target inputs (B, T)."""
+    def teacher_forced(self, memory: Memory, tgt_in: Tensor, keep: bool = False) -> Tensor:
+        """The decoder's logits (B, T, V) over the encoded source for target inputs (B, T);
+        `keep`: its last layer's cross-attention kept (`keep_attention`)."""
         batch, length = tgt_in.shape
         steps = torch.arange(length, device=tgt_in.device).expand(batch, length)
         x = self.tgt_embed(tgt_in, steps, length)
         # Causal: position t attends to 0..t. Padding sits after the real tokens, so a
         # real position never sees it; padded positions are ignored by the loss.
         causal = torch.ones(length, length, dtype=torch.bool, device=tgt_in.device).tril()
-        x, _ = self.decode(memory, x, causal.expand(batch, -1, -1), steps, None, False)
+        x, weights = self.decode(memory, x, causal.expand(batch, -1, -1), steps, None, keep)
+        if keep:  # (B, [H,] T, S)
+            self.keep_attention(weights, 1)
         return self.output(x)

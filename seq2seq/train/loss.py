@@ -59,6 +59,20 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         return grad_logits.to(ctx.logits_dtype), None, None
 
 
+# The attention read where it is exactly 0 (a sparse normalizer's), so that its log is finite.
+_ATTENTION_FLOOR = 1e-9
+
+
+def alignment_cross_entropy(attention: Tensor, gold: Tensor) -> Tensor:
+    """Guided alignment's loss, summed over the batch: for each target position t, the
+    cross-entropy of its attention a_t (B, T, S) against its gold distribution g_t,
+
+        - sum over source positions j of g_tj log max(a_tj, 1e-9),
+
+    which is 0 where g_t is (no links: EOS, padding, a pair without alignments)."""
+    return -(gold * attention.float().clamp_min(_ATTENTION_FLOOR).log()).sum()
+
+
 def perplexity(loss_per_token: float) -> float:
     """exp(loss), capped at exp(100): a diverging run must not overflow the log."""
     return math.exp(min(loss_per_token, 100.0))

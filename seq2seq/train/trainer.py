@@ -30,6 +30,21 @@ from seq2seq.train.update import Settled, Update, UpdateSetup, defers_reading
 from seq2seq.train.validation import Validator, higher_is_better, report_validation
 
 
+def captures_graphs(cfg: Config, model: Seq2Seq) -> bool:
+    """Whether updates may be CUDA graphs, where the device and precision allow them. A graph
+    replays one batch's update; accumulating updates run op by op, and so do recomputed
+    layers (their replay of the random generators not tried under capture) and guided
+    alignment (its gold attention is not among a graph's inputs)."""
+    train = cfg.train
+    return (
+        train.cuda_graphs
+        and model.graph_capturable
+        and train.accumulate == 1
+        and not train.checkpoint_activations
+        and not any(cfg.data.aligned)
+    )
+
+
 class Trainer:
     def __init__(
         self,
@@ -53,16 +68,13 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.train.precision == "fp16")
         # On one GPU the host never waits for the device within an update (update.py).
         deferred = defers_reading(device, self.world, self.scaler)
-        graphs = deferred and device.type == "cuda" and cfg.train.cuda_graphs
-        # A graph replays one batch's update; accumulating updates run op by op, and so do
-        # recomputed layers (their replay of the random generators not tried under capture).
-        graphs = graphs and model.graph_capturable and cfg.train.accumulate == 1
-        graphs = graphs and not cfg.train.checkpoint_activations
+        graphs = deferred and device.type == "cuda" and captures_graphs(cfg, model)
         model.checkpoint_activations = cfg.train.checkpoint_activations
         self.optimizer = build_optimizer(cfg.train.optimizer, model.parameters(), fused=deferred)
         setup = UpdateSetup(
             self.network, self.optimizer, self.scaler, self.world, device, self.precision,
-            cfg.train.label_smoothing, cfg.train.clip_grad_norm, deferred, graphs,
+            cfg.train.label_smoothing, cfg.train.alignment_weight, cfg.train.clip_grad_norm,
+            deferred, graphs,
         )  # fmt: skip
         self.update = Update(setup, in_a_row=0)
         decay = cfg.train.ema_decay

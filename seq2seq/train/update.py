@@ -22,7 +22,7 @@ from seq2seq.data.batching import Batch, padding_mask
 from seq2seq.train.distributed import World
 from seq2seq.train.feed import PreparedBatch
 from seq2seq.train.graphs import GraphedUpdates
-from seq2seq.train.loss import token_cross_entropy
+from seq2seq.train.loss import alignment_cross_entropy, token_cross_entropy
 
 
 def defers_reading(device: torch.device, world: World, scaler: torch.amp.GradScaler) -> bool:
@@ -128,6 +128,7 @@ class UpdateSetup:
     device: torch.device
     precision: torch.dtype | None  # the autocast dtype, or None for fp32
     label_smoothing: float
+    alignment_weight: float  # guided alignment's lambda, for batches with gold attention
     clip_grad_norm: float  # 0: no clipping (the norm is still measured)
     deferred: bool  # skip on the device; the tally read back only when asked
     graphs: bool  # the gradients stay allocated (CUDA graphs write into them)
@@ -171,7 +172,9 @@ class Update:
 
     def compute_eagerly(self, batch: Batch, tokens: int) -> Tensor:
         count = torch.full((), tokens, dtype=torch.float32, device=self.setup.device)
-        ok = self.compute(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, count, 1.0)
+        ok = self.compute(
+            batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, count, 1.0, batch.alignment
+        )
         return (~ok).float()
 
     def compute(
@@ -182,11 +185,12 @@ class Update:
         tgt_out: Tensor,
         tokens: Tensor | int,
         weight: float,
+        alignment: Tensor | None = None,
     ) -> Tensor:
         """Forward, loss, backward and clipping, the outcome added to the tally -> whether
         the step may be taken (a bool tensor on the device)."""
         self.zero_gradients()
-        loss = self.backward(src, src_lengths, tgt_in, tgt_out, tokens, weight)
+        loss = self.backward(src, src_lengths, tgt_in, tgt_out, tokens, weight, alignment)
         return self.finish(loss, tokens)
 
     def accumulate(self, group: list[PreparedBatch], tokens: int) -> Tensor:
@@ -201,7 +205,7 @@ class Update:
             with quiet:
                 loss = self.backward(
                     batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, tokens,
-                    prepared.weight,
+                    prepared.weight, batch.alignment,
                 )  # fmt: skip
             losses.append(loss.detach())
         return self.finish(losses[0] if len(losses) == 1 else torch.stack(losses).sum(), tokens)
@@ -220,21 +224,26 @@ class Update:
         tgt_out: Tensor,
         tokens: Tensor | int,
         weight: float,
+        alignment: Tensor | None = None,
     ) -> Tensor:
         """Forward and backward of one batch, its gradient added to the parameters' -> its
         loss over `tokens`, the target tokens of the whole update.
 
         Each rank computes its shard's summed loss over the global batch's target tokens,
         so the ranks' losses add up to the loss of the whole batch; DDP averages gradients
-        over ranks, hence the backward of `world.size` times the shard loss.
+        over ranks, hence the backward of `world.size` times the shard loss. With the
+        batch's gold `alignment` (guided alignment), its weighted cross-entropy against
+        the attention is added to what is differentiated, not to the loss returned.
         """
         s = self.setup
         mask = padding_mask(src_lengths, src.size(1))
         autocast = torch.autocast(
             s.device.type, s.precision, enabled=s.precision is not None, cache_enabled=not s.graphs
         )  # a graph may not keep autocast's cache of cast weights past its capture
+        self.model.keeps_attention = alignment is not None
         with autocast:
             logits = s.network(src, mask, tgt_in)
+        self.model.keeps_attention = False
         loss = token_cross_entropy(logits, tgt_out, s.label_smoothing)
         # Hard attention's REINFORCE and entropy terms are valued 0, so the tally's loss
         # stays the cross-entropy; their gradient is what counts.
@@ -242,7 +251,12 @@ class Update:
         if auxiliary is not None:
             loss = loss + auxiliary
         loss = loss / tokens * weight
-        s.scaler.scale(loss * s.world.size).backward()
+        differentiated = loss
+        if alignment is not None:
+            attention = self.model.take_kept_attention()
+            guided = alignment_cross_entropy(attention, alignment) * s.alignment_weight
+            differentiated = loss + guided / tokens * weight
+        s.scaler.scale(differentiated * s.world.size).backward()
         return loss
 
     def finish(self, loss: Tensor, tokens: Tensor | int) -> Tensor:
