@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # How well the demo models' attention aligns words: each model trained on the toy task
-# (seeds 1 to 3), then its forced alignments of the toy test set (`score --alignments`, the
-# heads' mean, and for the Transformer each head alone) scored against the toy's gold
+# (seeds 1 to 3), without guidance and with it (guided alignment: data.alignments, the
+# toy's gold alignments of its training pairs, at the default train.alignment_weight),
+# then its forced alignments of the toy test set (`score --alignments`, the heads' mean,
+# and for the unguided Transformer each head alone) scored against the toy's gold
 # alignments (`evaluate-alignments`). docs/decoding.md gives the figures.
 #   scripts/toy_alignments.sh [WORK_DIR]     (default runs/toy-alignments; resumable)
 set -euo pipefail
@@ -31,6 +33,8 @@ for seed in 1 2 3; do
   run rnn-bahdanau "$seed" demo
   run rnn-dot "$seed" demo --set model.attention.type=dot
   run transformer "$seed" demo_transformer
+  run rnn-bahdanau-guided "$seed" demo --set data.alignments=true
+  run transformer-guided "$seed" demo_transformer --set data.alignments=true
   for head in 0 1 2 3; do  # the Transformer's last layer has 4 heads
     scores=$(aer "transformer,seed=$seed" --alignment-head "$head")
     echo "transformer,seed=$seed, head $head: $scores"
