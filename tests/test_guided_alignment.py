@@ -186,3 +186,14 @@ def test_the_prepared_corpus_keeps_its_links_apart_and_follows_its_alignment_fil
     lines = read_lines(tmp_path / "c.align")
     (tmp_path / "c.align").write_text("\n".join(["", *lines[1:]]) + "\n")
     assert links != [] and first_links(True) == []
+
+
+def test_each_sampled_segmentation_has_its_own_links(toy, tmp_path):
+    sampling = ["data.subword_sampling.alpha=0.5", "data.subword_sampling.segmentations=2"]
+    cfg = load_config(toy / "run.yaml", ["data.alignments=true", *sampling])
+    data = prepare_training_data(cfg.data, cfg.tokenizer, tmp_path / "tok", seed=1)
+    for corpora in data.samples:
+        links, pieces = corpora[0].links(np.arange(20)), corpora[0].tgt.rows(np.arange(20))
+        assert all(len(found) >= len(row) for found, row in zip(links, pieces, strict=True))
+    first, second = (corpora[0].links(np.arange(20)) for corpora in data.samples)
+    assert any(a.shape != b.shape or (a != b).any() for a, b in zip(first, second, strict=True))
