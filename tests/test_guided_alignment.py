@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 
 import numpy as np
 import pytest
@@ -126,7 +127,7 @@ def test_guided_attention_aligns_words_that_unguided_attention_does_not(toy, tmp
     forced alignments of the training pairs have less than 0.6 times the error rate.
     (Measured: 32.1 against 71.3, 26.7 against 70.2, 25.2 against 68.6, seeds 1-3.)"""
     data = toy / "data"
-    rates = []
+    rates, logged = [], {}
     for guided in (True, False):
         run = tmp_path / f"guided={guided}"
         assert train(toy, run, f"data.alignments={str(guided).lower()}", *GUIDED) == 0
@@ -134,7 +135,11 @@ def test_guided_attention_aligns_words_that_unguided_attention_does_not(toy, tmp
         assert run_cli("score", "--run", run, "--src", data / "train.src", "--ref",
                        data / "train.tgt", "--alignments", out) == 0  # fmt: skip
         rates.append(alignment_error_rate(read_lines(out), read_lines(data / "train.align")).aer)
+        lines = (run / "train.log").read_text()
+        logged[guided] = [float(x) for x in re.findall(r"loss [\d.]+  alignment ([\d.]+)", lines)]
     assert rates[0] < 0.6 * rates[1]
+    assert len(logged[True]) == 60 and not logged[False]  # a line an update: log_every=1
+    assert logged[True][-1] < 0.5 * logged[True][0]
 
 
 def test_a_guided_run_resumes_exactly(toy, tmp_path):

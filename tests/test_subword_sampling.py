@@ -80,7 +80,7 @@ def test_every_segmentation_is_prepared_once_in_a_process_of_its_own(text, tmp_p
 
 def test_a_sampling_process_s_error_is_its_one_line(text, tmp_path):
     samples = [SegmentationSample(0.3, -1, number) for number in range(2)]
-    jobs = [(text.train, sample) for sample in samples]
+    jobs = [(text.train, False, sample) for sample in samples]
     with pytest.raises(UserError, match=r"^no tokenizer in .*/none: expected joint.model"):
         preparation._draw_in_processes(tmp_path / "none", ("src", "tgt"), jobs, workers=2)
 

@@ -52,18 +52,25 @@ class TrainWindow:
 
     def __init__(self) -> None:
         self.loss, self.tokens, self.steps, self.start = 0.0, 0, 0, time.time()
+        self.alignment = 0.0  # guided alignment's term, summed as the loss
 
-    def add(self, loss: float, tokens: int, steps: int) -> None:
-        """`steps` updates (skipped ones included) of summed loss per token `loss`."""
+    def add(self, loss: float, tokens: int, steps: int, alignment: float = 0.0) -> None:
+        """`steps` updates (skipped ones included) of summed loss per token `loss` (and
+        guided alignment's term `alignment`)."""
         self.loss, self.tokens, self.steps = (
             self.loss + loss,
             self.tokens + tokens,
             self.steps + steps,
         )
+        self.alignment += alignment
 
     @property
     def mean_loss(self) -> float:
         return self.loss / max(self.steps, 1)
+
+    @property
+    def mean_alignment(self) -> float:
+        return self.alignment / max(self.steps, 1)
 
     @property
     def speed(self) -> float:

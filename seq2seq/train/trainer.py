@@ -247,7 +247,7 @@ class Trainer:
         progress, settled = self.progress, self.update.tally.read()
         tokens = self.unsettled_tokens - round(settled.skipped_tokens)
         self.unsettled_tokens = 0
-        window.add(settled.loss, tokens, settled.updates)
+        window.add(settled.loss, tokens, settled.updates, settled.alignment)
         progress.target_tokens += tokens
         progress.skipped_updates += settled.skipped
         progress.skipped_in_a_row = settled.in_a_row
@@ -350,20 +350,21 @@ class Trainer:
 
     def log_train(self, window: TrainWindow, board: TensorBoardLog) -> None:
         lr = self.schedule.at(self.progress.step)
+        guided = any(self.cfg.data.aligned)
+        aligned = f"  alignment {window.mean_alignment:.4f}" if guided else ""
         self.log.info(
-            "step %d  epoch %d  loss %.4f  lr %.2e  %.0f target tokens/s",
-            self.progress.step, self.progress.epoch + 1, window.mean_loss, lr, window.speed,
+            "step %d  epoch %d  loss %.4f%s  lr %.2e  %.0f target tokens/s", self.progress.step,
+            self.progress.epoch + 1, window.mean_loss, aligned, lr, window.speed,
         )  # fmt: skip
-        board.add(
-            self.progress.step,
-            "train",
-            {
-                "loss": window.mean_loss,
-                "perplexity": perplexity(window.mean_loss),
-                "learning_rate": lr,
-                "tokens_per_s": window.speed,
-            },
-        )
+        values = {
+            "loss": window.mean_loss,
+            "perplexity": perplexity(window.mean_loss),
+            "learning_rate": lr,
+            "tokens_per_s": window.speed,
+        }
+        if guided:
+            values["alignment_loss"] = window.mean_alignment
+        board.add(self.progress.step, "train", values)
 
     def validate(self, board: TensorBoardLog) -> None:
         """Validate on rank 0; every rank then updates the same best-N, patience and schedule."""

@@ -40,6 +40,7 @@ class Tally:
             return torch.zeros((), dtype=dtype, device=device)
 
         self.loss = zero()  # summed loss per target token of the updates applied
+        self.alignment = zero()  # their guided alignment term per target token, likewise
         self.updates = zero(torch.int64)
         self.skipped = zero(torch.int64)
         self.skipped_tokens = zero()  # target tokens of the updates not applied
@@ -48,12 +49,23 @@ class Tally:
         self.last_skip = zero(torch.int64)  # which update of the window was skipped last
         self.last_loss, self.last_norm = zero(), zero()  # that update's loss and norm
 
-    def add(self, loss: Tensor, norm: Tensor, ok: Tensor, counted: Tensor, tokens: Tensor) -> None:
+    def add(
+        self,
+        loss: Tensor,
+        norm: Tensor,
+        ok: Tensor,
+        counted: Tensor,
+        tokens: Tensor,
+        alignment: Tensor | None = None,
+    ) -> None:
         """One update: `ok` whether it was applied, `counted` whether it counts as skipped
-        (an fp16 overflow is the gradient scaler's to handle, not a skip). In place only:
-        this runs inside CUDA graphs."""
+        (an fp16 overflow is the gradient scaler's to handle, not a skip); `alignment`:
+        guided alignment's term, where it has one. In place only: this runs inside CUDA
+        graphs."""
         self.updates.add_(1)
         self.loss.add_(torch.where(ok, loss.detach().float(), 0.0))
+        if alignment is not None:
+            self.alignment.add_(torch.where(ok, alignment.float(), 0.0))
         self.skipped.add_(counted)
         self.skipped_tokens.add_(~ok * tokens)
         self.in_a_row.add_(1).mul_(counted)
@@ -75,15 +87,27 @@ class Tally:
                 self.last_skip.double(),
                 self.last_loss.double(),
                 self.last_norm.double(),
+                self.alignment.double(),
             ]  # fmt: skip
         ).tolist()
-        for tensor in (self.loss, self.updates, self.skipped, self.skipped_tokens):
+        for tensor in (self.loss, self.updates, self.skipped, self.skipped_tokens, self.alignment):
             tensor.zero_()
         self.longest_run.copy_(self.in_a_row)
-        loss, updates, skipped, skipped_tokens, in_a_row, longest, last, last_loss, norm = values
+        (
+            loss,
+            updates,
+            skipped,
+            skipped_tokens,
+            in_a_row,
+            longest,
+            last,
+            last_loss,
+            norm,
+            aligned,
+        ) = values
         return Settled(
             loss, int(updates), int(skipped), int(skipped_tokens), int(in_a_row), int(longest),
-            int(last), last_loss, norm,
+            int(last), last_loss, norm, aligned,
         )  # fmt: skip
 
 
@@ -98,6 +122,7 @@ class Settled:
     last_skip: int  # the window's update (1-based) skipped last
     last_loss: float
     last_norm: float
+    alignment: float  # guided alignment's summed term per target token (0 without)
 
     @staticmethod
     def where(first: int, last: int) -> str:
@@ -208,7 +233,7 @@ class Update:
                     prepared.weight, batch.alignment,
                 )  # fmt: skip
             losses.append(loss.detach())
-        return self.finish(losses[0] if len(losses) == 1 else torch.stack(losses).sum(), tokens)
+        return self.finish(losses[0] if len(losses) == 1 else torch.stack(losses).sum(0), tokens)
 
     def zero_gradients(self) -> None:
         if self.setup.graphs:
@@ -227,13 +252,14 @@ class Update:
         alignment: Tensor | None = None,
     ) -> Tensor:
         """Forward and backward of one batch, its gradient added to the parameters' -> its
-        loss over `tokens`, the target tokens of the whole update.
+        loss over `tokens`, the target tokens of the whole update (with guided alignment:
+        (loss, guided alignment's term), both over `tokens`).
 
         Each rank computes its shard's summed loss over the global batch's target tokens,
         so the ranks' losses add up to the loss of the whole batch; DDP averages gradients
         over ranks, hence the backward of `world.size` times the shard loss. With the
         batch's gold `alignment` (guided alignment), its weighted cross-entropy against
-        the attention is added to what is differentiated, not to the loss returned.
+        the attention is added to what is differentiated, and returned beside the loss.
         """
         s = self.setup
         mask = padding_mask(src_lengths, src.size(1))
@@ -251,27 +277,31 @@ class Update:
         if auxiliary is not None:
             loss = loss + auxiliary
         loss = loss / tokens * weight
-        differentiated = loss
-        if alignment is not None:
-            attention = self.model.take_kept_attention()
-            guided = alignment_cross_entropy(attention, alignment) * s.alignment_weight
-            differentiated = loss + guided / tokens * weight
-        s.scaler.scale(differentiated * s.world.size).backward()
-        return loss
+        if alignment is None:
+            s.scaler.scale(loss * s.world.size).backward()
+            return loss
+        attention = self.model.take_kept_attention()
+        guided = (
+            alignment_cross_entropy(attention, alignment) * s.alignment_weight / tokens * weight
+        )
+        s.scaler.scale((loss + guided) * s.world.size).backward()
+        return torch.stack([loss.float(), guided.detach()])
 
     def finish(self, loss: Tensor, tokens: Tensor | int) -> Tensor:
-        """Clipping, and the update's outcome added to the tally -> whether the step may be
-        taken."""
+        """Clipping, and the update's outcome (`loss` as `backward` returns it) added to
+        the tally -> whether the step may be taken."""
         s = self.setup
         s.scaler.unscale_(s.optimizer)  # clip the true gradients
         norm = torch.nn.utils.clip_grad_norm_(
             self.parameters, s.clip_grad_norm or float("inf"), foreach=True
         )
         loss = s.world.sum(loss)
+        loss, alignment = (loss, None) if loss.dim() == 0 else (loss[0], loss[1])
         finite_loss = torch.isfinite(loss)
         ok = finite_loss & torch.isfinite(norm)
         counted = ~finite_loss if s.scaler.is_enabled() else ~ok
-        self.tally.add(loss, norm, ok, counted, torch.as_tensor(tokens, device=loss.device))
+        tokens = torch.as_tensor(tokens, device=loss.device)
+        self.tally.add(loss, norm, ok, counted, tokens, alignment)
         return ok
 
     def parameters_finite(self) -> bool:
