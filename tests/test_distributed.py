@@ -2,6 +2,7 @@
 2) matches one process."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -50,8 +51,11 @@ TWO_GPUS = pytest.mark.skipif(
 def test_two_processes_match_one_and_resume_under_ddp(toy, tmp_path, arch, device):
     # The RNN's updates take three batches each: the ranks exchange gradients once an
     # update, after its last batch (without it they would drift apart from one process).
+    # It is guided by the toy's alignments too: the guided term is summed over the ranks
+    # with the loss.
     model = [f"model.arch={arch}", "model.ff_dim=32"] if arch == "transformer" else []
-    model += [f"train.device={device}"] + (["train.accumulate=3"] if arch == "rnn" else [])
+    rnn = ["train.accumulate=3", "data.alignments=true", "train.alignment_weight=1"]
+    model += [f"train.device={device}"] + (rnn if arch == "rnn" else [])
     single, double = tmp_path / "single", tmp_path / "double"
     assert train(toy, single, *SAME_MATH, *model, "train.max_steps=4") == 0
 
@@ -70,6 +74,10 @@ def test_two_processes_match_one_and_resume_under_ddp(toy, tmp_path, arch, devic
     log = (double / "train.log").read_text()
     assert "2 process(es)" in log and ("resumed" in log) == (len(budgets) == 2)
     assert "rank 1" not in log  # only rank 0 writes the log
+    if arch == "rnn":  # the guided term logged is the whole world's, as one process's
+        logs = [(run / "train.log").read_text() for run in (single, double)]
+        terms = [[float(x) for x in re.findall(r"alignment ([\d.]+)", text)] for text in logs]
+        assert len(terms[0]) == 4 and terms[0] == pytest.approx(terms[1], rel=1e-3)
 
     one, two = final(single), final(double)
     assert one["progress"]["step"] == two["progress"]["step"] == 4
