@@ -33,8 +33,11 @@ for seed in 1 2 3; do
   run rnn-bahdanau "$seed" demo
   run rnn-dot "$seed" demo --set model.attention.type=dot
   run transformer "$seed" demo_transformer
-  run rnn-bahdanau-guided "$seed" demo --set data.alignments=true
-  run transformer-guided "$seed" demo_transformer --set data.alignments=true
+  # No time limit: on a busy machine the configs' 7 minutes would end them before their
+  # epochs, as they did not the runs above.
+  run rnn-bahdanau-guided "$seed" demo --set data.alignments=true --set train.max_time=null
+  run transformer-guided "$seed" demo_transformer --set data.alignments=true \
+    --set train.max_time=null
   for head in 0 1 2 3; do  # the Transformer's last layer has 4 heads
     scores=$(aer "transformer,seed=$seed" --alignment-head "$head")
     echo "transformer,seed=$seed, head $head: $scores"
