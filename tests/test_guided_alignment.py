@@ -202,3 +202,16 @@ def test_each_sampled_segmentation_has_its_own_links(toy, tmp_path):
         assert all(len(found) >= len(row) for found, row in zip(links, pieces, strict=True))
     first, second = (corpora[0].links(np.arange(20)) for corpora in data.samples)
     assert any(a.shape != b.shape or (a != b).any() for a, b in zip(first, second, strict=True))
+
+
+def test_a_tagged_corpus_has_its_links_one_position_on(toy, tmp_path):
+    batches = []
+    for tags in ("null", '["<t>"]'):
+        sets = ["data.alignments=true", f"data.tags={tags}", 'tokenizer.user_symbols=["<t>"]']
+        cfg = load_config(toy / "run.yaml", sets)  # one tokenizer for both
+        data = load_datasets(cfg, RunDir(tmp_path / tags), logging.getLogger("test"))
+        batches.append(data.train.batch(list(range(8))))
+    untagged, tagged = batches
+    assert (tagged.src[:, 1:] == untagged.src).all()  # the same pairs, the tag first
+    torch.testing.assert_close(tagged.alignment[..., 1:], untagged.alignment, rtol=0, atol=0)
+    assert not tagged.alignment[..., 0].any()

@@ -131,13 +131,10 @@ class CorpusWriter:
     ) -> None:
         """Append pairs: the piece ids of each side (lists, as SentencePiece returns them)
         and, for a corpus with alignments, each pair's (M, 2) piece links."""
-        rows = {"src": src, "tgt": tgt, ALIGN: links}
+        rows = {"src": src, "tgt": tgt, ALIGN: [row.ravel() for row in links or ()]}
         for side in self.sides:
-            size, flat = (
-                (len, rows[side]) if side in SIDES else (np.size, map(np.ravel, rows[side]))
-            )
-            lengths = np.fromiter(map(size, rows[side]), np.int64, count=len(src))
-            flat = chain.from_iterable(flat)
+            lengths = np.fromiter(map(len, rows[side]), np.int64, count=len(src))
+            flat = chain.from_iterable(rows[side])
             ids = np.fromiter(flat, self.dtypes[side], count=int(lengths.sum()))
             self.files[f"{side}.ids"].write(ids)
             self.files[f"{side}.offsets"].write(self.tokens[side] + np.cumsum(lengths))
@@ -234,9 +231,7 @@ class PreparedCorpus:
         self.sides = {side: Side(self.directory, side, files) for side in SIDES}
         # the piece links of a corpus with alignments (`links`)
         self.alignment = Side(self.directory, ALIGN, files) if f"{ALIGN}.ids" in files else None
-        for side in [*self.sides.values(), self.alignment]:
-            if side is None:
-                continue
+        for side in filter(None, [*self.sides.values(), self.alignment]):
             ends = side.offsets(0, 0)[0], side.offsets(side.pairs, side.pairs)[0]
             if side.pairs != self.pairs or ends != (0, side.tokens):
                 raise Stale("its offsets do not match its ids")

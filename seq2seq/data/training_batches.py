@@ -114,9 +114,10 @@ class TrainingPairs:
         shifts = np.zeros(len(indices), np.int64)
         for number, chosen, local in self._parts(indices):
             found = self.corpora[number].links(local)
-            for slot, row in zip(np.flatnonzero(chosen).tolist(), found or (), strict=False):
-                links[slot] = row
-            shifts[chosen] = self._added(number, "src")
+            if found is not None:
+                for slot, row in zip(np.flatnonzero(chosen).tolist(), found, strict=True):
+                    links[slot] = row
+                shifts[chosen] = self._added(number, "src")
         return gold_attention(links, shifts, shape)
 
 
@@ -326,6 +327,6 @@ class TrainBatches:
             n_src_tokens=int(src_lengths.sum()) + len(pairs),
             n_tgt_tokens=int(tgt_lengths.sum()) + len(pairs),
             alignment=self.pairs.gold_attention(
-                pairs, (len(pairs), *tgt_out.shape[1:], src.shape[1])
+                pairs, (len(pairs), tgt_out.shape[1], src.shape[1])
             ),
         )
