@@ -31,27 +31,39 @@ GUIDED = ("train.max_steps=60", "train.valid_every=60", "train.optimizer.lr=0.01
           "model.dropout=0", "train.alignment_weight=1")  # fmt: skip
 
 
+def here(pair: int) -> str:
+    return f"pair {pair}"
+
+
 def test_word_links_become_links_of_every_piece_of_both_words():
     # source pieces: ▁a ▁bc d ▁e (words a, bcd, e); target: x ▁y z (first piece unmarked)
     starts = np.array([True, True, False, True, False, True, False])  # by id
     to_pieces = PieceLinks(starts, starts)
-    links = to_pieces("1-0 2?1", "here", ("a bcd e", "xq yz"), ([0, 1, 2, 3], [2, 5, 6]))
-    assert links.tolist() == [[1, 0], [2, 0], [3, 1], [3, 2]]
-    assert to_pieces("", "here", ("a", "x"), ([0], [0])).shape == (0, 2)
+    texts = ["a bcd e", "a", "a bcd"], ["xq yz", "x", "xq"]
+    ids = [[0, 1, 2, 3], [0], [0, 1, 2]], [[2, 5, 6], [0], [2]]
+    lines = ["1-0 2?1 1-0", "", "0-0 1-0"]
+    links, counts = to_pieces(lines, texts, ids, here)
+    assert links.dtype == np.int32 and counts.tolist() == [6, 0, 3]
+    assert links.tolist() == [
+        [1, 0], [2, 0], [3, 1], [3, 2], [1, 0], [2, 0],  # the link given twice, twice
+        [0, 0], [1, 0], [2, 0],
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("line", "texts", "message"),
     [
-        ("0-2", ("a", "x y"), "here: the link 0-2 is beyond the pair's 1 source and 2 target"),
-        ("0-0", ("a b", "x"), "here: the tokenizer makes 1 source words of a line of 2"),
-        ("0:0", ("a", "x"), "here: '0:0' is not a link"),
+        ("0-2", ("a", "x y"), "pair 1: the link 0-2 is beyond the pair's 1 source and 2 target"),
+        ("0-0", ("a b", "x"), "pair 1: the tokenizer makes 1 source words of a line of 2"),
+        ("0:0", ("a", "x"), "pair 1: '0:0' is not a link"),
+        ("0-0 1-23-4", ("a", "x"), "pair 1: '1-23-4' is not a link"),
     ],
 )
 def test_a_link_off_its_pair_is_one_line(line, texts, message):
-    ids = [[0], [0, 1]][len(texts[1].split()) - 1]  # a piece a target word, one source piece
+    target = [[0], [0, 1]][len(texts[1].split()) - 1]  # a piece a target word, one source piece
+    chunk = ["0-0", line], (["a", texts[0]], ["x", texts[1]]), ([[0], [0]], [[0], target])
     with pytest.raises(UserError, match=message):
-        PieceLinks(np.ones(4, bool), np.ones(4, bool))(line, "here", texts, ([0], ids))
+        PieceLinks(np.ones(4, bool), np.ones(4, bool))(*chunk, here)
 
 
 def test_gold_attention_spreads_each_target_position_over_its_linked_sources():

@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
+
 from seq2seq.data.alignments import PieceLinks, word_starts
 from seq2seq.data.corpus import PairChunk, corpus_path, read_pairs
 from seq2seq.data.prepared import ALIGN, SIDES, CorpusWriter, PreparedCorpus, Stale, file_record
@@ -324,14 +326,15 @@ def _encode(
 
 def _links(
     to_pieces: PieceLinks, path: Path, chunk: PairChunk, src: list[list[int]], tgt: list[list[int]]
-) -> list:
-    """The piece links of each pair of `chunk` (encoded as `src` and `tgt`), from its
-    alignments (read from `path`)."""
-    pairs = zip(chunk.align, chunk.lines, chunk.src, chunk.tgt, src, tgt, strict=True)
-    return [
-        to_pieces(line, f"{path}, line {number}", (src_text, tgt_text), (src_ids, tgt_ids))
-        for line, number, src_text, tgt_text, src_ids, tgt_ids in pairs
-    ]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The piece links of the pairs of `chunk` (encoded as `src` and `tgt`), from its
+    alignments (read from `path`), and how many each pair has."""
+    lines = chunk.lines
+
+    def where(pair: int) -> str:
+        return f"{path}, line {lines[pair]}"
+
+    return to_pieces(chunk.align, (chunk.src, chunk.tgt), (src, tgt), where)
 
 
 def piece_links(tokenizer: Tokenizer) -> PieceLinks:

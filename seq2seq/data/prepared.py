@@ -127,20 +127,23 @@ class CorpusWriter:
         self,
         src: list[list[int]],
         tgt: list[list[int]],
-        links: list[np.ndarray] | None = None,
+        links: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """Append pairs: the piece ids of each side (lists, as SentencePiece returns them)
-        and, for a corpus with alignments, each pair's (M, 2) piece links."""
-        rows = {"src": src, "tgt": tgt, ALIGN: [row.ravel() for row in links or ()]}
+        and, for a corpus with alignments, their piece links ((M, 2), pair after pair) and
+        how many each pair has."""
         for side in self.sides:
-            lengths = np.fromiter(map(len, rows[side]), np.int64, count=len(src))
-            flat = chain.from_iterable(rows[side])
-            ids = np.fromiter(flat, self.dtypes[side], count=int(lengths.sum()))
+            if side == ALIGN:
+                ids, lengths = links[0].ravel(), 2 * links[1]
+            else:
+                rows = src if side == "src" else tgt
+                lengths = np.fromiter(map(len, rows), np.int64, count=len(rows))
+                flat = chain.from_iterable(rows)
+                ids = np.fromiter(flat, self.dtypes[side], count=int(lengths.sum()))
+                self.longest[side] = max(self.longest[side], int(lengths.max(initial=0)))
             self.files[f"{side}.ids"].write(ids)
             self.files[f"{side}.offsets"].write(self.tokens[side] + np.cumsum(lengths))
             self.tokens[side] += ids.size
-            if side in SIDES:
-                self.longest[side] = max(self.longest[side], int(lengths.max(initial=0)))
         self.pairs += len(src)
 
     def finish(self, about: dict) -> None:
