@@ -8,6 +8,7 @@ import json
 import shutil
 
 import pytest
+import yaml
 from cli_helpers import run_cli, train
 
 from seq2seq.data.corpus import read_lines
@@ -238,3 +239,26 @@ def test_bench_decodes_with_both_engines_side_by_side(load_script, transformer, 
     assert [m["engine"] for m in measured] == ["torch", "ct2-int8"]
     assert all(m["sentences"] == 10 and m["sentences_per_s"] > 0 for m in measured)
     assert (tmp_path / "ct2-int8/model.bin").is_file() and measured[1]["bleu"] >= 0
+
+
+@pytest.mark.parametrize("transformer", ["pre"], indirect=True)
+def test_the_coverage_penalty_reads_the_same_layer_and_heads(transformer, toy, tmp_path):
+    """model.alignment_layer and alignment_heads (free to change on a trained run) choose
+    the attention the coverage penalty reads, in both engines alike."""
+    run = tmp_path / "run"
+    shutil.copytree(transformer, run)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["model"] |= {"alignment_layer": 0, "alignment_heads": 1}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    assert run_cli("export", "--run", run, "--output", tmp_path / "ct2") == 0
+    sources = read_lines(toy / "data/test.src")
+    options = {"beam": 5, "length_penalty": 1.0, "coverage_penalty": 1.0, "min_len": 0}
+    ours = Translator.load(run, **options).hypotheses(sources, nbest=3)
+    theirs = CTranslate2Translator.load(tmp_path / "ct2", **options).hypotheses(sources, nbest=3)
+    found = [[h.tokens for h in hyps] for hyps in ours]
+    assert [[h.tokens for h in hyps] for hyps in theirs] == found
+    assert [h.score for hyps in theirs for h in hyps] == pytest.approx(
+        [h.score for hyps in ours for h in hyps], abs=1e-4
+    )
+    last = Translator.load(transformer, **options).hypotheses(sources, nbest=3)
+    assert [[h.score for h in hyps] for hyps in last] != [[h.score for h in hyps] for hyps in ours]

@@ -227,3 +227,49 @@ def test_a_tagged_corpus_has_its_links_one_position_on(toy, tmp_path):
     assert (tagged.src[:, 1:] == untagged.src).all()  # the same pairs, the tag first
     torch.testing.assert_close(tagged.alignment[..., 1:], untagged.alignment, rtol=0, atol=0)
     assert not tagged.alignment[..., 0].any()
+
+
+def model_of(cfg, data, weights=None):
+    vocab = data.tokenizer.src_vocab_size, data.tokenizer.tgt_vocab_size
+    model = build_model(cfg.model, *vocab, PAD_ID)
+    if weights is not None:
+        model.load_state_dict(weights)
+    return model.eval()
+
+
+def test_the_models_attention_is_its_alignment_layers_first_heads(toy, tmp_path):
+    """model.alignment_layer and alignment_heads choose what a step's attention is (and so
+    alignments, maps, the coverage penalty), and what guided alignment trains."""
+    base = ["model.arch=transformer", "model.attention.type=multihead", "model.embed_dim=16",
+            "model.decoder_layers=2", "model.attention.heads=2",
+            "data.alignments=true"]  # fmt: skip
+    cfg = load_config(toy / "run.yaml", base)
+    data = load_datasets(cfg, RunDir(tmp_path), logging.getLogger("test"))
+    batch = data.train.batch(list(range(8)))
+    weights = model_of(cfg, data).state_dict()
+    attention = {}
+    for layer, heads in ((-1, 0), (0, 0), (0, 1)):
+        sets = [*base, f"model.alignment_layer={layer}", f"model.alignment_heads={heads}"]
+        model = model_of(load_config(toy / "run.yaml", sets), data, weights)
+        with torch.no_grad():
+            attention[layer, heads] = forced_steps(model, batch)[0]
+        torch.testing.assert_close(
+            kept_attention(model, batch), attention[layer, heads].mean(2), atol=1e-5, rtol=0
+        )
+    assert attention[0, 0].shape[2] == 2 and attention[0, 1].shape[2] == 1
+    torch.testing.assert_close(attention[0, 1], attention[0, 0][:, :, :1], rtol=0, atol=0)
+    assert not torch.allclose(attention[0, 0], attention[-1, 0])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.alignment_layer=1"], "alignment_layer 1 is outside the one attention"),
+        (["model.arch=transformer", "model.decoder_layers=2", "model.alignment_layer=-3"],
+         "alignment_layer -3 is outside the decoder's 2 layers"),
+        (["model.alignment_heads=2"], "alignment_heads 2: the attention has 1 head;"),
+    ],
+)  # fmt: skip
+def test_an_aligning_attention_that_is_not_there_is_one_line(toy, overrides, message):
+    with pytest.raises(UserError, match=message):
+        load_config(toy / "run.yaml", overrides)

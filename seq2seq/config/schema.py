@@ -63,11 +63,24 @@ class ModelConfig(Section):
         default_factory=SelfAttentionConfig,
         description="transformer: the encoder's and decoder's self-attention",
     )
-    # Fields that shape training only, not what the trained weights compute: a checkpoint
-    # loads, and a run fine-tunes, under other values.
-    TRAINING_ONLY: ClassVar[frozenset[str]] = frozenset(
-        {"dropout", "attention.dropout", "self_attention.dropout"}
+    alignment_layer: int = Field(
+        -1,
+        description="transformer: the decoder layer whose attention over the source is the "
+        "model's attention (counted from 0; negative: from the last): what word alignments, "
+        "attention maps, the coverage penalty and guided alignment read",
     )
+    alignment_heads: int = Field(
+        0,
+        ge=0,
+        description="the first N heads of that attention are the model's attention, averaged "
+        "where one is not asked for (CTranslate2's alignment_heads); 0: all",
+    )
+    # Fields that do not change what the trained weights compute (they shape training, or
+    # which weights are read): a checkpoint loads, and a run fine-tunes, under other values.
+    TRAINING_ONLY: ClassVar[frozenset[str]] = frozenset(
+        {"dropout", "attention.dropout", "self_attention.dropout", "alignment_layer",
+         "alignment_heads"}
+    )  # fmt: skip
     # The attention sections each architecture reads (the others are not used).
     ATTENTION_SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
         "rnn": ("attention",),
@@ -166,6 +179,23 @@ class ModelConfig(Section):
                 raise ValueError(f"attention.hard: {problem}")
             # A new section, not the given one changed: a caller may share that one.
             self.attention = section.model_copy(update={"hard": hard})
+        return self
+
+    @model_validator(mode="after")
+    def _aligning_attention_exists(self) -> ModelConfig:
+        layers = self.decoder_layers if self.arch == "transformer" else 1
+        if not -layers <= self.alignment_layer < layers:
+            which = f"the decoder's {layers} layers" if layers > 1 else "the one attention"
+            raise ValueError(
+                f"alignment_layer {self.alignment_layer} is outside {which} "
+                f"({-layers} to {layers - 1}); give one of them, or -1 for the last"
+            )
+        heads = self.heads(self.attention)
+        if self.alignment_heads > heads:
+            raise ValueError(
+                f"alignment_heads {self.alignment_heads}: the attention has {heads} "
+                f"head{'s' if heads > 1 else ''}; give at most that, or 0 for all"
+            )
         return self
 
     @model_validator(mode="after")

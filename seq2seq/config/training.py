@@ -98,8 +98,9 @@ class TrainConfig(Section):
         gt=0,
         le=100,
         description="guided alignment (data.alignments): lambda, the weight of the "
-        "cross-entropy of the last decoder layer's attention (heads averaged) against the "
-        "gold alignment, per target token, added to the loss",
+        "cross-entropy of the model's attention (model.alignment_layer's, its "
+        "alignment_heads averaged) against the gold alignment, per target token, added to "
+        "the loss",
     )
     valid_every: PositiveInt = Field(500, description="updates between validations")
     attention_diagnostics: bool = Field(

@@ -112,7 +112,7 @@ def export_ctranslate2(
         "decode": cfg.decode.model_dump(),
         "max_source": max_source_pieces(cfg),
         "tokenizer": tokenizer.fingerprint,
-        "alignment_heads": cfg.model.heads(cfg.model.attention),
+        "alignment_heads": cfg.model.alignment_heads or cfg.model.heads(cfg.model.attention),
         "tags": cfg.data.tag_names,
     }
 
@@ -134,12 +134,14 @@ def _spec(model: TransformerSeq2Seq, cfg: Config, tokenizer: Tokenizer):
     from ctranslate2.specs import TransformerSpec
 
     heads, pre_norm = cfg.model.heads(cfg.model.attention), cfg.model.norm == "pre"
-    # Its returned attention (the coverage penalty's) averages the last layer's heads, as ours.
+    # Its returned attention (the coverage penalty's) averages the heads of the layer that
+    # ours reads, as ours: model.alignment_layer and model.alignment_heads are its own.
     spec = TransformerSpec.from_config(
         (cfg.model.encoder_layers, cfg.model.decoder_layers),
         heads,
         pre_norm=pre_norm,
-        alignment_heads=heads,
+        alignment_layer=cfg.model.alignment_layer,
+        alignment_heads=cfg.model.alignment_heads or heads,
     )
     # Positions for the longest source and the longest output its limit allows.
     source = max_source_pieces(cfg) + 1

@@ -16,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from seq2seq.attention import Attention, AttentionOutput
 from seq2seq.attention.hard import ChoiceLoss, choices, drawing
+from seq2seq.config import ModelConfig
 
 
 @dataclass
@@ -130,6 +131,9 @@ class Seq2Seq(nn.Module):
         # pass keeps its last decoder layer's attention, heads averaged, for the loss.
         self.keeps_attention = False
         self.kept_attention: Tensor | None = None
+        # How many heads (the first) are the model's attention (model.alignment_heads); 0:
+        # all (`set_alignment_heads`).
+        self.alignment_heads = 0
 
     def run_layer(self, layer: nn.Module, *args: Any) -> Any:
         """`layer(*args)`; where training checkpoints activations, through
@@ -166,6 +170,18 @@ class Seq2Seq(nn.Module):
         """Teacher-forced log-probabilities (B, T, V), float32: what the steps of a search
         give for the same targets (forced scoring reads them)."""
         return self(src, src_mask, tgt_in).float().log_softmax(-1)
+
+    def set_alignment_heads(self, cfg: ModelConfig) -> None:
+        """`alignment_heads` from the config: 0 where that is every head."""
+        every = cfg.alignment_heads in (0, cfg.heads(cfg.attention))
+        self.alignment_heads = 0 if every else cfg.alignment_heads
+
+    def aligning(self, weights: Tensor | None, heads_dim: int) -> Tensor | None:
+        """The heads of `weights` (heads on `heads_dim`) that are the model's attention:
+        the first `alignment_heads`, or all."""
+        if weights is None or not self.alignment_heads:
+            return weights
+        return weights.narrow(heads_dim, 0, self.alignment_heads)
 
     def keep_attention(self, weights: Tensor, heads_dim: int) -> None:
         """Keep a teacher-forced pass's attention (B, T, S), `weights` with the heads on

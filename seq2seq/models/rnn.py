@@ -183,6 +183,7 @@ class RNNSeq2Seq(Seq2Seq):
         if cfg.shared_embeddings:
             self.encoder.embed.weight = self.decoder.embed.weight
         self.choice_loss = choice_loss(cfg.attention, reaches_later=False)
+        self.set_alignment_heads(cfg)
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Memory:
         outputs, final = self.encoder(src, src_mask[:, 0].sum(-1))
@@ -205,7 +206,7 @@ class RNNSeq2Seq(Seq2Seq):
                 memory, step.output, step.weights.unsqueeze(1)
             )
             logits, weights = logits[:, 0], weights[:, 0]
-        return Step(torch.log_softmax(logits, dim=-1), step.state, weights)
+        return Step(torch.log_softmax(logits, dim=-1), step.state, self.aligning(weights, 1))
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
         memory = self.encode(src, src_mask)
@@ -221,7 +222,8 @@ class RNNSeq2Seq(Seq2Seq):
             state = step.state
             steps.append(step)
         if self.keeps_attention:  # (B, T, [H,] S)
-            self.keep_attention(torch.stack([step.weights for step in steps], dim=1), 2)
+            weights = torch.stack([step.weights for step in steps], dim=1)
+            self.keep_attention(self.aligning(weights, 2), 2)
         if decoder.choice is None:
             return decoder.output(torch.stack([step.attentional for step in steps], dim=1))
         if self.needs_soft_baseline():  # the same pass's soft attentional vectors

@@ -268,6 +268,8 @@ class TransformerSeq2Seq(Seq2Seq):
             self.src_embed.tokens.weight = self.tgt_embed.tokens.weight
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        self.alignment_layer = cfg.alignment_layer % cfg.decoder_layers
+        self.set_alignment_heads(cfg)
         # Pre-norm leaves each stack's output unnormalised: one final norm per stack.
         pre = cfg.norm == "pre"
         self.encoder_norm = nn.LayerNorm(dim) if pre else nn.Identity()
@@ -330,9 +332,10 @@ class TransformerSeq2Seq(Seq2Seq):
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
         """The decoder stack over embedded targets `x` at positions `steps` (B, T); with
-        `caches`, one step (T = 1) that writes into each layer's (see `self_attend`)."""
+        `caches`, one step (T = 1) that writes into each layer's (see `self_attend`). With
+        `need_weights`, the attention of `alignment_layer` (its aligning heads) too."""
         source_positions = self.source_positions(steps)
-        weights = None
+        kept = None
         for i, layer in enumerate(self.decoder_layers):
             x, weights = self.run_layer(
                 layer,
@@ -343,9 +346,10 @@ class TransformerSeq2Seq(Seq2Seq):
                 i,
                 source_positions,
                 None if caches is None else caches[i],
-                need_weights and i == len(self.decoder_layers) - 1,
+                need_weights and i == self.alignment_layer,
             )
-        return self.decoder_norm(x), weights
+            kept = kept if weights is None else weights
+        return self.decoder_norm(x), self.aligning(kept, 1)
 
     def init_state(self, memory: Memory) -> TransformerState:
         rows = memory.rows
