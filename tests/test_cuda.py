@@ -233,6 +233,10 @@ def test_sparse_and_hard_attention_train_in_bf16_on_the_gpu_resume_exactly_and_t
         ("transformer", ["model.positions=relative", "train.accumulate=2"]),
         ("rnn", ["model.attention.dropout=0.1", "train.ema_decay=0.9"]),
         ("transformer", ["train.checkpoint_activations=true", "model.attention.dropout=0.1"]),
+        # guided alignment (op by op) of the first layer's first head
+        ("transformer", ["data.alignments=true", "model.decoder_layers=2",
+                         "model.alignment_layer=0", "model.alignment_heads=1"]),
+        ("rnn", ["data.alignments=true", "train.accumulate=2"]),
     ],
 )  # fmt: skip
 def test_positions_dropout_averages_and_accumulation_on_the_gpu(toy, tmp_path, arch, sets):
