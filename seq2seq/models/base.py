@@ -128,7 +128,7 @@ class Seq2Seq(nn.Module):
         self.choice_loss: ChoiceLoss | None = None
         self.baseline_logits: Tensor | None = None
         # Guided alignment: while `keeps_attention` (the trainer sets it), the teacher-forced
-        # pass keeps its last decoder layer's attention, heads averaged, for the loss.
+        # pass keeps the model's attention (model.alignment_layer's), heads averaged.
         self.keeps_attention = False
         self.kept_attention: Tensor | None = None
         # How many heads (the first) are the model's attention (model.alignment_heads); 0:

@@ -397,7 +397,7 @@ class TransformerSeq2Seq(Seq2Seq):
 
     def teacher_forced(self, memory: Memory, tgt_in: Tensor, keep: bool = False) -> Tensor:
         """The decoder's logits (B, T, V) over the encoded source for target inputs (B, T);
-        `keep`: its last layer's cross-attention kept (`keep_attention`)."""
+        `keep`: the model's attention kept (`keep_attention`)."""
         batch, length = tgt_in.shape
         steps = torch.arange(length, device=tgt_in.device).expand(batch, length)
         x = self.tgt_embed(tgt_in, steps, length)
