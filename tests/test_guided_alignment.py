@@ -112,11 +112,14 @@ def kept_attention(model, batch) -> torch.Tensor:
     return model.take_kept_attention()
 
 
-@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+@pytest.mark.parametrize("arch", ["rnn", "rnn-hard", "transformer"])
 def test_the_attention_trained_on_is_the_one_forced_alignment_reads(toy, tmp_path, arch):
     """The teacher-forced pass keeps its last layer's attention, heads averaged: the weights
-    that `score --alignments` links by (the decoder's steps, heads averaged)."""
+    that `score --alignments` links by (the decoder's steps, heads averaged; the RNN's hard
+    attention: the distribution it chooses from, whose most probable position it links)."""
     settings = {"data.alignments": True}
+    if arch == "rnn-hard":
+        settings |= {"model.attention.normalizer": "hard"}
     if arch == "transformer":
         settings |= {"model.arch": "transformer", "model.attention.type": "multihead",
                      "model.attention.heads": 2, "model.embed_dim": 16}  # fmt: skip
@@ -130,7 +133,11 @@ def test_the_attention_trained_on_is_the_one_forced_alignment_reads(toy, tmp_pat
     with torch.no_grad():
         steps = forced_steps(model, batch)[0]
     steps = steps.mean(2) if steps.dim() == 4 else steps
-    torch.testing.assert_close(kept, steps, atol=1e-5, rtol=0)
+    if arch == "rnn-hard":  # it translates from the most probable position: the same link
+        real = batch.tgt_out != PAD_ID
+        assert (kept.argmax(-1) == steps.argmax(-1))[real].all()
+    else:
+        torch.testing.assert_close(kept, steps, atol=1e-5, rtol=0)
     assert batch.alignment.shape == kept.shape and batch.alignment.sum() > 0
 
 
@@ -168,7 +175,10 @@ def test_a_guided_run_resumes_exactly(toy, tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["model.attention.normalizer=hard"], "data.alignments guides the attention's weights"),
+        (
+            ["model.arch=transformer", "model.attention.normalizer=hard"],
+            "data.alignments guides the attention's weights, and the Transformer's hard",
+        ),
         (["data.alignments=[true, false]"], "alignments has 2 values for 1 training corpus"),
     ],
 )

@@ -247,11 +247,14 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _guided_attention_is_a_distribution(self) -> Config:
-        if any(self.data.aligned) and self.model.attention.normalizer == "hard":
+        # The RNN's hard attention chooses at the prediction, from weights it forms softly:
+        # those are guided. The Transformer's weights are the chosen positions.
+        hard = self.model.attention.normalizer == "hard"
+        if any(self.data.aligned) and hard and self.model.arch == "transformer":
             raise ValueError(
-                "data.alignments guides the attention's weights, and hard attention's are "
-                "one chosen position; guide a soft or sparse normalizer, or set "
-                "data.alignments: false"
+                "data.alignments guides the attention's weights, and the Transformer's hard "
+                "attention's are the chosen positions; guide a soft or sparse normalizer (or "
+                "the RNN's hard attention), or set data.alignments: false"
             )
         return self
 
