@@ -43,7 +43,7 @@ def word_starts(vocabulary: list[str]) -> np.ndarray:
 
 _LINK = re.compile(r"[0-9]+[-?][0-9]+")
 # A line of links alone, one after another, apart (checked whole, in C, before it is read).
-_LINKS = re.compile(r"\s*(?:[0-9]+[-?][0-9]+(?:\s+|$))*")
+_LINKS = re.compile(rf"\s*(?:{_LINK.pattern}(?:\s+|$))*")
 
 
 def _not_a_link(where: str, link: str) -> UserError:

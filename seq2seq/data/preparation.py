@@ -56,12 +56,8 @@ def cores() -> int:
 def source_files(prefix: str, src: str, tgt: str, aligned: bool = False) -> dict[str, Path]:
     """The two text files of a corpus prefix, by side, as absolute paths; `aligned`: and
     its word alignments, `{prefix}.align` (ALIGN)."""
-    names = (*SIDES, ALIGN) if aligned else SIDES
-    suffixes = (src, tgt, ALIGN)
-    return {
-        side: corpus_path(prefix, suffix).absolute()
-        for side, suffix in zip(names, suffixes[: len(names)], strict=True)
-    }
+    suffixes = dict(zip(SIDES, (src, tgt), strict=True)) | ({ALIGN: ALIGN} if aligned else {})
+    return {side: corpus_path(prefix, suffix).absolute() for side, suffix in suffixes.items()}
 
 
 def corpus_directory(
