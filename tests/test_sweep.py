@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from cli_helpers import run_cli
 from sweep_helpers import BASE, SWEEP, write_sweep
 
@@ -173,6 +174,31 @@ def test_a_changed_sweep_file_is_refused_an_extended_one_adopted(tmp_path, monke
         with pytest.raises(UserError, match="pass a new --sweep-dir") as error:
             directory.adopt(load_sweep(write_sweep(tmp_path, **changes)))
         assert fragment in str(error.value)
+
+
+def test_a_definition_stored_before_a_field_existed_is_read_with_its_default(tmp_path, monkeypatch):
+    """Runs trained before `data.alignments` joined the schema behave as its default: the
+    stored definition, lacking the field, is the same sweep; a field the schema no longer
+    has is a change."""
+    monkeypatch.chdir(tmp_path)
+    directory = SweepDir(tmp_path / "sweep")
+    directory.adopt(load_sweep(write_sweep(tmp_path)))
+
+    def store(edit):
+        stored = yaml.safe_load(directory.definition.read_text())
+        edit(stored["config"])
+        directory.definition.write_text(yaml.safe_dump(stored, sort_keys=False))
+
+    store(lambda config: config["data"].pop("alignments"))
+    directory.adopt(load_sweep(write_sweep(tmp_path)))
+    assert yaml.safe_load(directory.definition.read_text())["config"]["data"]["alignments"] is False
+    store(lambda config: config["data"].update(retired=1))
+    with pytest.raises(UserError, match="the stored config no longer reads.*data.retired"):
+        directory.adopt(load_sweep(write_sweep(tmp_path)))
+    store(lambda config: config["data"].pop("retired"))
+    changed = {"train.max_steps": 7, "data.alignments": True}
+    with pytest.raises(UserError, match="data.alignments: False -> True"):
+        directory.adopt(load_sweep(write_sweep(tmp_path, set=changed)))
 
 
 def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):

@@ -10,6 +10,7 @@ could write at the same time is written under a unique temporary name and rename
 
 from __future__ import annotations
 
+import copy
 import enum
 import json
 import os
@@ -23,7 +24,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from seq2seq.checkpoint import RunDir
-from seq2seq.config import Config, describe_validation_error, flatten
+from seq2seq.config import Config, config_from_dict, describe_validation_error, flatten
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.data.training_corpus import prepare_training_data
 from seq2seq.errors import UserError
@@ -263,7 +264,11 @@ def _changes(old: SweepDefinition, new: SweepDefinition) -> list[str]:
         changes.append(f"name: {old.name!r} -> {new.name!r}")
     if set(old.grid) != set(new.grid):
         changes.append(f"grid fields: {', '.join(old.grid)} -> {', '.join(new.grid)}")
-    a, b = flatten(old.config), flatten(new.config)
+    try:  # read by today's schema: a field added since the runs, at its default, is no change
+        stored = config_from_dict(copy.deepcopy(old.config)).to_dict()
+    except UserError as error:
+        return [*changes, f"the stored config no longer reads: {error}"]
+    a, b = flatten(stored), flatten(new.config)
     for key in sorted(a.keys() | b.keys()):
         if a.get(key) != b.get(key):
             changes.append(f"{key}: {a.get(key)!r} -> {b.get(key)!r}")
