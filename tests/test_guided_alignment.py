@@ -4,6 +4,7 @@ attention, and a loss that draws the attention towards it."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -161,6 +162,40 @@ def test_guided_attention_aligns_words_that_unguided_attention_does_not(toy, tmp
     assert logged[True][-1] < 0.5 * logged[True][0]
 
 
+def test_validation_scores_alignments_as_score_and_evaluate_alignments_do(toy, tmp_path):
+    """data.valid_alignments: a validation's AER (its log line, summary.json) is the rate
+    that `score --alignments` and `evaluate-alignments` give the checkpoint it validated."""
+    data, run, out = toy / "data", tmp_path / "run", tmp_path / "valid.align"
+    assert train(toy, run, "data.alignments=true", "data.valid_alignments=true", *GUIDED) == 0
+    assert run_cli("score", "--run", run, "--checkpoint", "last", "--src", data / "valid.src",
+                   "--ref", data / "valid.tgt", "--alignments", out) == 0  # fmt: skip
+    expected = alignment_error_rate(read_lines(out), read_lines(data / "valid.align")).to_dict()
+    validation = json.loads(RunDir(run).summary.read_text())["validations"][-1]
+    assert validation["step"] == 60 and validation["aer"] == expected["aer"] < 100
+    assert f"AER {expected['aer']:.2f}" in (run / "train.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (lambda gold: gold[:-1], r"valid.align has 11 lines for the 12 pairs of .*valid; give one"),
+        (lambda gold: ["0-99", *gold[1:]], r"valid.align, line 1: the link 0-99 is beyond"),
+        (lambda gold: ["0:1", *gold[1:]], r"valid.align, line 1: '0:1' is not a link"),
+    ],
+)
+def test_gold_validation_alignments_that_do_not_fit_are_one_line_before_training(
+    toy, tmp_path, lines, message
+):
+    for side in ("src", "tgt"):
+        (tmp_path / f"valid.{side}").write_text((toy / f"data/valid.{side}").read_text())
+    gold = read_lines(toy / "data/valid.align")
+    (tmp_path / "valid.align").write_text("".join(line + "\n" for line in lines(gold)))
+    cfg = load_config(toy / "run.yaml", [f"data.valid={tmp_path / 'valid'}"])
+    cfg.data.valid_alignments = True
+    with pytest.raises(UserError, match=message):
+        load_datasets(cfg, RunDir(tmp_path / "run"), logging.getLogger("test"))
+
+
 def test_a_guided_run_resumes_exactly(toy, tmp_path):
     straight, resumed = train_straight_and_resumed(
         toy, tmp_path, "data.alignments=true", "model.dropout=0", steps=4, stop=2
@@ -180,6 +215,7 @@ def test_a_guided_run_resumes_exactly(toy, tmp_path):
             "data.alignments guides the attention's weights, and the Transformer's hard",
         ),
         (["data.alignments=[true, false]"], "alignments has 2 values for 1 training corpus"),
+        (["model.attention.type=none"], "model.attention.type none has uniform ones"),
     ],
 )
 def test_guidance_that_cannot_be_given_is_one_line(toy, overrides, message):

@@ -91,7 +91,8 @@ def test_sigterm_saves_a_checkpoint_that_resumes_exactly(toy, trained, tmp_path)
     assert 3 <= step < 30, step
 
     # Fields that do not change what is trained may change on resume too.
-    untrained = ["train.log_every=5", "train.keep_best=1", "decode.beam=2", "train.heatmaps=1"]
+    untrained = ["train.log_every=5", "train.keep_best=1", "decode.beam=2", "train.heatmaps=1",
+                 "data.valid_alignments=true"]  # fmt: skip
     assert train(toy, stopped, *budget, *untrained) == 0
     assert same_parameters(trained, stopped)
 

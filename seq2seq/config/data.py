@@ -89,6 +89,13 @@ class DataConfig(Section):
         "pair), true for every data.train prefix or one true/false per prefix; "
         "train.alignment_weight weighs its loss (docs/training.md#guided-alignment)",
     )
+    valid_alignments: bool = Field(
+        False,
+        description="score the attention's word alignments of the validation pairs "
+        "(forced on the references, as `score --alignments`) against {valid}.align, gold "
+        "Pharaoh links (i-j sure, i?j possible), at every validation: AER, precision and "
+        "recall in the log, TensorBoard and summary.json (docs/training.md#guided-alignment)",
+    )
     max_len: PositiveInt = Field(100, description="training pairs longer (in pieces) are dropped")
     max_len_ratio: float | None = Field(
         None,

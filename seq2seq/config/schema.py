@@ -246,11 +246,20 @@ class Config(Section):
         return self
 
     @model_validator(mode="after")
-    def _guided_attention_is_a_distribution(self) -> Config:
+    def _guided_attention_learns(self) -> Config:
         # The RNN's hard attention chooses at the prediction, from weights it forms softly:
         # those are guided. The Transformer's weights are the chosen positions.
-        hard = self.model.attention.normalizer == "hard"
-        if any(self.data.aligned) and hard and self.model.arch == "transformer":
+        # `none`'s weights are uniform: nothing would learn from the guidance.
+        if not any(self.data.aligned):
+            return self
+        attention = self.model.attention
+        if attention.type == "none":
+            raise ValueError(
+                "data.alignments guides the attention's weights, and model.attention.type "
+                "none has uniform ones that nothing learns; choose an attention type that "
+                "scores, or set data.alignments: false"
+            )
+        if attention.normalizer == "hard" and self.model.arch == "transformer":
             raise ValueError(
                 "data.alignments guides the attention's weights, and the Transformer's hard "
                 "attention's are the chosen positions; guide a soft or sparse normalizer (or "

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.errors import UserError
 
 WORD_START = "\u2581"
@@ -64,6 +65,29 @@ def read_links(line: str, where: str) -> tuple[set[tuple[int, int]], set[tuple[i
         i, _, j = link.partition(mark)
         (sure if mark == "-" else possible).add((int(i), int(j)))
     return sure, possible | sure
+
+
+def read_gold_alignments(prefix: str, sources: list[str], targets: list[str]) -> list[str]:
+    """The lines of `{prefix}.align`, the word alignments of a corpus's pairs (`sources`,
+    `targets`), each checked: links, within its pair's words (split at spaces). One line,
+    naming the file and line, for anything else."""
+    path = corpus_path(prefix, "align")
+    lines = read_lines(path)
+    if len(lines) != len(sources):
+        raise UserError(
+            f"{path} has {len(lines)} lines for the {len(sources)} pairs of {prefix}; give "
+            "one alignment line per sentence pair"
+        )
+    for number, (line, src, tgt) in enumerate(zip(lines, sources, targets, strict=True), 1):
+        words = len(src.split()), len(tgt.split())
+        for i, j in read_links(line, f"{path}, line {number}")[1]:
+            if i >= words[0] or j >= words[1]:
+                raise UserError(
+                    f"{path}, line {number}: the link {i}-{j} is beyond the pair's "
+                    f"{words[0]} source and {words[1]} target words (counted from 0); check "
+                    "that the alignments are line by line with the corpus"
+                )
+    return lines
 
 
 class _Words(NamedTuple):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config, DataConfig
+from seq2seq.data.alignments import read_gold_alignments
 from seq2seq.data.corpus import corpus_path, read_parallel
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.data.training_batches import TrainBatches, TrainingPairs
@@ -21,6 +22,7 @@ class Datasets:
     train: TrainBatches
     valid_src: list[str]
     valid_ref: list[str]
+    valid_alignments: list[str] | None  # gold Pharaoh lines, where data.valid_alignments
     length_ratio: float  # source pieces per target piece over the kept training pairs
     corpus_key: str  # the training data's identity (see data.training_corpus.TrainingData)
 
@@ -31,6 +33,7 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
     for prefix in data.test:
         corpus_path(prefix, data.src), corpus_path(prefix, data.tgt)
     valid = read_parallel(data.valid, data.src, data.tgt)
+    gold = read_gold_alignments(data.valid, valid.src, valid.tgt) if data.valid_alignments else None
     prepared = prepare_training_data(data, cfg.tokenizer, run.tokenizer, cfg.seed, log)
     pairs = TrainingPairs(prepared.corpora, prepared.tags)
     samples = [TrainingPairs(corpora, prepared.tags) for corpora in prepared.samples]
@@ -45,7 +48,9 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
         raise UserError(f"no training pair is at most {data.max_len} pieces long{also}; {fix}")
     tokenizer = prepared.tokenizer
     _say_what_is_kept(log, data, prepared, batches, len(valid))
-    return Datasets(tokenizer, batches, valid.src, valid.tgt, batches.length_ratio, prepared.key)
+    return Datasets(
+        tokenizer, batches, valid.src, valid.tgt, gold, batches.length_ratio, prepared.key
+    )
 
 
 def _say_what_is_kept(

@@ -46,14 +46,14 @@ from seq2seq.train.trainer import Trainer
 from seq2seq.version import VERSION
 
 # Fields that may change when a run is resumed: budgets, and what does not change the
-# parameters trained (its name, logging, checkpoints kept, the guard on skipped updates,
-# the sections only the test decode reads, the CPU threads, which change speed and at
-# most the float rounding of sums, and recomputed activations, which are the same); never
-# the model, the data or the arithmetic.
+# parameters trained (its name, logging, the validation's alignment scores, checkpoints
+# kept, the guard on skipped updates, the sections only the test decode reads, the CPU
+# threads, which change speed and at most the float rounding of sums, and recomputed
+# activations, which are the same); never the model, the training data or the arithmetic.
 RESUMABLE_CHANGES = {
     "name", "train.max_time", "train.max_steps", "train.max_epochs", "train.patience",
     "train.log_every", "train.keep_best", "train.max_skipped_updates", "train.test_checkpoint",
-    "train.threads", "train.checkpoint_activations", "train.heatmaps",
+    "train.threads", "train.checkpoint_activations", "train.heatmaps", "data.valid_alignments",
 }  # fmt: skip
 RESUMABLE_SECTIONS = ("decode.",)
 ONEDNN_KERNEL_CACHE = 64

@@ -16,6 +16,7 @@ from seq2seq.attention.diagnostics import measure_attention
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import VALIDATION_LOSS, Config
 from seq2seq.data.batching import Batch, make_batch, token_batches
+from seq2seq.decode.alignment import AlignmentScores, alignment_error_rate
 from seq2seq.decode.line_translator import AttentionMap, LineTranslator
 from seq2seq.decode.translate import Translator
 from seq2seq.evaluate import METRICS, score_corpus, scores_line
@@ -26,6 +27,7 @@ from seq2seq.train.datasets import Datasets
 from seq2seq.train.logs import TensorBoardLog
 from seq2seq.train.loss import perplexity, token_cross_entropy
 
+AER = "aer"  # the validation record's key of the alignment error rate
 SHOWN_TRANSLATIONS = 5  # the first validation translations TensorBoard shows as text
 
 
@@ -37,6 +39,7 @@ class ValidationResult:
     attention_maps: list[AttentionMap]
     # Site -> its diagnostics (see attention.diagnostics); empty when switched off.
     attention: dict[str, dict] = field(default_factory=dict)
+    alignment: AlignmentScores | None = None  # against gold, where data.valid_alignments
 
     @property
     def perplexity(self) -> float:
@@ -48,8 +51,12 @@ class ValidationResult:
 
     def record(self, step: int) -> dict[str, float]:
         """The learning curve's point (`Progress.validations`, summary.json): the step,
-        each metric's score by key, the loss."""
-        return {"step": step, **self.scores, VALIDATION_LOSS: self.loss}
+        each metric's score by key, the loss, and the alignment error rate (in %) where
+        measured."""
+        record = {"step": step, **self.scores, VALIDATION_LOSS: self.loss}
+        if self.alignment is not None:
+            record[AER] = self.alignment.to_dict()[AER]
+        return record
 
 
 def higher_is_better(name: str) -> bool:
@@ -104,8 +111,19 @@ class Validator:
         maps = [amap for amap in found if amap is not None]
         diagnostics = self.cfg.train.attention_diagnostics
         attention = measure_attention(model, self.pairs()) if diagnostics else {}
+        alignment = None if self.data.valid_alignments is None else self.alignments(translator)
         model.train(was_training)
-        return ValidationResult(loss, scores.values, hypotheses, maps, attention)
+        return ValidationResult(loss, scores.values, hypotheses, maps, attention, alignment)
+
+    def alignments(self, translator: Translator) -> AlignmentScores:
+        """The attention's word alignments of the validation pairs, forced on the references
+        (as `score --alignments`), scored against the gold ones."""
+        sources = self.data.valid_src
+        forced = translator.forced(sources, self.data.valid_ref)
+        found = [
+            translator.alignment(s, t) if t else "" for s, t in zip(sources, forced, strict=True)
+        ]
+        return alignment_error_rate(found, self.data.valid_alignments)
 
 
 def report_validation(
@@ -122,9 +140,11 @@ def report_validation(
     atomic_write_text(
         run.valid / f"step-{step}.hyp", "".join(line + "\n" for line in result.hypotheses)
     )
+    aligned = result.alignment
     log.info(
-        "validation at step %d: %s  loss %.4f  ppl %.2f%s",
+        "validation at step %d: %s  loss %.4f  ppl %.2f%s%s",
         step, scores_line(result.scores), result.loss, result.perplexity,
+        "" if aligned is None else f"  AER {100 * aligned.aer:.2f}",
         "  (new best)" if is_best else "",
     )  # fmt: skip
     shown = SHOWN_TRANSLATIONS
@@ -134,8 +154,8 @@ def report_validation(
         board.add_png(step, f"attention/{i}", png)
         atomic_write_bytes(run.attention / f"step-{step}-{i}.png", png)
     board.add_attention_diagnostics(step, result.attention)
-    board.add(
-        step,
-        "valid",
-        {**result.scores, VALIDATION_LOSS: result.loss, "perplexity": result.perplexity},
-    )
+    values = {**result.scores, VALIDATION_LOSS: result.loss, "perplexity": result.perplexity}
+    if aligned is not None:
+        rates = aligned.to_dict()
+        values |= {f"alignment_{rate}": rates[rate] for rate in (AER, "precision", "recall")}
+    board.add(step, "valid", values)
