@@ -19,6 +19,8 @@ from seq2seq.checkpoint import RunDir, training_lock
 from seq2seq.config import ATTENTION_TYPES, load_config
 from seq2seq.errors import UserError
 from seq2seq.sweep import SweepDir, load_sweep, parse_shard
+from seq2seq.sweep.kept_attention import initial_sites, save_best_attention
+from seq2seq.sweep.one_run import Status, train_run
 from seq2seq.sweep.spec import Shard
 from seq2seq.train.run import train
 
@@ -199,6 +201,28 @@ def test_a_definition_stored_before_a_field_existed_is_read_with_its_default(tmp
     changed = {"train.max_steps": 7, "data.alignments": True}
     with pytest.raises(UserError, match="data.alignments: False -> True"):
         directory.adopt(load_sweep(write_sweep(tmp_path, set=changed)))
+
+
+def test_a_finished_run_keeps_its_attention_files_at_once(toy, tmp_path, monkeypatch):
+    """A run trained by the sweep measures init-attention.json and best-attention.json as it
+    finishes, as the report would: its directory rebuilds the report without checkpoints
+    even if no report ran before they were gone."""
+    monkeypatch.chdir(tmp_path)
+    settings = {"train.max_steps": 2, "train.valid_every": 2, "train.threads": 1,
+                "train.attention_diagnostics": True}  # fmt: skip
+    path = write_sweep(tmp_path, base_config=load_config(toy / "run.yaml").to_dict(),
+                       grid={"model.attention.type": ["dot"]}, seeds=[1], set=settings)  # fmt: skip
+    sweep, directory = load_sweep(path), SweepDir(tmp_path / "s")
+    directory.adopt(sweep)
+    assert train_run(directory, sweep, sweep.runs[0]).status is Status.TRAINED
+    run = directory.run(sweep.runs[0])
+    kept = {path: path.read_bytes() for path in (run.initial_attention, run.best_attention)}
+    for path in kept:
+        path.unlink()
+    cfg = sweep.runs[0].config
+    assert initial_sites(run, cfg) == json.loads(kept[run.initial_attention])
+    save_best_attention(run, cfg)
+    assert run.best_attention.read_bytes() == kept[run.best_attention]
 
 
 def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):

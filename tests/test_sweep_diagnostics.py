@@ -19,10 +19,9 @@ from seq2seq.sweep.diagnostics import (
     LOCKED,
     RUN_CURVES,
     RUNS_CHART,
-    initial_sites,
     write_diagnostics,
 )
-from seq2seq.sweep.kept_attention import check_kept_attention
+from seq2seq.sweep.kept_attention import check_kept_attention, initial_sites
 from seq2seq.sweep.results import collect
 
 

@@ -24,12 +24,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from seq2seq.attention.diagnostics import DIAGNOSTICS
-from seq2seq.checkpoint import RunDir
-from seq2seq.config import Config
-from seq2seq.data.corpus import read_parallel
-from seq2seq.decode.translate import Translator
-from seq2seq.files import atomic_write_text
 from seq2seq.plots import band_panels_figure, figure_png, line_grid_figure
+from seq2seq.sweep.kept_attention import initial_sites
 from seq2seq.sweep.results import CellResult, SweepResults
 
 CURVES = {  # diagnostic -> its panel in attention-diagnostics.png
@@ -94,23 +90,6 @@ def _by_step(summary: dict) -> dict[int, dict[str, float]]:
 def _spread(values: list[float]) -> tuple[float, float]:
     """Mean and sample std (0 for one value) of the seeds' values."""
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def initial_sites(run: RunDir, cfg: Config) -> dict | None:
-    """The diagnostics (site -> entry) of the run's initial weights on the validation set:
-    init-attention.json, measured into it first where the run can still be loaded (its
-    last checkpoint); None where it measures no attention or cannot be loaded."""
-    if run.initial_attention.is_file():
-        return json.loads(run.initial_attention.read_text("utf-8"))
-    if not cfg.train.attention_diagnostics or not run.checkpoint("last").is_file():
-        return None
-    if cfg.train.init_from is not None:  # its start is its parent's weights, not a draw
-        return None
-    valid = read_parallel(cfg.data.valid, cfg.data.src, cfg.data.tgt)
-    initial = Translator.load(run.root, "init", device="cpu")
-    sites = initial.attention_diagnostics(valid.src, valid.tgt)["sites"]
-    atomic_write_text(run.initial_attention, json.dumps(sites) + "\n")
-    return sites
 
 
 def write_diagnostics(results: SweepResults, out: Path) -> str:

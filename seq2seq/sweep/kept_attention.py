@@ -1,9 +1,10 @@
 """The attention files a finished run keeps so that its sweep's report can be rebuilt once
 the checkpoints are gone: init-attention.json (the diagnostics of the initial weights, by
-site) and best-attention.json (the heatmap of the best checkpoint). A damaged one (not
-JSON, or not of the shape the report reads) is removed where the checkpoint it was
-measured from is still there, so that the report measures it again, and makes the run
-damaged where not."""
+site) and best-attention.json (the heatmap of the best checkpoint). They are measured as
+the run finishes (`keep_attention`), or by the report where they are missing. A damaged
+one (not JSON, or not of the shape the report reads) is removed where the checkpoint it
+was measured from is still there, so that the report measures it again, and makes the
+run damaged where not."""
 
 from __future__ import annotations
 
@@ -12,6 +13,53 @@ from collections.abc import Callable
 from pathlib import Path
 
 from seq2seq.checkpoint import RunDir
+from seq2seq.config import Config
+from seq2seq.data.corpus import corpus_path, read_lines, read_parallel
+from seq2seq.decode.translate import Translator
+from seq2seq.files import atomic_write_text
+
+
+def keep_attention(run: RunDir, cfg: Config) -> None:
+    """Measure a finished run's attention files while its checkpoints are there."""
+    initial_sites(run, cfg)
+    save_best_attention(run, cfg)
+
+
+def initial_sites(run: RunDir, cfg: Config) -> dict | None:
+    """The diagnostics (site -> entry) of the run's initial weights on the validation set:
+    init-attention.json, measured into it first where the run can still be loaded (its
+    last checkpoint); None where it measures no attention or cannot be loaded."""
+    if run.initial_attention.is_file():
+        return json.loads(run.initial_attention.read_text("utf-8"))
+    if not cfg.train.attention_diagnostics or not run.checkpoint("last").is_file():
+        return None
+    if cfg.train.init_from is not None:  # its start is its parent's weights, not a draw
+        return None
+    valid = read_parallel(cfg.data.valid, cfg.data.src, cfg.data.tgt)
+    initial = Translator.load(run.root, "init", device="cpu")
+    sites = initial.attention_diagnostics(valid.src, valid.tgt)["sites"]
+    atomic_write_text(run.initial_attention, json.dumps(sites) + "\n")
+    return sites
+
+
+def save_best_attention(run: RunDir, cfg: Config) -> None:
+    """best-attention.json, where the run has a best checkpoint and not the file yet: the
+    first non-empty validation sentence translated greedily by that checkpoint, with its
+    attention (nothing where the model finished no translation)."""
+    if run.best_attention.is_file() or not run.checkpoint("best").is_file():
+        return
+    sources = read_lines(corpus_path(cfg.data.valid, cfg.data.src))
+    sentence = next(line for line in sources if line.strip())
+    amap = Translator.load(run.root, "best", beam=1).attention_map(sentence)
+    if amap is not None:
+        saved = {
+            "sentence": sentence,
+            "translation": amap.translation,
+            "source": amap.src_pieces,
+            "target": amap.tgt_pieces,
+            "weights": amap.weights.tolist(),
+        }
+        atomic_write_text(run.best_attention, json.dumps(saved) + "\n")
 
 
 def check_kept_attention(run: RunDir) -> None:

@@ -12,6 +12,7 @@ from seq2seq.checkpoint import RunBusy, RunDir
 from seq2seq.errors import UserError
 from seq2seq.sweep.continuation import copy_to_continue
 from seq2seq.sweep.directory import RunState, SweepDir
+from seq2seq.sweep.kept_attention import keep_attention
 from seq2seq.sweep.spec import Run, Sweep
 from seq2seq.train.run import train
 
@@ -60,6 +61,7 @@ def train_run(directory: SweepDir, sweep: Sweep, run: Run, threads: int | None =
         if plan.parent is not None:
             copy_to_continue(plan.parent, directory.run(run))
         train(config, directory.run(run).root)
+        keep_attention(directory.run(run), config)
     except RunBusy as error:
         return Outcome(Status.BUSY, str(error))
     except UserError as error:

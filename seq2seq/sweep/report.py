@@ -19,11 +19,9 @@ from typing import Any
 
 import torch
 
-from seq2seq.data.corpus import corpus_path, read_lines
-from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 from seq2seq.evaluate import HEADLINE, METRICS, length_buckets
-from seq2seq.files import atomic_write_text, publish_directory
+from seq2seq.files import publish_directory
 from seq2seq.plots import (
     attention_grid_figure,
     bar_figure,
@@ -34,6 +32,7 @@ from seq2seq.significance import Comparison
 from seq2seq.sweep.budgets import budget_tables
 from seq2seq.sweep.diagnostics import write_diagnostics
 from seq2seq.sweep.directory import SweepDir
+from seq2seq.sweep.kept_attention import save_best_attention
 from seq2seq.sweep.results import (
     LENGTH_EDGES,
     STATISTICS,
@@ -227,32 +226,12 @@ def _attention(results: SweepResults, result: CellResult) -> tuple | None:
     are gone, so a rebuilt report draws the same picture; None where no seed has either."""
     for seed in result.seeds:
         run = result.runs[seed].root
-        if not run.best_attention.is_file() and run.checkpoint("best").is_file():
-            _save_best_attention(results, result, seed)
+        save_best_attention(run, results.sweep.run(result.cell, seed).config)
         if run.best_attention.is_file():
             saved = json.loads(run.best_attention.read_text(encoding="utf-8"))
             weights = torch.tensor(saved["weights"])  # float32 again: the weights drawn before
             return result.cell.title, weights, saved["source"], saved["target"]
     return None
-
-
-def _save_best_attention(results: SweepResults, result: CellResult, seed: int) -> None:
-    """Translate the heatmap sentence with the run's best checkpoint into best-attention.json;
-    nothing where the model finished no translation."""
-    cfg = results.sweep.run(result.cell, seed).config
-    sources = read_lines(corpus_path(cfg.data.valid, cfg.data.src))
-    sentence = next(line for line in sources if line.strip())
-    run_dir = result.runs[seed].root
-    amap = Translator.load(run_dir.root, "best", beam=1).attention_map(sentence)
-    if amap is not None:
-        saved = {
-            "sentence": sentence,
-            "translation": amap.translation,
-            "source": amap.src_pieces,
-            "target": amap.tgt_pieces,
-            "weights": amap.weights.tolist(),
-        }
-        atomic_write_text(run_dir.best_attention, json.dumps(saved) + "\n")
 
 
 def _tensorboard(results: SweepResults, directory: Path) -> None:
