@@ -104,6 +104,8 @@ def test_a_target_prefix_is_forced_as_ours_is(transformer, toy, tmp_path):
         theirs.translate(sources[:2], beam=2, constraints=[["Zuqu"], []])
     with pytest.raises(UserError, match="CTranslate2 has no token scores to give; translate wi"):
         theirs.hypotheses(sources[:2], token_scores=True)
+    with pytest.raises(UserError, match="CTranslate2 has no diverse beam search; translate the"):
+        theirs.translate(sources[:2], beam=2, beam_groups=2)
 
 
 def test_translate_with_the_engine_through_the_command_line(transformer, toy, tmp_path):

@@ -106,6 +106,30 @@ NoRepeatNgram = Annotated[
         help="no output repeats an n-gram of N tokens (0: off); default: decode.no_repeat_ngram",
     ),
 ]
+NBestLines = Annotated[
+    int, typer.Option(min=1, help="write the N best: LINE<TAB>SCORE<TAB>TEXT, N per line")
+]
+EngineChoice = Annotated[
+    Engine, typer.Option(help="ctranslate2: a model that `seq2seq export` wrote")
+]
+DiverseGroups = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        metavar="G",
+        help="diverse beam search: the beam in G groups, each penalised for the tokens the "
+        "earlier ones chose (G divides --beam; 1: off); default: decode.beam_groups",
+    ),
+]
+GroupDiversity = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        metavar="LAMBDA",
+        help="with --beam-groups: the penalty per earlier group's choice of a token; "
+        "default: decode.group_diversity",
+    ),
+]
 Sample = Annotated[
     bool | None,
     typer.Option(

@@ -22,12 +22,16 @@ from seq2seq.cli.options import (
     CoveragePenalty,
     Device,
     DeviceChoice,
+    DiverseGroups,
     Engine,
+    EngineChoice,
     Epsilon,
+    GroupDiversity,
     Int8,
     LengthPenalty,
     Mbr,
     MbrUtility,
+    NBestLines,
     NoRepeatNgram,
     PrefixFile,
     Quantization,
@@ -93,9 +97,9 @@ def translate(
     input: Annotated[Path | None, typer.Option("--input", "-i", help="default: stdin")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="default: stdout")] = None,
     beam: Beam = None,
-    nbest: Annotated[
-        int, typer.Option(min=1, help="write the N best: LINE<TAB>SCORE<TAB>TEXT, N per line")
-    ] = 1,
+    nbest: NBestLines = 1,
+    beam_groups: DiverseGroups = None,
+    group_diversity: GroupDiversity = None,
     length_penalty: LengthPenalty = None,
     coverage_penalty: CoveragePenalty = None,
     no_repeat_ngram: NoRepeatNgram = None,
@@ -103,9 +107,7 @@ def translate(
     device: DeviceChoice = None,
     alignments: AlignmentFile = None,
     alignment_head: AlignmentHead = None,
-    engine: Annotated[
-        Engine, typer.Option(help="ctranslate2: a model that `seq2seq export` wrote")
-    ] = Engine.torch,
+    engine: EngineChoice = Engine.torch,
     threads: Threads = None,
     int8: Int8 = False,
     sample: Sample = None,
@@ -128,9 +130,9 @@ def translate(
     than the model reads (twice data.max_len pieces) is cut to that; stderr counts and
     names such lines. On a terminal, stdin is translated interactively, line by line."""
     options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram,
-                        mbr=mbr, mbr_utility=mbr_utility, tag=tag)  # fmt: skip
-    options |= {"sample": sample, "temperature": temperature, "top_k": top_k, "top_p": top_p,
-                "epsilon": epsilon, "seed": seed}  # fmt: skip
+                        mbr=mbr, mbr_utility=mbr_utility, tag=tag) | dict(
+        sample=sample, temperature=temperature, top_k=top_k, top_p=top_p, epsilon=epsilon,
+        seed=seed, beam_groups=beam_groups, group_diversity=group_diversity)  # fmt: skip
     with _within_memory(beam, batch_tokens):
         translator = _translator(
             engine, run, checkpoint, device, threads, alignments or attention, options, int8

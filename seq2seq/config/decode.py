@@ -42,6 +42,19 @@ class DecodeConfig(Section):
         "log(min(attention paid them, 1)), heads averaged, a position never attended left "
         "out (GNMT's, as CTranslate2's); 0: off",
     )
+    beam_groups: PositiveInt = Field(
+        1,
+        le=MAX_BEAM,
+        description="diverse beam search: the beam split into this many groups (dividing it), "
+        "each ranking its candidates by log P - group_diversity x the number of times the "
+        "earlier groups chose the same token at that step; 1: plain beam search",
+    )
+    group_diversity: float = Field(
+        0.5,
+        ge=0,
+        le=100,
+        description="beam_groups: lambda, the penalty per earlier group's choice of a token",
+    )
     min_len: int = Field(1, ge=0, description="output tokens before EOS is allowed")
     max_len_ratio: float = Field(
         2.0, gt=0, le=100, description="output limit: ratio x source + offset"
@@ -113,6 +126,25 @@ class DecodeConfig(Section):
             )
         if not self.mbr and self.mbr_utility != DecodeConfig.model_fields["mbr_utility"].default:
             raise ValueError("mbr_utility shapes minimum Bayes risk; set mbr N, or leave it out")
+        return self
+
+    @model_validator(mode="after")
+    def _groups_divide_the_beam(self) -> DecodeConfig:
+        if self.beam % self.beam_groups:
+            raise ValueError(
+                f"beam_groups {self.beam_groups} does not divide beam {self.beam}; give a "
+                "beam that is a multiple of it"
+            )
+        if self.beam_groups > 1 and self.sample:
+            raise ValueError(
+                "beam_groups splits a beam search, and sample draws instead of searching; set "
+                "beam_groups 1, or sample false"
+            )
+        diversity = DecodeConfig.model_fields["group_diversity"].default
+        if self.beam_groups == 1 and self.group_diversity != diversity:
+            raise ValueError(
+                "group_diversity shapes diverse beam search; set beam_groups, or leave it out"
+            )
         return self
 
     @model_validator(mode="after")

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from seq2seq.config import Stopping
 from seq2seq.decode.constraints import ConstrainedBeams, Constraints
+from seq2seq.decode.diverse import BeamGroups
 from seq2seq.decode.prefix import Prefixes, fitted_limits
 from seq2seq.decode.repeats import block_repeats_
 from seq2seq.models.base import DecoderState, Memory, Seq2Seq, Step
@@ -48,6 +49,7 @@ class Beams:
     coverage: Tensor | None = None
     prefixes: Prefixes | None = None  # by sentence (`sentences`), when outputs have prefixes
     constrained: ConstrainedBeams | None = None  # when outputs have lexical constraints
+    groups: BeamGroups | None = None  # diverse beam search's groups, when asked
 
     @property
     def width(self) -> int:
@@ -92,16 +94,24 @@ class Beams:
     def open_slots(
         self, top_scores: Tensor, at_eos: Tensor, beam: int
     ) -> tuple[Tensor, Tensor | None]:
-        """`_open_slots`, or with constraints their allocation to banks."""
-        if self.constrained is None:
-            return open_slots(top_scores, at_eos, beam)
-        return self.constrained.allocate(top_scores, at_eos, beam)
+        """`open_slots`; with constraints their allocation to banks, with groups each group's."""
+        if self.constrained is not None:
+            return self.constrained.allocate(top_scores, at_eos, beam)
+        if self.groups is not None:
+            return self.groups.open_slots(top_scores, at_eos, beam)
+        return open_slots(top_scores, at_eos, beam)
 
-    def track(self, src: Tensor, no_repeat_ngram: int, coverage_penalty: float) -> None:
+    def track(
+        self, src: Tensor, no_repeat_ngram: int, coverage_penalty: float, groups: BeamGroups | None
+    ) -> None:
         """Start the records of each row that the search needs: its output so far, to
-        block repeats, and the attention it has paid, for the coverage penalty."""
+        block repeats, and the attention it has paid, for the coverage penalty; and the
+        groups of diverse beam search."""
         self.history = src.new_empty(src.size(0), 0) if no_repeat_ngram else None
         self.coverage = src.new_zeros(src.shape, dtype=torch.float) if coverage_penalty else None
+        if groups is not None and self.constrained is not None:
+            raise ValueError("lexical constraints share the slots of a beam without groups")
+        self.groups = groups
 
     def cover(self, step: Step, origin: Tensor, beta: float) -> Tensor | None:
         """Add the step's attention to each row's `coverage`, and return the coverage
@@ -152,6 +162,7 @@ class Beams:
             None if self.coverage is None else self.coverage[rows],
             self.prefixes,
             None if self.constrained is None else self.constrained.keep(rows),
+            self.groups,
         )
 
 

@@ -158,6 +158,11 @@ class CTranslate2Translator(LineTranslator):
                 "sampling draws with the PyTorch engine only (its draws do not depend on the "
                 "batch); translate the run directory with --engine torch"
             )
+        if decode.beam_groups > 1:
+            raise UserError(
+                "CTranslate2 has no diverse beam search; translate the run directory with "
+                "--engine torch, or set beam_groups 1"
+            )
         if decode.coverage_penalty and not self.every_head:
             raise UserError(
                 "this model was exported before its coverage penalty read every head's "

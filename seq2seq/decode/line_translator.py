@@ -293,6 +293,11 @@ class LineTranslator:
             return [[] for _ in range(count)]
         if options.sample:
             raise UserError("lexical constraints need beam search; drop sample")
+        if options.beam_groups > 1:
+            raise UserError(
+                "lexical constraints share a beam's slots among their banks, not among diverse "
+                "beam search's groups; set beam_groups 1"
+            )
         if options.beam < 2:
             raise UserError(
                 "lexical constraints need a beam of at least 2 (5 or more place them well); "

@@ -25,7 +25,8 @@ may miss a hypothesis that would only win by growing much longer, and `beam` one
 would finish after K others. Rows reorder their decoder state by index (`index_select`);
 done sentences leave the batch at once; finished hypotheses are read back through
 back-pointers at the end. The loop's state is `beams.Beams`; lexical constraints widen
-each step's candidates and share its slots among banks (`constraints`).
+each step's candidates and share its slots among banks (`constraints`); diverse beam
+search ranks them group by group (`diverse`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from torch import Tensor
 from seq2seq.config import Stopping
 from seq2seq.decode.beams import Beams, first_beams, length_penalty
 from seq2seq.decode.constraints import Constraints
+from seq2seq.decode.diverse import BeamGroups
 from seq2seq.decode.hypotheses import Hypothesis, Trail
 from seq2seq.decode.prefix import Prefixes
 from seq2seq.decode.sampling import Sampler
@@ -75,20 +77,20 @@ def beam_search(
     coverage_penalty: float = 0.0,
     constraints: Constraints | None = None,
     token_scores: bool = False,
+    groups: BeamGroups | None = None,
 ) -> list[list[Hypothesis]]:
-    """The `nbest` best hypotheses of each sentence, best first.
-
-    `max_lengths` (B,) caps each output (EOS included, and forced at the cap); `min_length`
-    tokens come before EOS may. Without `attention`, no step forms or keeps weights it need
-    not; with `token_scores`, each hypothesis has its tokens' log-probabilities. `stopping`,
-    `coverage_penalty` (beta of cp): the module's docstring. `no_repeat_ngram` n > 0: no
-    output repeats an n-gram (`repeats`). A `sampler` draws the `beam` slots; `prefixes`
-    start the outputs (`prefix`); `constraints`: they hold phrases, or none (`constraints`)."""
+    """The `nbest` best hypotheses of each sentence, best first. `max_lengths` (B,) caps each
+    output (EOS included, forced at the cap); `min_length` tokens come before EOS may. Without
+    `attention`, no step forms or keeps weights it need not; with `token_scores`, each has its
+    tokens' log-probabilities. `stopping`, `coverage_penalty` (beta of cp): the module's
+    docstring. `no_repeat_ngram` n > 0: no output repeats an n-gram (`repeats`). A `sampler`
+    draws the `beam` slots; `prefixes` start the outputs (`prefix`); `constraints` hold
+    phrases (`constraints`); `groups` split the beam (`diverse`)."""
     max_lengths = max_lengths.clamp(max=EXACT_LONGEST) if stopping == "exact" else max_lengths
     beams = first_beams(
         model, src, src_mask, max_lengths, bos_id, (beam, nbest, alpha), prefixes, constraints
     )
-    beams.track(src, no_repeat_ngram, coverage_penalty)
+    beams.track(src, no_repeat_ngram, coverage_penalty, groups)
     trail, previous_slots = Trail.start(src.size(0), attention, token_scores), None
     for t in range(int(beams.max_lengths.max())):
         step = beams.decode(model, attention or beams.coverage is not None)
@@ -113,11 +115,14 @@ def _choose(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Each sentence's candidates for step `t`: its 2K best continuations (`_expand`; at
     most K end, one per row, so K that go on are among them), its one best in greedy
-    search, or the sampler's K draws; with constraints, those that place them too."""
+    search, the sampler's K draws, or each group's 2k best (`diverse`); with constraints,
+    those that place them too."""
     if sampler is not None:
         if beams.constrained is not None:
             raise ValueError("lexical constraints need beam search, not samples")
         return sampler.expand(beams.scores, log_probs, beams.sentences, t, beam)
+    if beams.groups is not None:
+        return beams.groups.expand(beams.scores, log_probs, beam)
     best = _expand(beams.scores, log_probs, 2 * beam if beam > 1 else 1)
     return best if beams.constrained is None else beams.widen(log_probs, beam, *best)
 

@@ -16,6 +16,7 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
 from seq2seq.decode.constraints import Constraints
 from seq2seq.decode.cpu_weights import int8_weights, packed_weights
+from seq2seq.decode.diverse import BeamGroups
 from seq2seq.decode.ensemble import Ensemble, load_models
 from seq2seq.decode.forced import ForcedScore, forced_translations, score_pairs
 from seq2seq.decode.hypotheses import Hypothesis
@@ -267,6 +268,9 @@ class Translator(LineTranslator):
             coverage_penalty=decode.coverage_penalty,
             constraints=Constraints.of(constraints, self.device) if constraints else None,
             token_scores=token_scores,
+            groups=BeamGroups(decode.beam_groups, decode.group_diversity)
+            if decode.beam_groups > 1
+            else None,
         )
 
     @cached_property

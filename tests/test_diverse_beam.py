@@ -1,0 +1,108 @@
+"""Diverse beam search (`decode.beam_groups`, `decode.group_diversity`): groups of a beam,
+each penalised for the tokens the earlier groups chose at the same step, whose scores stay
+log-probabilities."""
+
+import pytest
+import torch
+from cli_helpers import run_cli
+from test_coverage_penalty import forced
+from test_search import BOS, EOS, source, tiny
+
+from seq2seq.config import DecodeConfig
+from seq2seq.decode.diverse import BeamGroups
+from seq2seq.decode.search import beam_search
+from seq2seq.decode.translate import Translator
+from seq2seq.errors import UserError
+
+ARCHS = ["rnn", "transformer"]
+LIMITS = torch.tensor([12, 10, 8])
+
+
+def search(arch, beam, nbest, groups=None):
+    model = tiny(arch)
+    src, mask = source()
+    return beam_search(model, src, mask, LIMITS, BOS, EOS, beam, nbest, 1.0, groups=groups)
+
+
+def found(sentences):
+    return [[(h.tokens, round(h.score, 5)) for h in hypotheses] for hypotheses in sentences]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_one_group_is_plain_beam_search(arch):
+    """With one group nothing is penalised: the same search as without groups."""
+    assert found(search(arch, 4, 4, BeamGroups(1, 5.0))) == found(search(arch, 4, 4))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_without_diversity_each_group_is_a_beam_of_its_own(arch):
+    """lambda = 0: two groups of 2 are two beams of 2, each finding what a beam of 2 finds."""
+    pairs = found(search(arch, 2, 2))
+    twice = [[hyp for hyp in hyps for _ in range(2)] for hyps in pairs]
+    assert found(search(arch, 4, 4, BeamGroups(2, 0.0))) == twice
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_scores_stay_log_probabilities(arch):
+    """Each hypothesis's score is its log P / lp, as stepping its sentence alone gives it:
+    the penalty ranks candidates and is never added to a score."""
+    model, (src, mask) = tiny(arch), source()
+    sentences = search(arch, 4, 4, BeamGroups(4, 3.0))
+    for row, length in enumerate(mask[:, 0].sum(-1).tolist()):
+        one_src, one_mask = src[row : row + 1, :length], mask[row : row + 1, :, :length]
+        for hyp in sentences[row]:
+            log_p = forced(model, one_src, one_mask, hyp.tokens)[0]
+            assert hyp.score == pytest.approx(log_p / (len(hyp.tokens) + 1), abs=1e-4)
+    assert found(sentences) != found(search(arch, 4, 4))  # the groups found other outputs
+
+
+def test_each_group_ranks_by_its_penalty_and_keeps_the_summed_log_probabilities():
+    """Two sentences, 3 groups of one row, every row preferring tokens 0, 1, 2, 3 in that
+    order, lambda = 10: group 1 takes 0 (then 1), group 2 avoids 0 and takes 1 (then 2),
+    group 3 avoids both and takes 2 (then 3). The candidates: each group's best, then each
+    group's next, at their summed log-probabilities."""
+    log_p = torch.tensor([-1.0, -1.1, -1.2, -3.0, -4.0])
+    scores = torch.tensor([[0.0, -0.1, -0.2]] * 2)
+    top, origin, token = BeamGroups(3, 10.0).expand(scores, log_p.repeat(6, 1), beam=3)
+    assert token.view(2, 6).tolist() == [[0, 1, 2, 1, 2, 3]] * 2
+    assert origin.view(2, 6).tolist() == [[0, 1, 2, 0, 1, 2], [3, 4, 5, 3, 4, 5]]
+    expected = scores.repeat(1, 2) + log_p[token.view(2, 6)]
+    torch.testing.assert_close(top, expected)  # log-probabilities, not penalised
+
+
+def test_a_group_whose_best_candidate_ends_opens_its_next():
+    """Open slots per group, in its penalised rank: an EOS among a group's k best finishes and
+    its next candidate takes the slot; the other group is untouched."""
+    groups = BeamGroups(2, 1.0)
+    # group 1's 2 best, group 2's 2 best, group 1's next 2, group 2's next 2
+    top = torch.tensor([[-1.0, -2.0, -1.5, -1.6, -3.0, -4.0, -2.5, -2.6]])
+    at_eos = torch.tensor([[True, False, False, False, False, False, False, False]])
+    scores, index = groups.open_slots(top, at_eos, beam=4)
+    assert index.tolist() == [1, 4, 2, 3]  # group 1: its 2nd and 3rd; group 2: its 2 best
+    torch.testing.assert_close(scores, torch.tensor([[-2.0, -3.0, -1.5, -1.6]]))
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"beam": 5, "beam_groups": 2}, "beam_groups 2 does not divide beam 5"),
+        ({"beam": 1, "beam_groups": 1, "sample": True, "group_diversity": 1.0}, "group_diversity"),
+        ({"beam": 2, "beam_groups": 2, "sample": True}, "sample draws instead of searching"),
+        ({"group_diversity": 2.0}, "group_diversity shapes diverse beam search; set beam_groups"),
+    ],
+)
+def test_groups_that_cannot_be_searched_are_one_line(settings, message):
+    with pytest.raises(ValueError, match=message):
+        DecodeConfig(**settings)
+
+
+def test_translate_writes_each_groups_outputs(trained, toy, tmp_path):
+    out = tmp_path / "nbest.txt"
+    assert run_cli("translate", "--run", trained, "-i", toy / "data/test.src", "-o", out,
+                   "--beam", "4", "--beam-groups", "2", "--group-diversity", "2",
+                   "--nbest", "4") == 0  # fmt: skip
+    lines = out.read_text().splitlines()
+    assert len(lines) == 4 * 10 and all(len(line.split("\t")) == 3 for line in lines)
+    translator = Translator.load(trained, beam=4, beam_groups=2)
+    with pytest.raises(UserError, match="lexical constraints share a beam's slots among"):
+        translator.translate(["a b"], constraints=[["x"]])
