@@ -63,8 +63,12 @@ class Trail:
         if self.scores is not None:
             self.scores.append(scores.reshape(-1).float())
 
-    def read_back(self, src_mask: Tensor, nbest: int) -> list[list[Hypothesis]]:
-        """Follow back-pointers from each kept hypothesis's EOS slot to its first token."""
+    def read_back(
+        self, src_mask: Tensor, nbest: int, distinct: bool = False
+    ) -> list[list[Hypothesis]]:
+        """Follow back-pointers from each kept hypothesis's EOS slot to its first token: the
+        `nbest` best of each sentence, or with `distinct` its `nbest` best different outputs
+        (diverse beam search's groups may each finish the same one)."""
         src_lengths = src_mask[:, 0].sum(-1).tolist()
         # Python lists: reading single elements of tensors costs microseconds each.
         tokens, origins = _to_lists(self.tokens), _to_lists(self.origins)
@@ -88,10 +92,19 @@ class Trail:
             steps = [b - a for a, b in itertools.pairwise([0.0, *sums[::-1]])] if sums else None
             return Hypothesis(path[::-1][:-1], score, kept, steps)
 
-        return [
-            [trace(b, *hyp) for hyp in sorted(hyps, key=lambda h: -h[0])[:nbest]]
-            for b, hyps in enumerate(self.finished)
-        ]
+        def best(sentence: int, found: list[tuple[float, int, int]]) -> list[Hypothesis]:
+            ordered = sorted(found, key=lambda h: -h[0])
+            if not distinct:
+                return [trace(sentence, *hyp) for hyp in ordered[:nbest]]
+            kept: dict[tuple[int, ...], Hypothesis] = {}
+            for hyp in ordered:
+                if len(kept) == nbest:
+                    break
+                traced = trace(sentence, *hyp)
+                kept.setdefault(tuple(traced.tokens), traced)
+            return list(kept.values())
+
+        return [best(sentence, found) for sentence, found in enumerate(self.finished)]
 
 
 def _to_lists(tensors: list[Tensor | None]) -> list[list[int] | None]:

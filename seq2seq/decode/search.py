@@ -107,7 +107,7 @@ def beam_search(
         beams, previous_slots = _next_beams(
             beams, step.state, origin, token, slots, done, any_done, beam
         )
-    return trail.read_back(src_mask, nbest)
+    return trail.read_back(src_mask, nbest, distinct=groups is not None)
 
 
 def _choose(
