@@ -250,7 +250,8 @@ def test_a_body_not_sent_as_json_is_415_saying_so(client, content_type):
             422,
             f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, beam, nbest, attention, "
             "token_scores, prefix, constraints, sample, temperature, top_k, top_p, epsilon, "
-            "seed, length_penalty, coverage_penalty, mbr, mbr_utility, tag",
+            "seed, length_penalty, coverage_penalty, beam_groups, group_diversity, mbr, "
+            "mbr_utility, tag",
         ),
     ],
     ids=["8 wrong lines", "1,000 lines", "a 5,000-character field"],
@@ -441,6 +442,20 @@ def test_a_requests_ranking_options_are_the_translators(client, translator):
     found = [[h["text"] for h in line["hypotheses"]] for line in body["translations"]]
     assert found == translator.translate(LINES, **ask)
     assert found != translator.translate(LINES, beam=4, nbest=2)  # the options mattered
+
+
+def test_a_requests_diverse_beam_search_is_the_translators(client, translator):
+    ask = {"beam": 4, "nbest": 4, "beam_groups": 2, "group_diversity": 3.0}
+    body = client.post("/translate", json={"text": LINES, **ask}).json()
+    found = [[h["text"] for h in line["hypotheses"]] for line in body["translations"]]
+    assert found == translator.translate(LINES, **ask)
+    assert found != translator.translate(LINES, beam=4, nbest=4)  # the options mattered
+    for extra, error in [
+        ({"beam_groups": 3}, "beam_groups 3 does not divide beam 4"),
+        ({"beam_groups": 2, "constraints": [["Zuqu"], [], [], []]}, "constraints: they share"),
+    ]:
+        answer = client.post("/translate", json={"text": LINES, "beam": 4, **extra})
+        assert answer.status_code == 422 and error in answer.json()["error"]
 
 
 def test_a_requests_constraints_are_the_translators(client, translator):

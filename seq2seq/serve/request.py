@@ -170,6 +170,11 @@ def check_search(
             422, "constraints: they need beam search with a beam of at least 2 (5 or more "
             "place them well); send beam, and no sample"
         )  # fmt: skip
+    if request.constraints and any(request.constraints) and options.beam_groups > 1:
+        raise HTTPException(
+            422, "constraints: they share a beam's slots, not diverse beam search's groups; "
+            "send beam_groups 1"
+        )  # fmt: skip
     chosen = {name: getattr(options, name) for name in names}
     asked = {"attention": request.attention, "token_scores": request.token_scores}
     return SearchOptions(nbest=nbest, **asked, **chosen)

@@ -49,6 +49,8 @@ class SearchOptions:
     seed: int
     length_penalty: float
     coverage_penalty: float
+    beam_groups: int
+    group_diversity: float
     mbr: int
     mbr_utility: str
     tag: str | None
@@ -93,6 +95,12 @@ class TranslateRequest(BaseModel):
     seed: int | None = Field(None, description="sampling: seeds each line's draws with its index")
     length_penalty: float | None = Field(None, description="alpha: rank by log P / length ** alpha")
     coverage_penalty: float | None = Field(None, description="beta of GNMT's coverage penalty")
+    beam_groups: int | None = Field(
+        None, ge=1, description="diverse beam search: this many groups, dividing the beam"
+    )
+    group_diversity: float | None = Field(
+        None, description="with beam_groups: the penalty per earlier group's choice of a token"
+    )
     mbr: int | None = Field(None, description="minimum Bayes risk among this many candidates")
     mbr_utility: str | None = Field(None, description="mbr: chrf or bleu")
     tag: str | None = Field(
