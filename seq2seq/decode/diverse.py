@@ -6,7 +6,8 @@ k = K / G, each group a beam search of its own, whose candidates at step t are r
 n_t(v) the number of the earlier groups' k choices at step t that are token v (Hamming
 diversity; the first group is plain beam search). The penalty only ranks a step's
 candidates: a slot's score stays its log-probability, so hypotheses finish and are scored
-as in plain beam search, and the n best of all the groups are returned.
+as in plain beam search, and the n best different outputs of all the groups are returned
+(two groups may finish the same one).
 
 A step's 2K candidates per sentence are laid out as each group's k best (by the penalised
 rank), group after group, then each group's next k: the first K are those that may
