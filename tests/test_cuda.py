@@ -101,6 +101,17 @@ def test_constraints_and_token_scores_on_the_gpu_are_the_cpu_s(trained):
             assert a.token_scores == pytest.approx(b.token_scores, abs=1e-3)
 
 
+def test_diverse_beam_search_on_the_gpu_is_the_cpu_s(trained):
+    from seq2seq.decode.translate import Translator
+
+    options = {"beam": 4, "beam_groups": 2, "group_diversity": 2.0}
+    found = {
+        device: Translator.load(trained, device=device, **options).translate(SOURCES, nbest=4)
+        for device in ("cpu", "cuda")
+    }
+    assert found["cpu"] == found["cuda"]
+
+
 def test_forced_attention_and_alignments_on_the_gpu_are_the_cpu_s(trained, toy):
     from seq2seq.data.corpus import read_lines
     from seq2seq.decode.translate import Translator
