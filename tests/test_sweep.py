@@ -208,8 +208,9 @@ def test_a_finished_run_keeps_its_attention_files_at_once(toy, tmp_path, monkeyp
     finishes, as the report would: its directory rebuilds the report without checkpoints
     even if no report ran before they were gone."""
     monkeypatch.chdir(tmp_path)
+    # The heatmap translates greedily, whatever decoding the run tests with (MBR here).
     settings = {"train.max_steps": 2, "train.valid_every": 2, "train.threads": 1,
-                "train.attention_diagnostics": True}  # fmt: skip
+                "train.attention_diagnostics": True, "decode.beam": 4, "decode.mbr": 4}  # fmt: skip
     path = write_sweep(tmp_path, base_config=load_config(toy / "run.yaml").to_dict(),
                        grid={"model.attention.type": ["dot"]}, seeds=[1], set=settings)  # fmt: skip
     sweep, directory = load_sweep(path), SweepDir(tmp_path / "s")

@@ -96,3 +96,22 @@ def test_summaries_written_before_ter_was_validated_are_read_as_they_are():
     del written["validations"][1]["bleu"]
     with pytest.raises(ValueError, match="the validation at step .* has no bleu"):
         Summary.model_validate(written)
+
+
+@pytest.mark.parametrize(
+    "decoding",
+    [
+        ["decode.beam=4", "decode.mbr=4", "decode.mbr_utility=bleu"],
+        ["decode.beam=4", "decode.beam_groups=2", "decode.group_diversity=1"],
+        ["decode.beam=1", "decode.sample=true", "decode.temperature=2"],
+    ],
+    ids=["mbr", "groups", "sampling"],
+)
+def test_validation_searches_greedily_whatever_the_run_tests_with(toy, tmp_path, decoding):
+    """A run that tests with MBR, diverse groups or samples validates by greedy search: the
+    same translations as a run with the default decoding (the same weights)."""
+    settings = ["train.max_steps=2", "train.valid_every=2", "data.test=[]"]
+    for name, extra in (("plain", []), ("run", decoding)):
+        assert train(toy, tmp_path / name, *settings, *extra) == 0
+    hypotheses = [(tmp_path / name / "valid/step-2.hyp").read_text() for name in ("plain", "run")]
+    assert hypotheses[0] == hypotheses[1]

@@ -16,7 +16,7 @@ from seq2seq.config.attention import (
     SelfAttentionConfig,
 )
 from seq2seq.config.data import DataConfig, SubwordSamplingConfig, TokenizerConfig
-from seq2seq.config.decode import DecodeConfig, Stopping
+from seq2seq.config.decode import GREEDY_SEARCH, DecodeConfig, Stopping
 from seq2seq.config.loading import (
     apply_override,
     config_from_dict,
@@ -43,6 +43,7 @@ __all__ = [
     "Config",
     "DataConfig",
     "DecodeConfig",
+    "GREEDY_SEARCH",
     "HardAttentionConfig",
     "ModelConfig",
     "OptimizerConfig",

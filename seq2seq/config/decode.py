@@ -159,3 +159,12 @@ class DecodeConfig(Section):
         if changed and not self.sample:
             raise ValueError(f"{changed[0]} shapes sampling; set sample true, or leave it out")
         return self
+
+
+# What makes a run's decoding greedy search, as validation and the heatmaps of sweep reports
+# translate: beam 1, and no sampling, MBR or groups, their options at their defaults (a
+# run that tests with them must still validate).
+GREEDY_SEARCH = {"beam": 1, "sample": False, "mbr": 0, "beam_groups": 1} | {
+    name: DecodeConfig.model_fields[name].default
+    for name in ("mbr_utility", "group_diversity", *SAMPLING_OPTIONS)
+}

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from seq2seq.checkpoint import RunDir
-from seq2seq.config import Config
+from seq2seq.config import GREEDY_SEARCH, Config
 from seq2seq.data.corpus import corpus_path, read_lines, read_parallel
 from seq2seq.decode.translate import Translator
 from seq2seq.files import atomic_write_text
@@ -50,7 +50,7 @@ def save_best_attention(run: RunDir, cfg: Config) -> None:
         return
     sources = read_lines(corpus_path(cfg.data.valid, cfg.data.src))
     sentence = next(line for line in sources if line.strip())
-    amap = Translator.load(run.root, "best", beam=1).attention_map(sentence)
+    amap = Translator.load(run.root, "best", **GREEDY_SEARCH).attention_map(sentence)
     if amap is not None:
         saved = {
             "sentence": sentence,

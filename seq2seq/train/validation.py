@@ -14,7 +14,7 @@ import torch
 
 from seq2seq.attention.diagnostics import measure_attention
 from seq2seq.checkpoint import RunDir
-from seq2seq.config import VALIDATION_LOSS, Config
+from seq2seq.config import GREEDY_SEARCH, VALIDATION_LOSS, Config, DecodeConfig
 from seq2seq.data.batching import Batch, make_batch, token_batches
 from seq2seq.decode.alignment import AlignmentScores, alignment_error_rate
 from seq2seq.decode.line_translator import AttentionMap, LineTranslator
@@ -77,6 +77,8 @@ class Validator:
         reader = LineTranslator(data.tokenizer, cfg.decode, tags=cfg.data.tag_names)
         self.src_ids = reader.source_ids(data.valid_src, cfg.decode.tag)[0]
         self.tgt_ids = data.tokenizer.encode_tgt(data.valid_ref)
+        # Greedy: validation runs often, and it ranks checkpoints rather than scoring them.
+        self.greedy = DecodeConfig.model_validate(cfg.decode.model_dump() | GREEDY_SEARCH)
         self.batches = token_batches(
             [len(s) for s in self.src_ids], [len(t) for t in self.tgt_ids], cfg.train.batch_tokens
         )
@@ -101,10 +103,8 @@ class Validator:
         was_training = model.training
         model.eval()
         loss = self.teacher_forced_loss(model)
-        # Greedy: validation runs often, and it ranks checkpoints rather than scoring them.
-        greedy = self.cfg.decode.model_copy(update={"beam": 1})
         tags = self.cfg.data.tag_names
-        translator = Translator(model, self.data.tokenizer, greedy, self.device, tags=tags)
+        translator = Translator(model, self.data.tokenizer, self.greedy, self.device, tags=tags)
         hypotheses = translator.translate(self.data.valid_src)
         scores = score_corpus(hypotheses, self.data.valid_ref)
         found = [translator.attention_map(line) for line in self.heatmap_sources]
