@@ -104,6 +104,8 @@ def test_translate_writes_each_groups_outputs(trained, toy, tmp_path):
                    "--nbest", "4") == 0  # fmt: skip
     lines = out.read_text().splitlines()
     assert len(lines) == 4 * 10 and all(len(line.split("\t")) == 3 for line in lines)
+    assert run_cli("evaluate", "--run", trained, "--src", toy / "data/test.src", "--ref",
+                   toy / "data/test.tgt", "--beam", "4", "--beam-groups", "2") == 0  # fmt: skip
     translator = Translator.load(trained, beam=4, beam_groups=2)
     with pytest.raises(UserError, match="lexical constraints share a beam's slots among"):
         translator.translate(["a b"], constraints=[["x"]])

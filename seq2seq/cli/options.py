@@ -112,6 +112,15 @@ NBestLines = Annotated[
 EngineChoice = Annotated[
     Engine, typer.Option(help="ctranslate2: a model that `seq2seq export` wrote")
 ]
+GivenTranslations = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--hyp",
+        metavar="FILE",
+        help="score this translation instead (no model); repeat it to compare the others "
+        "with the first",
+    ),
+]
 DiverseGroups = Annotated[
     int | None,
     typer.Option(

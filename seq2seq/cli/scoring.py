@@ -21,7 +21,10 @@ from seq2seq.cli.options import (
     Checkpoints,
     CoveragePenalty,
     DeviceChoice,
+    DiverseGroups,
     Engine,
+    GivenTranslations,
+    GroupDiversity,
     Int8,
     LengthPenalty,
     Mbr,
@@ -47,17 +50,11 @@ def evaluate(
     src: Annotated[
         Path | None, typer.Option("--src", help="source sentences, one per line (with --run)")
     ] = None,
-    hyp: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--hyp",
-            metavar="FILE",
-            help="score this translation instead (no model); repeat it to compare the "
-            "others with the first",
-        ),
-    ] = None,
+    hyp: GivenTranslations = None,
     checkpoint: Checkpoints = None,
     beam: Beam = None,
+    beam_groups: DiverseGroups = None,
+    group_diversity: GroupDiversity = None,
     length_penalty: LengthPenalty = None,
     coverage_penalty: CoveragePenalty = None,
     no_repeat_ngram: NoRepeatNgram = None,
@@ -77,7 +74,8 @@ def evaluate(
 
     references = _read_references(ref)
     options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram,
-                        mbr=mbr, mbr_utility=mbr_utility, tag=tag)  # fmt: skip
+                        mbr=mbr, mbr_utility=mbr_utility, tag=tag) | dict(
+        beam_groups=beam_groups, group_diversity=group_diversity)  # fmt: skip
     if hyp:
         given = {"run": run or None, "src": src, "checkpoint": checkpoint, **options}
         given |= {"device": device, "threads": threads, "int8": int8}
