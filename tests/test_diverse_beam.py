@@ -2,9 +2,13 @@
 each penalised for the tokens the earlier groups chose at the same step, whose scores stay
 log-probabilities."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from cli_helpers import run_cli
+from conftest import SCRIPTS
 from test_coverage_penalty import forced
 from test_search import BOS, EOS, source, tiny
 
@@ -109,3 +113,22 @@ def test_translate_writes_each_groups_outputs(trained, toy, tmp_path):
     translator = Translator.load(trained, beam=4, beam_groups=2)
     with pytest.raises(UserError, match="lexical constraints share a beam's slots among"):
         translator.translate(["a b"], constraints=[["x"]])
+
+
+def test_the_diversity_script_measures_lists_and_prints_a_row_per_setting(
+    load_script, trained, toy
+):
+    script = load_script("diverse_nbest")
+    same = script.measure([["a cat sat here", "a cat sat here"]], ["a cat sat here"])
+    assert same["distinct"] == 1 and same["pairwise BLEU"] == pytest.approx(100)
+    assert same["oracle BLEU"] == pytest.approx(100) and same["1-best BLEU"] == pytest.approx(100)
+    apart = script.measure([["dogs run far away", "a cat sat here"]], ["a cat sat here"])
+    assert apart["distinct"] == 2 and apart["pairwise BLEU"] < 10
+    assert apart["oracle BLEU"] == pytest.approx(100) and apart["1-best BLEU"] < 10
+    command = [sys.executable, str(SCRIPTS / "diverse_nbest.py"), "--run", str(trained),
+               "--src", str(toy / "data/test.src"), "--ref", str(toy / "data/test.tgt"),
+               "--beam", "4", "--setting", "1:0", "--setting", "2:1"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[:2] for row in rows[1:]] == [["| 1", "0"], ["| 2", "1"]]
