@@ -113,6 +113,10 @@ def test_translate_writes_each_groups_outputs(trained, toy, tmp_path):
     translator = Translator.load(trained, beam=4, beam_groups=2)
     with pytest.raises(UserError, match="lexical constraints share a beam's slots among"):
         translator.translate(["a b"], constraints=[["x"]])
+    # Sampling asked of it samples, without its groups (as without its beam).
+    assert translator.translate(["a b"], sample=True) == Translator.load(trained).translate(
+        ["a b"], sample=True
+    )
 
 
 def test_the_diversity_script_measures_lists_and_prints_a_row_per_setting(

@@ -364,12 +364,14 @@ def _check_nbest_fits(nbest: int, options: DecodeConfig) -> None:
 
 def decode_options(base: DecodeConfig, changes: dict[str, Any]) -> DecodeConfig:
     """`base` with the fields in `changes` that are not None (sampling without a beam given
-    samples with beam 1, whatever `base`'s beam; a search asked of a sampling `base` drops
-    its sampling options not given); one line for a bad one."""
+    samples with beam 1, whatever `base`'s beam, and without `base`'s groups; a search
+    asked of a sampling `base` drops its sampling options not given); one line for a bad
+    one."""
     given = {k: v for k, v in changes.items() if v is not None}
     check_option_kinds(DecodeConfig, given)
     if given.get("sample") and "beam" not in given:
-        given["beam"] = 1
+        diversity = DecodeConfig.model_fields["group_diversity"].default
+        given = {"beam": 1, "beam_groups": 1, "group_diversity": diversity} | given
     options = base.model_dump() | given
     if given.get("sample") is False:
         for name in (n for n in SAMPLING_OPTIONS if n not in given):
