@@ -15,9 +15,11 @@ from cli_helpers import train
 from sacrebleu.metrics import CHRF
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from seq2seq.attention.diagnostics import LOCKED, locked_sites
 from seq2seq.config import validation_metrics
 from seq2seq.evaluate import Metric
 from seq2seq.sweep.directory import Summary
+from seq2seq.train import validation
 from seq2seq.train.validation import higher_is_better
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs/results"
@@ -115,3 +117,25 @@ def test_validation_searches_greedily_whatever_the_run_tests_with(toy, tmp_path,
         assert train(toy, tmp_path / name, *settings, *extra) == 0
     hypotheses = [(tmp_path / name / "valid/step-2.hyp").read_text() for name in ("plain", "run")]
     assert hypotheses[0] == hypotheses[1]
+
+
+def test_a_validation_whose_attention_locked_onto_the_source_eos_says_so(
+    toy, tmp_path, monkeypatch
+):
+    """A cross-attention site whose sink mass reaches LOCKED is named in a warning of the
+    validation's; below it, nothing is said."""
+    masses = iter([0.8, 0.2])
+
+    def sites(model, batches):
+        entry = {"queries": "target", "keys": "source", "mean": {"sink_mass": next(masses)}}
+        return {"decoder.attention": entry}
+
+    monkeypatch.setattr(validation, "measure_attention", sites)
+    run = tmp_path / "run"
+    settings = ("train.max_steps=4", "train.valid_every=2", "train.attention_diagnostics=true")
+    assert train(toy, run, *settings, "data.test=[]") == 0
+    warnings = [line for line in (run / "train.log").read_text().splitlines() if "locked" in line]
+    assert len(warnings) == 1 and "WARNING" in warnings[0]
+    assert "locked onto the source's end of sentence at step 2 (sink mass: " in warnings[0]
+    assert "decoder.attention 0.80)" in warnings[0]
+    assert locked_sites({"a": {"mean": {"sink_mass": LOCKED}}, "b": {"mean": {}}}) == {"a": 0.5}

@@ -52,6 +52,10 @@ from seq2seq.data.tokenizer import PAD_ID
 
 Side = Literal["source", "target"]
 SATURATED = 0.9  # a query whose largest weight exceeds this is saturated
+# A site over the source whose sink mass reaches this is locked onto the source's EOS: half
+# of the attention on one of the ~14 source pieces of a Multi30k sentence, a piece that
+# carries no word.
+LOCKED = 0.5
 
 
 @dataclass(frozen=True)
@@ -352,3 +356,13 @@ def measure_attention(model: nn.Module, batches: Iterable[Batch]) -> dict[str, d
     finally:
         model.train(was_training)
     return {recorder.site.name: recorder.report() for recorder in recorders}
+
+
+def locked_sites(sites: dict[str, dict]) -> dict[str, float]:
+    """Site -> its sink mass, for the sites of `measure_attention`'s result locked onto
+    the source's EOS (sink mass at least LOCKED)."""
+    return {
+        name: entry["mean"]["sink_mass"]
+        for name, entry in sites.items()
+        if entry["mean"].get("sink_mass", 0.0) >= LOCKED
+    }

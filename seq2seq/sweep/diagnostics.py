@@ -23,7 +23,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from seq2seq.attention.diagnostics import DIAGNOSTICS
+from seq2seq.attention.diagnostics import DIAGNOSTICS, LOCKED
 from seq2seq.plots import band_panels_figure, figure_png, line_grid_figure
 from seq2seq.sweep.kept_attention import initial_sites
 from seq2seq.sweep.results import CellResult, SweepResults
@@ -39,9 +39,6 @@ CHART = "attention-diagnostics.png"
 # cross-attention modules) and its sink mass (the largest module's, as locks count it).
 RUN_CURVES = ("normalised entropy", "sink mass (largest module)")
 RUNS_CHART = "attention-runs.png"
-# The sink mass from which a run counts as locked onto the source's EOS: half of the
-# attention on one of the ~14 source pieces of a Multi30k sentence.
-LOCKED = 0.5
 Points = dict[int, dict[int, dict[str, float]]]  # seed -> step -> cross-attention diagnostics
 BEST = -1  # the key of a seed's best validation among its steps (no step is negative)
 TABLES = (  # (step, where, what the table says)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from seq2seq.attention.diagnostics import measure_attention
+from seq2seq.attention.diagnostics import locked_sites, measure_attention
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import GREEDY_SEARCH, VALIDATION_LOSS, Config, DecodeConfig
 from seq2seq.data.batching import Batch, make_batch, token_batches
@@ -147,6 +147,15 @@ def report_validation(
         "" if aligned is None else f"  AER {100 * aligned.aer:.2f}",
         "  (new best)" if is_best else "",
     )  # fmt: skip
+    locked = locked_sites(result.attention)
+    if locked:
+        sites = ", ".join(f"{name} {mass:.2f}" for name, mass in locked.items())
+        log.warning(
+            "attention locked onto the source's end of sentence at step %d (sink mass: %s): "
+            "the weight the target positions put on it, not on words; early in training "
+            "it may pass (docs/attention.md#looking-inside-attention-diagnostics)",
+            step, sites,
+        )  # fmt: skip
     shown = SHOWN_TRANSLATIONS
     board.add_translations(step, data.valid_src[:shown], data.valid_ref[:shown], result.hypotheses)
     for i, amap in enumerate(result.attention_maps):
