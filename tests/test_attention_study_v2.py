@@ -162,6 +162,17 @@ WIDTH_CELLS = {
     for kind in ("scaled-dot", "dot", "cosine")
     for size in ("64", "128", "256")
 }
+# The normalizer sweeps' cells (step 6): a row's name on the page -> its grid values.
+NORMALIZER_CELLS = {
+    "`softmax`": ("softmax", "null"),
+    "`sparsemax`": ("sparsemax", "null"),
+    "`entmax15`": ("entmax15", "null"),
+    "`entmax` (learned alpha)": ("entmax", "null"),
+    **{
+        f"`hard`, `{estimator}`": ("hard", estimator)
+        for estimator in ("exact", "reinforce", "gumbel")
+    },
+}
 TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its grid values
     **{f"Step {step}:": (sweep, types, {}) for step, (sweep, _, types, _) in STEPS.items()},
     **{
@@ -181,6 +192,11 @@ TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its gr
         },
     ),
     "Step 4: the width sweep": ("attention-width", 9, WIDTH_CELLS),
+    "Step 6: soft, sparse and hard attention in the RNN": (
+        "attention-normalizers-rnn",
+        7,
+        NORMALIZER_CELLS,
+    ),
 }
 
 
