@@ -42,8 +42,9 @@ def measure(lists: list[list[str]], references: list[str]) -> dict[str, float]:
         for texts in lists
         if len(texts) > 1
     ]
+    first = [texts[0] if texts else "" for texts in lists]
     return {
-        "1-best BLEU": sacrebleu.corpus_bleu([t[0] if t else "" for t in lists], [references]).score,
+        "1-best BLEU": sacrebleu.corpus_bleu(first, [references]).score,
         "oracle BLEU": sacrebleu.corpus_bleu(oracle, [references]).score,
         "distinct": statistics.fmean(len(set(texts)) for texts in lists),
         "pairwise BLEU": statistics.fmean(pairwise),

@@ -102,15 +102,20 @@ class Beams:
         return open_slots(top_scores, at_eos, beam)
 
     def track(
-        self, src: Tensor, no_repeat_ngram: int, coverage_penalty: float, groups: BeamGroups | None
+        self,
+        src: Tensor,
+        no_repeat_ngram: int,
+        coverage_penalty: float,
+        groups: BeamGroups | None,
+        beam: int,
     ) -> None:
         """Start the records of each row that the search needs: its output so far, to
         block repeats, and the attention it has paid, for the coverage penalty; and the
-        groups of diverse beam search."""
+        groups of diverse beam search, which must divide the `beam`."""
         self.history = src.new_empty(src.size(0), 0) if no_repeat_ngram else None
         self.coverage = src.new_zeros(src.shape, dtype=torch.float) if coverage_penalty else None
-        if groups is not None and self.constrained is not None:
-            raise ValueError("lexical constraints share the slots of a beam without groups")
+        if groups is not None and (self.constrained is not None or beam % groups.groups):
+            raise ValueError(f"{groups.groups} groups need a beam they divide, and no constraints")
         self.groups = groups
 
     def cover(self, step: Step, origin: Tensor, beta: float) -> Tensor | None:

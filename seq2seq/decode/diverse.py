@@ -34,8 +34,6 @@ class BeamGroups:
         their `log_probs` (A*W, V, made the summed scores in place): their summed
         log-probabilities (A, 2K), and the row each extends and its token (A*2K,). Before
         the first step (W = 1) every group extends the one row."""
-        if beam % self.groups:
-            raise ValueError(f"{self.groups} groups do not divide a beam of {beam}")
         active, width = scores.shape
         vocab, size = log_probs.size(-1), beam // self.groups
         summed = log_probs.add_(scores.view(-1, 1)).view(active, width, vocab)

@@ -90,7 +90,7 @@ def beam_search(
     beams = first_beams(
         model, src, src_mask, max_lengths, bos_id, (beam, nbest, alpha), prefixes, constraints
     )
-    beams.track(src, no_repeat_ngram, coverage_penalty, groups)
+    beams.track(src, no_repeat_ngram, coverage_penalty, groups, beam)
     trail, previous_slots = Trail.start(src.size(0), attention, token_scores), None
     for t in range(int(beams.max_lengths.max())):
         step = beams.decode(model, attention or beams.coverage is not None)

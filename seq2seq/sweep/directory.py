@@ -10,7 +10,6 @@ could write at the same time is written under a unique temporary name and rename
 
 from __future__ import annotations
 
-import copy
 import enum
 import json
 import os
@@ -265,7 +264,7 @@ def _changes(old: SweepDefinition, new: SweepDefinition) -> list[str]:
     if set(old.grid) != set(new.grid):
         changes.append(f"grid fields: {', '.join(old.grid)} -> {', '.join(new.grid)}")
     try:  # read by today's schema: a field added since the runs, at its default, is no change
-        stored = config_from_dict(copy.deepcopy(old.config)).to_dict()
+        stored = config_from_dict(old.config).to_dict()
     except UserError as error:
         return [*changes, f"the stored config no longer reads: {error}"]
     a, b = flatten(stored), flatten(new.config)
