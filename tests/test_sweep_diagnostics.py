@@ -82,7 +82,7 @@ def test_the_report_averages_cross_attention_over_layers_and_seeds_at_the_best_s
     assert cosine_row[1] == "2" and cosine_row[column] == "0.3 ± 0"
     assert heading.count("temperature") == 1
     assert cosine_row[heading.index("temperature")] == "10 ± 0" and dot_row[-1] == "-"
-    assert dot_row[heading.index("entropy")] == "-"  # not in these summaries
+    assert "entropy" not in heading  # in no run's summary: no column
     assert f"![attention diagnostics over updates]({CHART})" in markdown
     assert (out / RUNS_CHART).read_bytes().startswith(b"\x89PNG")
     assert f"![every run's attention over updates]({RUNS_CHART})" in markdown
@@ -263,6 +263,29 @@ def test_a_damaged_kept_attention_file_lists_the_run_as_damaged(
          "is gone; restore the file, or train the run again")
     ]  # fmt: skip
     assert [c.cell.title for c in results.cells] == ["general"]  # the whole run is reported
+
+
+@pytest.mark.parametrize(
+    ("weights", "whole"),
+    [
+        ([[0.5, 0.5]], True),  # target x source
+        ([[[0.5, 0.5], [1.0, 0.0]]], True),  # target x head x source: a Transformer's
+        ([[[0.5, 0.5], [1.0, 0.0]], [[0.5, 0.5]]], False),  # heads differ by target
+        ([[[0.5, 0.5, 0.0]]], False),  # a head as wide as no source
+        ([[[0.5, "0.5"]]], False),
+    ],
+)
+def test_a_kept_heatmap_is_whole_by_target_and_source_with_or_without_heads(
+    tmp_path, weights, whole
+):
+    run = RunDir(tmp_path / "run")  # no checkpoints, as a study's committed run directory
+    run.root.mkdir()
+    run.best_attention.write_text(json.dumps(HEATMAP | {"weights": weights}))
+    if whole:
+        check_kept_attention(run)
+    else:
+        with pytest.raises(ValueError, match="best-attention.json is damaged"):
+            check_kept_attention(run)
 
 
 def test_a_damaged_kept_attention_file_is_measured_again_from_the_checkpoint(trained, tmp_path):

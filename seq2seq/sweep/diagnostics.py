@@ -184,7 +184,8 @@ def _at_validations(by_step: dict[int, dict[str, float]], name: str) -> dict[int
 
 def _table(points: dict[str, Points], step: int, where: str, intro: str) -> list[str]:
     """Per cell, each diagnostic's mean ± std over the seeds at `step` (BEST: each seed's
-    best); [] where no run has that point."""
+    best), a column per diagnostic some cell has (the learned scales last); [] where no run
+    has that point."""
     rows = []
     for cell, seeds in points.items():
         found = [by_step[step] for by_step in seeds.values() if step in by_step]
@@ -192,8 +193,8 @@ def _table(points: dict[str, Points], step: int, where: str, intro: str) -> list
             rows.append((cell, found))
     if not rows:
         return []
-    scales = {name for _, found in rows for values in found for name in values}
-    names = [*DIAGNOSTICS, *sorted(scales - set(DIAGNOSTICS))]  # the learned scales last
+    measured = {name for _, found in rows for values in found for name in values}
+    names = [n for n in DIAGNOSTICS if n in measured] + sorted(measured - set(DIAGNOSTICS))
     lines = [
         f"## Attention diagnostics {where}",
         "",

@@ -104,18 +104,25 @@ def _is_sites(value: object) -> bool:
 
 
 def _is_heatmap(value: object) -> bool:
-    """{"source": [piece], "target": [piece], "weights": target x source numbers, ...}."""
+    """{"source": [piece], "target": [piece], "weights": numbers by target x source, or by
+    target x head x source (a multi-head module's), ...}."""
     if not isinstance(value, dict):
         return False
     source, target, weights = value.get("source"), value.get("target"), value.get("weights")
     pieces = all(
         isinstance(p, list) and all(isinstance(x, str) for x in p) for p in (source, target)
     )
-    return (
-        pieces
-        and isinstance(weights, list)
-        and len(weights) == len(target)
-        and all(
-            isinstance(r, list) and len(r) == len(source) and all(map(_number, r)) for r in weights
-        )
+    if not (pieces and isinstance(weights, list) and len(weights) == len(target)):
+        return False
+    width = len(source)
+    if all(_is_row(r, width) for r in weights):
+        return True
+    heads = len(weights[0]) if isinstance(weights[0], list) else 0
+    return heads > 0 and all(
+        isinstance(h, list) and len(h) == heads and all(_is_row(r, width) for r in h)
+        for h in weights
     )
+
+
+def _is_row(value: object, width: int) -> bool:
+    return isinstance(value, list) and len(value) == width and all(map(_number, value))
