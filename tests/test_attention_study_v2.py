@@ -192,11 +192,13 @@ TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its gr
         },
     ),
     "Step 4: the width sweep": ("attention-width", 9, WIDTH_CELLS),
-    "Step 6: soft, sparse and hard attention in the RNN": (
-        "attention-normalizers-rnn",
-        7,
-        NORMALIZER_CELLS,
-    ),
+    **{
+        f"Step 6: soft, sparse and hard attention in the {arch}": (sweep, cells, NORMALIZER_CELLS)
+        for arch, sweep, cells in (
+            ("RNN", "attention-normalizers-rnn", 7),
+            ("Transformer", "attention-normalizers-transformer", 5),
+        )
+    },
 }
 
 
