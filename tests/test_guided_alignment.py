@@ -175,6 +175,24 @@ def test_validation_scores_alignments_as_score_and_evaluate_alignments_do(toy, t
     assert f"AER {expected['aer']:.2f}" in (run / "train.log").read_text()
 
 
+def test_train_metric_aer_keeps_the_checkpoint_of_the_lowest_validation_aer(toy, tmp_path):
+    run = tmp_path / "run"
+    settings = [*GUIDED, "train.valid_every=10", "train.metric=aer", "train.patience=null"]
+    assert train(toy, run, "data.alignments=true", "data.valid_alignments=true", *settings) == 0
+    summary = json.loads(RunDir(run).summary.read_text())
+    rates = {v["step"]: v["aer"] for v in summary["validations"]}
+    best = min(rates, key=lambda step: (rates[step], step))  # the first of equal ones
+    assert len(rates) == 6 and summary["best_step"] == best
+    assert round(summary["best_aer"], 2) == rates[best]
+    best_checkpoint = torch.load(run / "checkpoints/best.pt", weights_only=True)
+    assert best_checkpoint["step"] == best and round(best_checkpoint["score"], 2) == rates[best]
+
+
+def test_train_metric_aer_without_gold_validation_links_is_refused(toy):
+    with pytest.raises(UserError, match="train.metric aer picks the checkpoint by the"):
+        load_config(toy / "run.yaml", ["train.metric=aer"])
+
+
 @pytest.mark.parametrize(
     ("lines", "message"),
     [

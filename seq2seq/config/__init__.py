@@ -26,6 +26,7 @@ from seq2seq.config.loading import (
 )
 from seq2seq.config.schema import Config, ModelConfig, config_differences, flatten
 from seq2seq.config.training import (
+    VALIDATION_AER,
     VALIDATION_LOSS,
     OptimizerConfig,
     ScheduleConfig,
@@ -36,6 +37,7 @@ from seq2seq.config.training import (
 
 __all__ = [
     "ATTENTION_TYPES",
+    "VALIDATION_AER",
     "VALIDATION_LOSS",
     "AttentionConfig",
     "AttentionRegistry",

@@ -20,7 +20,7 @@ from seq2seq.config.attention import (
 from seq2seq.config.data import DataConfig, TokenizerConfig
 from seq2seq.config.decode import DecodeConfig
 from seq2seq.config.section import Section
-from seq2seq.config.training import TrainConfig
+from seq2seq.config.training import VALIDATION_AER, TrainConfig
 
 
 class ModelConfig(Section):
@@ -264,6 +264,16 @@ class Config(Section):
                 "data.alignments guides the attention's weights, and the Transformer's hard "
                 "attention's are the chosen positions; guide a soft or sparse normalizer (or "
                 "the RNN's hard attention), or set data.alignments: false"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _aer_is_measured(self) -> Config:
+        if self.train.metric == VALIDATION_AER and not self.data.valid_alignments:
+            raise ValueError(
+                "train.metric aer picks the checkpoint by the validation's alignment error "
+                "rate, which only data.valid_alignments measures; set it true (with gold "
+                "links in {valid}.align), or choose another metric"
             )
         return self
 

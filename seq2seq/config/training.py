@@ -31,14 +31,22 @@ def parse_duration(value: Any) -> float:
 
 
 VALIDATION_LOSS = "loss"  # train.metric's name of the validation loss (lower is better)
+# train.metric's name of the validation's alignment error rate against data.valid_alignments'
+# gold links, in % (lower is better)
+VALIDATION_AER = "aer"
 
 
 def validation_metrics() -> list[str]:
-    """What `train.metric` may name: each metric of the table, then the loss."""
+    """What every validation measures: each metric of the table, then the loss."""
     # Here, not at the top: sacrebleu is slow to import and most config readers score nothing.
     from seq2seq.evaluate import METRICS
 
     return [*(metric.key for metric in METRICS), VALIDATION_LOSS]
+
+
+def selection_metrics() -> list[str]:
+    """What `train.metric` may name: a validation metric, or the alignment error rate."""
+    return [*validation_metrics(), VALIDATION_AER]
 
 
 _Beta = Annotated[float, Field(ge=0, lt=1)]
@@ -119,8 +127,10 @@ class TrainConfig(Section):
     metric: str = Field(
         "bleu",
         description="what picks the best checkpoint and early stopping: a metric of the "
-        "validation translations (seq2seq.evaluate.METRICS) or the validation loss",
-        json_schema_extra=lambda schema: schema.update(enum=validation_metrics()),
+        "validation translations (seq2seq.evaluate.METRICS), the validation loss, or aer, "
+        "the attention's alignment error rate against gold links (needs "
+        "data.valid_alignments)",
+        json_schema_extra=lambda schema: schema.update(enum=selection_metrics()),
     )
     test_checkpoint: Literal["best", "last", "average"] = Field(
         "best",
@@ -182,7 +192,7 @@ class TrainConfig(Section):
     @field_validator("metric")
     @classmethod
     def _validated(cls, value: str) -> str:
-        names = validation_metrics()
+        names = selection_metrics()
         if value not in names:
             raise ValueError(f"unknown metric {value!r}; known: {', '.join(names)}")
         return value

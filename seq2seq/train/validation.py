@@ -14,7 +14,7 @@ import torch
 
 from seq2seq.attention.diagnostics import locked_sites, measure_attention
 from seq2seq.checkpoint import RunDir
-from seq2seq.config import GREEDY_SEARCH, VALIDATION_LOSS, Config, DecodeConfig
+from seq2seq.config import GREEDY_SEARCH, VALIDATION_AER, VALIDATION_LOSS, Config, DecodeConfig
 from seq2seq.data.batching import Batch, make_batch, token_batches
 from seq2seq.decode.alignment import AlignmentScores, alignment_error_rate
 from seq2seq.decode.line_translator import AttentionMap, LineTranslator
@@ -27,7 +27,6 @@ from seq2seq.train.datasets import Datasets
 from seq2seq.train.logs import TensorBoardLog
 from seq2seq.train.loss import perplexity, token_cross_entropy
 
-AER = "aer"  # the validation record's key of the alignment error rate
 SHOWN_TRANSLATIONS = 5  # the first validation translations TensorBoard shows as text
 
 
@@ -46,7 +45,10 @@ class ValidationResult:
         return perplexity(self.loss)
 
     def metric(self, name: str) -> float:
-        """The value of `name`, as `train.metric` names it: a metric's key, or the loss."""
+        """The value of `name`, as `train.metric` names it: a metric's key, the loss, or
+        the alignment error rate in % (where measured)."""
+        if name == VALIDATION_AER:  # measured: the config refuses aer without gold links
+            return 100 * self.alignment.aer  # type: ignore[union-attr]
         return self.loss if name == VALIDATION_LOSS else self.scores[name]
 
     def record(self, step: int) -> dict[str, float]:
@@ -55,13 +57,13 @@ class ValidationResult:
         measured."""
         record = {"step": step, **self.scores, VALIDATION_LOSS: self.loss}
         if self.alignment is not None:
-            record[AER] = self.alignment.to_dict()[AER]
+            record[VALIDATION_AER] = self.alignment.to_dict()[VALIDATION_AER]
         return record
 
 
 def higher_is_better(name: str) -> bool:
     """Whether a larger value of `name` (see `ValidationResult.metric`) is better."""
-    if name == VALIDATION_LOSS:
+    if name in (VALIDATION_LOSS, VALIDATION_AER):
         return False
     return next(metric.higher_is_better for metric in METRICS if metric.key == name)
 
@@ -166,5 +168,6 @@ def report_validation(
     values = {**result.scores, VALIDATION_LOSS: result.loss, "perplexity": result.perplexity}
     if aligned is not None:
         rates = aligned.to_dict()
-        values |= {f"alignment_{rate}": rates[rate] for rate in (AER, "precision", "recall")}
+        rated = (VALIDATION_AER, "precision", "recall")
+        values |= {f"alignment_{rate}": rates[rate] for rate in rated}
     board.add(step, "valid", values)
