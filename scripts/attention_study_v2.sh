@@ -17,7 +17,7 @@ sweeps_of() {
     3) echo attention_temperature_rnn attention_temperature_transformer attention_qknorm ;;
     4) echo attention_width ;;
     5) echo attention_rnn_v2_long attention_transformer_v2_long ;;  # after steps 1 and 2
-    6) echo attention_normalizers_rnn attention_normalizers_transformer ;;
+    6) echo attention_normalizers_rnn attention_normalizers_transformer attention_normalizers_rnn_scaled_dot ;;
     *) return 1 ;;
   esac
 }

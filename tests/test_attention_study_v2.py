@@ -107,6 +107,23 @@ def test_the_longer_sweeps_differ_from_their_sweep_in_budget_and_seeds_only(arch
         assert a["train.schedule.type"] in ("inverse_sqrt", "plateau")  # blind to the budget
 
 
+def test_the_rnns_scaled_dot_normalizer_cells_differ_from_generals_in_the_score_only():
+    general = load_sweep(SWEEPS / "attention_normalizers_rnn.yaml")
+    scaled = load_sweep(SWEEPS / "attention_normalizers_rnn_scaled_dot.yaml")
+    twins = {
+        (run.config.model.attention.normalizer, run.seed): run.config
+        for run in general.runs
+        if run.config.model.attention.hard.estimator is None
+    }
+    normalizers = {run.config.model.attention.normalizer for run in scaled.runs}
+    assert normalizers == {"softmax", "sparsemax", "entmax15"} and len(scaled.runs) == 15
+    for run in scaled.runs:
+        a = flatten(twins[run.config.model.attention.normalizer, run.seed].to_dict())
+        b = flatten(run.config.to_dict())
+        assert {k for k in a if a[k] != b[k]} == {"name", "model.attention.type"}
+        assert (a["model.attention.type"], b["model.attention.type"]) == ("general", "scaled-dot")
+
+
 @pytest.mark.parametrize(
     "schedule",
     [
