@@ -57,6 +57,17 @@ from bench_train import (  # noqa: E402
 )
 
 
+def in_own_process(function: Callable[..., dict], *args: object) -> dict:
+    """`function(*args)` in a fresh process (spawned: nothing of this one's memory), which
+    then exits by itself: one terminated leaves its semaphores to the resource tracker's
+    "leaked" warning at shutdown."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        result = pool.apply(function, args)
+        pool.close()
+        pool.join()
+    return result
+
+
 def with_peak_memory(measure: Callable[..., dict], *args: object) -> dict:
     """Runs in the measurement's own process: its line, with the process's peak resident
     memory added."""
@@ -253,22 +264,19 @@ def measure_as_asked(args: argparse.Namespace) -> None:
         )
         measure_data(args)
         return
-    context = multiprocessing.get_context("spawn")
     measure = {
         "train": measure_train, "losses": measure_losses, "diagnostics": measure_diagnostics
     }.get(args.mode)  # fmt: skip
     if measure is not None:
-        with context.Pool(1) as pool:
-            print(json.dumps(pool.apply(with_peak_memory, (measure, args))), flush=True)
+        print(json.dumps(in_own_process(with_peak_memory, measure, args)), flush=True)
         return
     with tempfile.TemporaryDirectory() as directory:
         for engine in args.engine:
             exported = export_for(args, engine, Path(directory))
             for beam in args.beam:
-                with context.Pool(1) as pool:
-                    measured = pool.apply(
-                        with_peak_memory, (measure_decode, args, engine, beam, exported)
-                    )
+                measured = in_own_process(
+                    with_peak_memory, measure_decode, args, engine, beam, exported
+                )
                 print(json.dumps(measured), flush=True)
 
 
