@@ -6,6 +6,7 @@ import ctypes
 import ctypes.util
 import functools
 import os
+import platform
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -104,6 +105,25 @@ def out_of_memory_reported(message: Callable[[], str]) -> Iterator[None]:
         if not out_of_memory(error):
             raise
         raise ResourceError(message()) from None
+
+
+def machine(device: torch.device) -> dict[str, str | int | None]:
+    """What a run computes on: the CPU's model, its CPU count and the GPU's name. A run
+    repeats float for float on the same commit, seed and threads only on the same kind of
+    CPU (or GPU): another one's kernels round sums differently."""
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {"cpu": _cpu_model(), "cpus": os.cpu_count(), "gpu": gpu}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()  # not Linux, or no model name
 
 
 def cpu_has_bf16() -> bool:

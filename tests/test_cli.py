@@ -4,6 +4,7 @@ Bad input, one row per kind, is tests/test_bad_input.py.
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,25 @@ def test_a_run_directory_holds_everything_a_run_leaves(six_steps):
     assert set(scores["test"]) >= {"bleu", "chrf", "signature"}
     assert "nrefs:1" in scores["test"]["signature"]
     assert len((six_steps / "test/test.hyp").read_text().splitlines()) == 10  # the test set's
+
+
+def test_meta_names_the_machines_the_run_computed_on(toy, six_steps, tmp_path):
+    """Floats repeat only on the same kind of CPU: meta.json says which ones it was."""
+    [machine] = json.loads((six_steps / "meta.json").read_text())["machines"]
+    assert machine["cpus"] == os.cpu_count() and machine["gpu"] is None
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():  # Linux: its model name line
+        assert f"model name\t: {machine['cpu']}\n" in cpuinfo.read_text()
+    assert machine["cpu"]
+    moved = tmp_path / "moved"  # trained on another machine, then resumed on this one
+    assert train(toy, moved, "train.max_steps=2") == 0
+    meta = json.loads((moved / "meta.json").read_text())
+    elsewhere = machine | {"cpu": "another CPU"}
+    (moved / "meta.json").write_text(json.dumps(meta | {"machines": [elsewhere]}))
+    assert train(toy, moved, "train.max_steps=4") == 0
+    assert json.loads((moved / "meta.json").read_text())["machines"] == [elsewhere, machine]
+    assert train(toy, moved, "train.max_steps=6") == 0  # the same machine again: one entry
+    assert json.loads((moved / "meta.json").read_text())["machines"] == [elsewhere, machine]
 
 
 def test_translate_writes_one_line_per_input_line(six_steps, tmp_path):

@@ -28,6 +28,7 @@ from seq2seq.config import Config, config_differences, validation_metrics
 from seq2seq.data.tokenizer import PAD_ID, SETTINGS, trained_settings
 from seq2seq.device import (
     check_precision,
+    machine,
     out_of_memory,
     out_of_memory_reported,
     pick_device,
@@ -76,8 +77,16 @@ def _git_revision() -> str | None:
     return out.stdout.strip() or None
 
 
-def _write_meta(run: RunDir, resumed: bool, world: World, parent: Parent | None) -> None:
-    """meta.json: versions, command and start; a fine-tuning run's parent (kept on resume)."""
+def _write_meta(
+    run: RunDir, resumed: bool, world: World, device: torch.device, parent: Parent | None
+) -> None:
+    """meta.json: versions, command and start; the machines it trained on, one entry a
+    change of machine (kept on resume); a fine-tuning run's parent (kept on resume)."""
+    before = _read_meta(run)
+    machines = [m for m in before.get("machines", []) if isinstance(m, dict)] if resumed else []
+    here = machine(device)
+    if not machines or machines[-1] != here:
+        machines.append(here)
     meta = {
         "seq2seq": VERSION,
         "torch": torch.__version__,
@@ -87,8 +96,9 @@ def _write_meta(run: RunDir, resumed: bool, world: World, parent: Parent | None)
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "resumed": resumed,
         "processes": world.size,
+        "machines": machines,
     }
-    init_from = parent.record() if parent is not None else _read_meta(run).get("init_from")
+    init_from = parent.record() if parent is not None else before.get("init_from")
     if init_from is not None:
         meta["init_from"] = init_from
     atomic_write_text(run.meta, json.dumps(meta, indent=2) + "\n")
@@ -252,10 +262,10 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     parent = None if resuming or cfg.train.init_from is None else Parent.find(cfg.train.init_from)
     if parent is not None:
         parent.check_fits(cfg)
-    if world.is_main:
-        _write_run_files(cfg, run, world, resuming, parent)
-    log = setup_logging(run.log if world.is_main else None, world.rank)
     device = set_up_process(cfg, world)
+    if world.is_main:
+        _write_run_files(cfg, run, world, device, resuming, parent)
+    log = setup_logging(run.log if world.is_main else None, world.rank)
     data = _load_data_main_first(cfg, run, world, log)
     model = _build_model(cfg, data, device)
     if parent is not None:  # before the trainer: DDP copies rank 0's weights to the others
@@ -298,7 +308,12 @@ def _build_model(cfg: Config, data: Datasets, device: torch.device) -> Seq2Seq:
 
 
 def _write_run_files(
-    cfg: Config, run: RunDir, world: World, resuming: bool, parent: Parent | None
+    cfg: Config,
+    run: RunDir,
+    world: World,
+    device: torch.device,
+    resuming: bool,
+    parent: Parent | None,
 ) -> None:
     """Create the run directory with its config.yaml and meta.json (and a fine-tuning
     run's tokenizer, copied from its parent)."""
@@ -309,7 +324,7 @@ def _write_run_files(
             f"cannot create run directory {run.root} ({error.strerror}); pass another --run-dir"
         ) from None
     atomic_write_text(run.config, cfg.to_yaml())
-    _write_meta(run, resuming, world, parent)
+    _write_meta(run, resuming, world, device, parent)
     if parent is not None:
         parent.copy_tokenizer(run)
 
