@@ -12,7 +12,10 @@ twin. Prints the table of runs, then per test set: the runs whose BLEU rose, the
 gain (min to max), Spearman's rank correlation between the budgets of the cells' means
 (over the seeds finished in LONG; with and without `--leave-out` cells, default the
 `none` type), each cell's mean gain, and the spread (largest minus smallest mean) of the
-cells that are not left out at each budget."""
+cells that are not left out at each budget. Last, whether each run repeats its SHORT twin
+over SHORT's budget (every validation's loss equal, as training on the same kind of CPU
+does; meta.json names the machines), and for those that do not, both validation BLEUs at
+the budget: how far the CPUs' rounding alone moved them."""
 
 from __future__ import annotations
 
@@ -41,6 +44,27 @@ def pairs(short: Path, long: Path) -> dict[tuple[str, int], tuple[dict, dict]]:
             key = (match["cell"], int(match["seed"]))
             found[key] = (scores(short / "runs" / run.name), scores(run))
     return found
+
+
+def validations(run: Path) -> dict[int, dict]:
+    """Step -> the run's validation there (summary.json)."""
+    summary = json.loads((run / "summary.json").read_text())
+    return {validation["step"]: validation for validation in summary["validations"]}
+
+
+def left_their_twins(short: Path, long: Path, found: dict) -> None:
+    """The repetition check's lines: LONG's runs that do not repeat their SHORT twin."""
+    apart = []
+    for cell, seed in found:
+        name = f"{cell},seed={seed}"
+        twin, run = validations(short / "runs" / name), validations(long / "runs" / name)
+        if any(run.get(step, {}).get("loss") != v["loss"] for step, v in twin.items()):
+            budget = max(twin)
+            apart.append((cell, seed, budget, twin[budget]["bleu"], run[budget]["bleu"]))
+    print(f"\n{len(found) - len(apart)} of {len(found)} runs repeat their twin over its budget")
+    for cell, seed, budget, before, now in apart:
+        print(f"  not `{cell_name(cell)}`, seed {seed}: validation BLEU at {budget} "
+              f"{before:.2f} (twin) against {now:.2f}")  # fmt: skip
 
 
 def ranks(values: list[float]) -> list[float]:
@@ -110,6 +134,7 @@ def main() -> None:
         print(f"| `{cell_name(cell)}`, seed {seed} | {row} |")
     for test in tests:
         describe(found, test, set(args.leave_out))
+    left_their_twins(args.short, args.long, found)
 
 
 if __name__ == "__main__":
