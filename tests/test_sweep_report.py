@@ -271,3 +271,20 @@ def test_a_run_directory_that_is_a_file_or_empty_is_damaged_not_unstarted(
     problem = f"{path} is a file, not a run directory" if left == "a file" else f"{path} is empty"
     assert [(r.name, p) for r, p in results.damaged] == [(run.name, problem)]
     assert [r.name for r, _ in results.unfinished] == []
+
+
+def test_the_report_counts_the_runs_by_the_machines_they_trained_on(hand_made):
+    sweep, results = hand_made
+    assert "Machines, runs each" not in results_markdown(results)  # none recorded: no line
+    directory = SweepDir(Path("sweep"))
+    intel, amd = {"cpu": "Intel Xeon", "cpus": 2, "gpu": None}, {"cpu": "AMD EPYC", "cpus": 2}
+    gpu = {"cpu": "AMD EPYC", "cpus": 16, "gpu": "NVIDIA H100"}
+    bahdanau, dot, _ = sweep.cells
+    listed = {(bahdanau, 1): [intel], (bahdanau, 2): [intel], (dot, 1): [amd, intel],
+              (dot, 2): [gpu]}  # fmt: skip
+    for (cell, seed), machines in listed.items():
+        directory.run(sweep.run(cell, seed)).meta.write_text(json.dumps({"machines": machines}))
+    assert (
+        "Machines, runs each (meta.json): Intel Xeon: 2; AMD EPYC then Intel Xeon: 1; "
+        "AMD EPYC with NVIDIA H100: 1; not recorded: 1."
+    ) in results_markdown(collect(directory))

@@ -92,6 +92,8 @@ class FinishedRun:
     # Test set name -> the scores of the last checkpoint (test/last/scores.json), where the
     # test sets were translated with another one; runs trained before that lack them.
     last_scores: dict[str, dict[str, float]]
+    # The kinds of machine it trained on (meta.json; [] for runs from before it said so).
+    machines: list[str]
 
 
 class NotFinished(Exception):
@@ -214,9 +216,23 @@ def read_finished(run: RunDir, cfg: Config) -> FinishedRun:
     if not isinstance(last_scores, dict) or not all(map(_is_mapping, last_scores.values())):
         raise ValueError(f"{last} is not a mapping of test sets to scores")
     try:
-        return FinishedRun(run, Summary.model_validate(summary), hypotheses, last_scores)
+        read = Summary.model_validate(summary)
     except ValidationError as error:
         raise ValueError(f"{run.summary}: {describe_validation_error(error, Summary)}") from None
+    return FinishedRun(run, read, hypotheses, last_scores, _machines(run))
+
+
+def _machines(run: RunDir) -> list[str]:
+    """Each machine meta.json lists, as "CPU model" or "CPU model with GPU name"."""
+    try:
+        listed = json.loads(run.meta.read_text(encoding="utf-8")).get("machines", [])
+    except (OSError, ValueError, AttributeError):  # no meta.json, or not one that lists them
+        return []
+    return [
+        f"{m.get('cpu')}" + (f" with {m['gpu']}" if m.get("gpu") else "")
+        for m in listed
+        if isinstance(m, dict)
+    ]
 
 
 def _is_mapping(value: object) -> bool:

@@ -47,6 +47,7 @@ from seq2seq.sweep.tables import (
     bucket_bleu,
     how_to_read,
     length_table,
+    machines_note,
     ranking,
     scores_table,
     training_table,
@@ -142,6 +143,7 @@ def results_markdown(results: SweepResults, charts: list[str] | None = None) -> 
         lines += [ranking(results), ""]
     lines += budget_tables(results)
     lines += ["## Training", "", *training_table(results), "", TRAINING_NOTE, ""]
+    lines += machines_note(results)
     for name in results.test_sets:
         lines += length_table(results, name)
     if charts:

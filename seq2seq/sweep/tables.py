@@ -1,8 +1,11 @@
 """The tables of a sweep's report (results.md), each with the note that says what its
 numbers mean: a table per test set comparing every cell with the baseline, whether the
-ranking holds across test sets, the training table, BLEU by source length."""
+ranking holds across test sets, the training table and the machines the runs trained on,
+BLEU by source length."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 from seq2seq.evaluate import METRICS, length_buckets
 from seq2seq.significance import ALPHA, Comparison, smallest_exact_p
@@ -177,6 +180,23 @@ def training_table(results: SweepResults) -> list[str]:
         row += [_statistic(k, result.statistics[k].mean) for k in STATISTICS]
         lines.append("| " + " | ".join(row) + " |")
     return lines
+
+
+def machines_note(results: SweepResults) -> list[str]:
+    """The kinds of machine the finished runs trained on, where their meta.json says."""
+    kinds = Counter(
+        " then ".join(run.machines) or "not recorded"
+        for result in results.cells
+        for run in result.runs.values()
+    )
+    if set(kinds) <= {"not recorded"}:
+        return []
+    listed = "; ".join(f"{kind}: {count}" for kind, count in kinds.most_common())
+    return [
+        f"Machines, runs each (meta.json): {listed}. A run repeats float for float (the same "
+        "commit, seed and threads) only on the kind of machine it trained on.",
+        "",
+    ]
 
 
 def _statistic(name: str, value: float) -> str:
