@@ -15,7 +15,8 @@ gain (min to max), Spearman's rank correlation between the budgets of the cells'
 cells that are not left out at each budget. Last, whether each run repeats its SHORT twin
 over SHORT's budget (every validation's loss equal, as training on the same kind of CPU
 does; meta.json names the machines), and for those that do not, both validation BLEUs at
-the budget: how far the CPUs' rounding alone moved them."""
+the budget: how far the CPUs' rounding alone moved them; then the gain in validation BLEU
+within each LONG run from SHORT's budget to its end, which no such difference touches."""
 
 from __future__ import annotations
 
@@ -54,17 +55,20 @@ def validations(run: Path) -> dict[int, dict]:
 
 def left_their_twins(short: Path, long: Path, found: dict) -> None:
     """The repetition check's lines: LONG's runs that do not repeat their SHORT twin."""
-    apart = []
+    apart, gains = [], []
     for cell, seed in found:
         name = f"{cell},seed={seed}"
         twin, run = validations(short / "runs" / name), validations(long / "runs" / name)
+        budget = max(twin)
+        gains.append(run[max(run)]["bleu"] - run[budget]["bleu"])
         if any(run.get(step, {}).get("loss") != v["loss"] for step, v in twin.items()):
-            budget = max(twin)
             apart.append((cell, seed, budget, twin[budget]["bleu"], run[budget]["bleu"]))
     print(f"\n{len(found) - len(apart)} of {len(found)} runs repeat their twin over its budget")
     for cell, seed, budget, before, now in apart:
         print(f"  not `{cell_name(cell)}`, seed {seed}: validation BLEU at {budget} "
               f"{before:.2f} (twin) against {now:.2f}")  # fmt: skip
+    print(f"validation BLEU within each run, its budget -> its end: mean gain "
+          f"{statistics.mean(gains):+.2f} ({min(gains):+.2f} to {max(gains):+.2f})")  # fmt: skip
 
 
 def ranks(values: list[float]) -> list[float]:
