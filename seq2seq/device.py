@@ -115,6 +115,12 @@ def machine(device: torch.device) -> dict[str, str | int | None]:
     return {"cpu": _cpu_model(), "cpus": os.cpu_count(), "gpu": gpu}
 
 
+def machine_label(recorded: dict) -> str:
+    """A machine of meta.json in words: "CPU model", or "CPU model with GPU name"."""
+    gpu = recorded.get("gpu")
+    return f"{recorded.get('cpu')}" + (f" with {gpu}" if gpu else "")
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:

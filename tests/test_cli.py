@@ -60,8 +60,11 @@ def test_meta_names_the_machines_the_run_computed_on(toy, six_steps, tmp_path):
     (moved / "meta.json").write_text(json.dumps(meta | {"machines": [elsewhere]}))
     assert train(toy, moved, "train.max_steps=4") == 0
     assert json.loads((moved / "meta.json").read_text())["machines"] == [elsewhere, machine]
+    warning = f"resumed on {machine['cpu']}, trained on another CPU so far: it goes on from"
+    assert (moved / "train.log").read_text().count(warning) == 1
     assert train(toy, moved, "train.max_steps=6") == 0  # the same machine again: one entry
     assert json.loads((moved / "meta.json").read_text())["machines"] == [elsewhere, machine]
+    assert (moved / "train.log").read_text().count(warning) == 1  # and no second warning
 
 
 def test_translate_writes_one_line_per_input_line(six_steps, tmp_path):

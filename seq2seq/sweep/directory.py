@@ -26,6 +26,7 @@ from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config, config_from_dict, describe_validation_error, flatten
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.data.training_corpus import prepare_training_data
+from seq2seq.device import machine_label
 from seq2seq.errors import UserError
 from seq2seq.evaluate import HEADLINE, METRICS
 from seq2seq.files import atomic_write_text, publish_directory
@@ -223,16 +224,12 @@ def read_finished(run: RunDir, cfg: Config) -> FinishedRun:
 
 
 def _machines(run: RunDir) -> list[str]:
-    """Each machine meta.json lists, as "CPU model" or "CPU model with GPU name"."""
+    """Each machine meta.json lists, in words."""
     try:
         listed = json.loads(run.meta.read_text(encoding="utf-8")).get("machines", [])
     except (OSError, ValueError, AttributeError):  # no meta.json, or not one that lists them
         return []
-    return [
-        f"{m.get('cpu')}" + (f" with {m['gpu']}" if m.get("gpu") else "")
-        for m in listed
-        if isinstance(m, dict)
-    ]
+    return [machine_label(m) for m in listed if isinstance(m, dict)]
 
 
 def _is_mapping(value: object) -> bool:

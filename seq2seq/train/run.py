@@ -29,6 +29,7 @@ from seq2seq.data.tokenizer import PAD_ID, SETTINGS, trained_settings
 from seq2seq.device import (
     check_precision,
     machine,
+    machine_label,
     out_of_memory,
     out_of_memory_reported,
     pick_device,
@@ -79,13 +80,15 @@ def _git_revision() -> str | None:
 
 def _write_meta(
     run: RunDir, resumed: bool, world: World, device: torch.device, parent: Parent | None
-) -> None:
+) -> dict | None:
     """meta.json: versions, command and start; the machines it trained on, one entry a
-    change of machine (kept on resume); a fine-tuning run's parent (kept on resume)."""
+    change of machine (kept on resume); a fine-tuning run's parent (kept on resume).
+    Returns the machine it trained on before where a resumed run moved, else None."""
     before = _read_meta(run)
     machines = [m for m in before.get("machines", []) if isinstance(m, dict)] if resumed else []
     here = machine(device)
-    if not machines or machines[-1] != here:
+    moved_from = machines[-1] if machines and machines[-1] != here else None
+    if not machines or moved_from is not None:
         machines.append(here)
     meta = {
         "seq2seq": VERSION,
@@ -102,6 +105,7 @@ def _write_meta(
     if init_from is not None:
         meta["init_from"] = init_from
     atomic_write_text(run.meta, json.dumps(meta, indent=2) + "\n")
+    return moved_from
 
 
 def _read_meta(run: RunDir) -> dict:
@@ -263,8 +267,9 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     if parent is not None:
         parent.check_fits(cfg)
     device = set_up_process(cfg, world)
+    moved_from = None
     if world.is_main:
-        _write_run_files(cfg, run, world, device, resuming, parent)
+        moved_from = _write_run_files(cfg, run, world, device, resuming, parent)
     log = setup_logging(run.log if world.is_main else None, world.rank)
     data = _load_data_main_first(cfg, run, world, log)
     model = _build_model(cfg, data, device)
@@ -276,6 +281,12 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     if found is not None:
         trainer.restore(*found)
         log.info("resumed %s from step %d", run.root, trainer.progress.step)
+    if moved_from is not None:
+        log.warning(
+            "resumed on %s, trained on %s so far: it goes on from the same weights, but "
+            "its sums round differently here, so not float for float as it would have there",
+            machine_label(machine(device)), machine_label(moved_from),
+        )  # fmt: skip
     log.info(
         "model: %s, %d parameters; %s; source/target length ratio %.3f; "
         "device %s, %d CPU threads; %d process(es); precision %s",
@@ -314,9 +325,9 @@ def _write_run_files(
     device: torch.device,
     resuming: bool,
     parent: Parent | None,
-) -> None:
+) -> dict | None:
     """Create the run directory with its config.yaml and meta.json (and a fine-tuning
-    run's tokenizer, copied from its parent)."""
+    run's tokenizer, copied from its parent); the machine it left, where it moved."""
     try:
         run.root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -324,9 +335,10 @@ def _write_run_files(
             f"cannot create run directory {run.root} ({error.strerror}); pass another --run-dir"
         ) from None
     atomic_write_text(run.config, cfg.to_yaml())
-    _write_meta(run, resuming, world, device, parent)
+    moved_from = _write_meta(run, resuming, world, device, parent)
     if parent is not None:
         parent.copy_tokenizer(run)
+    return moved_from
 
 
 def set_up_process(cfg: Config, world: World) -> torch.device:
