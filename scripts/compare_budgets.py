@@ -54,7 +54,8 @@ def validations(run: Path) -> dict[int, dict]:
 
 
 def left_their_twins(short: Path, long: Path, found: dict) -> None:
-    """The repetition check's lines: LONG's runs that do not repeat their SHORT twin."""
+    """The repetition check's lines, LONG's runs that do not repeat their SHORT twin; then
+    the gain in validation BLEU within each LONG run."""
     apart, gains = [], []
     for cell, seed in found:
         name = f"{cell},seed={seed}"

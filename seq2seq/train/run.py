@@ -80,10 +80,10 @@ def _git_revision() -> str | None:
 
 def _write_meta(
     run: RunDir, resumed: bool, world: World, device: torch.device, parent: Parent | None
-) -> dict | None:
+) -> str | None:
     """meta.json: versions, command and start; the machines it trained on, one entry a
     change of machine (kept on resume); a fine-tuning run's parent (kept on resume).
-    Returns the machine it trained on before where a resumed run moved, else None."""
+    Returns where a resumed run moved ("on X, trained on Y so far"), else None."""
     before = _read_meta(run)
     machines = [m for m in before.get("machines", []) if isinstance(m, dict)] if resumed else []
     here = machine(device)
@@ -105,7 +105,9 @@ def _write_meta(
     if init_from is not None:
         meta["init_from"] = init_from
     atomic_write_text(run.meta, json.dumps(meta, indent=2) + "\n")
-    return moved_from
+    if moved_from is None:
+        return None
+    return f"on {machine_label(here)}, trained on {machine_label(moved_from)} so far"
 
 
 def _read_meta(run: RunDir) -> dict:
@@ -267,9 +269,9 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     if parent is not None:
         parent.check_fits(cfg)
     device = set_up_process(cfg, world)
-    moved_from = None
+    moved = None
     if world.is_main:
-        moved_from = _write_run_files(cfg, run, world, device, resuming, parent)
+        moved = _write_run_files(cfg, run, world, device, resuming, parent)
     log = setup_logging(run.log if world.is_main else None, world.rank)
     data = _load_data_main_first(cfg, run, world, log)
     model = _build_model(cfg, data, device)
@@ -281,11 +283,10 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     if found is not None:
         trainer.restore(*found)
         log.info("resumed %s from step %d", run.root, trainer.progress.step)
-    if moved_from is not None:
+    if moved is not None:
         log.warning(
-            "resumed on %s, trained on %s so far: it goes on from the same weights, but "
-            "its sums round differently here, so not float for float as it would have there",
-            machine_label(machine(device)), machine_label(moved_from),
+            "resumed %s: it goes on from the same weights, but its sums round differently "
+            "here, so not float for float as it would have there", moved,
         )  # fmt: skip
     log.info(
         "model: %s, %d parameters; %s; source/target length ratio %.3f; "
@@ -325,7 +326,7 @@ def _write_run_files(
     device: torch.device,
     resuming: bool,
     parent: Parent | None,
-) -> dict | None:
+) -> str | None:
     """Create the run directory with its config.yaml and meta.json (and a fine-tuning
     run's tokenizer, copied from its parent); the machine it left, where it moved."""
     try:
