@@ -216,6 +216,11 @@ TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its gr
             ("Transformer", "attention-normalizers-transformer", 5),
         )
     },
+    "Step 6: sparse attention with `scaled-dot` scores in the RNN": (
+        "attention-normalizers-rnn-scaled-dot",
+        3,
+        {},
+    ),
 }
 
 
