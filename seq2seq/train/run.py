@@ -328,7 +328,7 @@ def _write_run_files(
     parent: Parent | None,
 ) -> str | None:
     """Create the run directory with its config.yaml and meta.json (and a fine-tuning
-    run's tokenizer, copied from its parent); the machine it left, where it moved."""
+    run's tokenizer, copied from its parent); where a resumed run moved, as _write_meta says."""
     try:
         run.root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
