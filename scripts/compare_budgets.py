@@ -14,9 +14,11 @@ gain (min to max), Spearman's rank correlation between the budgets of the cells'
 `none` type), each cell's mean gain, and the spread (largest minus smallest mean) of the
 cells that are not left out at each budget. Last, whether each run repeats its SHORT twin
 over SHORT's budget (every validation's loss equal, as training on the same kind of CPU
-does; meta.json names the machines), and for those that do not, both validation BLEUs at
-the budget: how far the CPUs' rounding alone moved them; then the gain in validation BLEU
-within each LONG run from SHORT's budget to its end, which no such difference touches."""
+does; meta.json names the machines), and for those that do not, the first validation
+whose loss differs and both validation BLEUs at the budget (then the mean, range and signs
+of those differences): how far the CPUs' rounding alone moved them; last, the gain in
+validation BLEU within each LONG run from SHORT's budget to its end, which no such
+difference touches."""
 
 from __future__ import annotations
 
@@ -62,12 +64,21 @@ def left_their_twins(short: Path, long: Path, found: dict) -> None:
         twin, run = validations(short / "runs" / name), validations(long / "runs" / name)
         budget = max(twin)
         gains.append(run[max(run)]["bleu"] - run[budget]["bleu"])
-        if any(run.get(step, {}).get("loss") != v["loss"] for step, v in twin.items()):
-            apart.append((cell, seed, budget, twin[budget]["bleu"], run[budget]["bleu"]))
+        differ = [
+            step for step in sorted(twin) if run.get(step, {}).get("loss") != twin[step]["loss"]
+        ]
+        if differ:
+            apart.append((cell, seed, differ[0], budget, twin[budget]["bleu"], run[budget]["bleu"]))
     print(f"\n{len(found) - len(apart)} of {len(found)} runs repeat their twin over its budget")
-    for cell, seed, budget, before, now in apart:
-        print(f"  not `{cell_name(cell)}`, seed {seed}: validation BLEU at {budget} "
-              f"{before:.2f} (twin) against {now:.2f}")  # fmt: skip
+    for cell, seed, first, budget, before, now in apart:
+        print(f"  not `{cell_name(cell)}`, seed {seed}: from update {first} on; validation BLEU "
+              f"at {budget} {before:.2f} (twin) against {now:.2f}")  # fmt: skip
+    if apart:
+        moved = [now - before for *_, before, now in apart]
+        above, below = sum(m > 0 for m in moved), sum(m < 0 for m in moved)
+        print(f"  their validation BLEU at the budget minus their twins': mean "
+              f"{statistics.mean(moved):+.2f} ({min(moved):+.2f} to {max(moved):+.2f}); "
+              f"above in {above}, below in {below}")  # fmt: skip
     print(f"validation BLEU within each run, its budget -> its end: mean gain "
           f"{statistics.mean(gains):+.2f} ({min(gains):+.2f} to {max(gains):+.2f})")  # fmt: skip
 

@@ -32,7 +32,11 @@ def test_runs_that_left_their_twin_are_named_with_both_bleus_at_the_budget(
     assert "| `dot`, seed 1 | 30.00 -> 32.00 |" in out
     assert "test: BLEU rose in 2 of 2 runs; mean gain +1.75 (+1.50 to +2.00)" in out
     assert "1 of 2 runs repeat their twin over its budget" in out
-    assert "  not `cosine`, seed 1: validation BLEU at 2 20.00 (twin) against 21.50" in out
+    assert (
+        "  not `cosine`, seed 1: from update 1 on; validation BLEU at 2 20.00 (twin) against 21.50"
+        in out
+    )
     assert "not `dot`" not in out
+    assert "minus their twins': mean +1.50 (+1.50 to +1.50); above in 1, below in 0" in out
     # validation BLEU 20 -> 25 (dot) and 21.5 -> 26 (cosine), each within its own run
     assert "its budget -> its end: mean gain +4.75 (+4.50 to +5.00)" in out
