@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The attention study's second edition (docs/results/attention-study-v2.md), a step at a
-# time: `scripts/attention_study_v2.sh STEP` (STEP 1 to 6, or `all` for 1 to 6 in order)
+# time: `scripts/attention_study_v2.sh STEP` (STEP 1 to 7, or `all` for 1 to 7 in order)
 # runs the step's sweeps in two shards side by side, from the repository root, and waits
 # for both. Each sweep configs/sweeps/NAME.yaml goes to docs/results/NAME (underscores as
 # dashes); the shards' logs to runs/logs/. Resumable: the same command skips finished runs
@@ -18,13 +18,14 @@ sweeps_of() {
     4) echo attention_width ;;
     5) echo attention_rnn_v2_long attention_transformer_v2_long ;;  # after steps 1 and 2
     6) echo attention_normalizers_rnn attention_normalizers_transformer attention_normalizers_rnn_scaled_dot ;;
+    7) echo attention_rnn_v2_fren attention_rnn_v2_ende attention_transformer_v2_fren attention_transformer_v2_ende ;;
     *) return 1 ;;
   esac
 }
 
 run_step() {
   local step=$1 sweeps pids=() status=0
-  sweeps=$(sweeps_of "$step") || { echo "usage: $0 STEP (1-6, or all)" >&2; return 2; }
+  sweeps=$(sweeps_of "$step") || { echo "usage: $0 STEP (1-7, or all)" >&2; return 2; }
   for shard in 1 2; do
     (
       failed=0
@@ -43,7 +44,7 @@ run_step() {
 
 cd "$(dirname "$0")/.." && mkdir -p runs/logs || exit 1
 if [ "${1:-}" = all ]; then
-  for step in 1 2 3 4 5 6; do run_step "$step" || exit 1; done
+  for step in 1 2 3 4 5 6 7; do run_step "$step" || exit 1; done
 else
   run_step "${1:-}"
 fi

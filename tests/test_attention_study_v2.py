@@ -25,7 +25,12 @@ SECOND_EDITION = {
     "attention_temperature_transformer.yaml": "attention_transformer.yaml",
     "attention_qknorm.yaml": "attention_transformer.yaml",
     "attention_width.yaml": "attention_rnn.yaml",
+    "attention_rnn_v2_fren.yaml": "attention_rnn.yaml",
+    "attention_rnn_v2_ende.yaml": "attention_rnn.yaml",
+    "attention_transformer_v2_fren.yaml": "attention_transformer.yaml",
+    "attention_transformer_v2_ende.yaml": "attention_transformer.yaml",
 }
+DIRECTIONS = {"fren": ("fr", "en"), "ende": ("en", "de")}  # step 7's other directions
 RUNS = {  # the plan's counts (docs/results/attention-study-v2.md)
     "attention_transformer_v2.yaml": 45,
     "attention_rnn_v2.yaml": 55,
@@ -35,6 +40,10 @@ RUNS = {  # the plan's counts (docs/results/attention-study-v2.md)
     "attention_width.yaml": 27,
     "attention_rnn_v2_long.yaml": 22,
     "attention_transformer_v2_long.yaml": 18,
+    "attention_rnn_v2_fren.yaml": 20,
+    "attention_rnn_v2_ende.yaml": 20,
+    "attention_transformer_v2_fren.yaml": 20,
+    "attention_transformer_v2_ende.yaml": 20,
 }
 
 
@@ -68,6 +77,16 @@ def test_the_main_sweeps_run_every_type_of_the_first_edition_with_five_seeds():
     for name in ("attention_rnn_v2.yaml", "attention_transformer_v2.yaml"):
         sweep, first = load_sweep(SWEEPS / name), load_sweep(SWEEPS / SECOND_EDITION[name])
         assert types(sweep) == types(first) and sweep.definition.seeds == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+def test_step_7_runs_the_same_types_in_each_other_direction(arch):
+    main = load_sweep(SWEEPS / f"attention_{arch}_v2.yaml")
+    for direction, (src, tgt) in DIRECTIONS.items():
+        sweep = load_sweep(SWEEPS / f"attention_{arch}_v2_{direction}.yaml")
+        assert {(run.config.data.src, run.config.data.tgt) for run in sweep.runs} == {(src, tgt)}
+        assert types(sweep) < types(main) and sweep.definition.seeds == [1, 2, 3, 4, 5]
+        assert sweep.definition.baseline == main.definition.baseline
 
 
 def test_the_comparisons_have_their_cells():
