@@ -9,6 +9,7 @@ import torch
 from cli_helpers import run_cli
 from test_search import ARCHS, BOS, EOS, every_output, sequence_log_prob, source, tiny
 
+from seq2seq.data.tokenizer import UNK_ID
 from seq2seq.decode.constraints import ConstrainedBeams, Constraints, Progress
 from seq2seq.decode.prefix import Prefix, Prefixes
 from seq2seq.decode.sampling import Sampler
@@ -175,8 +176,19 @@ def test_a_line_whose_phrases_cannot_be_held_is_translated_without_them(translat
     assert not found[1][0].unconstrained and "Zuqu" in found[1][0].text
 
 
+def test_a_phrase_with_characters_the_vocabulary_lacks_is_written_as_given(translator):
+    """"naïve" has an ï no target piece holds: the output holds the phrase as given (as a
+    prefix would), never the unknown piece's mark, and it counts as constrained."""
+    assert translator.tokenizer.encode_tgt(["naïve"])[0].count(UNK_ID) == 1
+    found = translator.hypotheses(LINES[:2], beam=5, constraints=[["naïve"], ["Dvořák"]])
+    for hyps, phrase in zip(found, ["naïve", "Dvořák"], strict=True):
+        assert phrase in hyps[0].text and "⁇" not in hyps[0].text
+        assert not hyps[0].unconstrained
+
+
 def test_bad_constraints_are_one_line(translator):
     cases = [
+        ({"constraints": [["Zu\tqu"], *[[]] * 5]}, UserError, "character 2 is a tab"),
         ({"constraints": [["Zuqu"]] * 5}, UserError, "constraints has 5 lines but the input has 6"),
         ({"constraints": [["Zuqu", " "], *[[]] * 5]}, UserError, r"constraints\[0\]: an empty"),
         ({"constraints": "Zuqu"}, TypeError, "a list of lists of phrases"),

@@ -183,6 +183,7 @@ def test_health_info_and_the_page(client, translator):
         ({"text": ["toto"], "seed": "1"}, 422, "seed: Input should be a valid integer"),
         ({"text": ["toto", "tape"], "constraints": [[]]}, 422, "constraints and text differ in l"),
         ({"text": ["toto"], "constraints": [["a", " "]]}, 422, "constraints.0: an empty phrase"),
+        ({"text": ["toto"], "constraints": [["a\tb"]]}, 422, "constraints.0: character 1 is a tab"),
         ({"text": ["toto"], "constraints": ["a"]}, 422, "constraints.0: Input should be a valid"),
         ({"text": ["toto"], "constraints": [["a" * 100]]}, 413, "constraints.0 has 101 charac"),
         ({"text": ["toto"], "constraints": [[]] * 9}, 413, "9 lists of phrases in one request"),

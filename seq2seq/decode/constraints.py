@@ -16,6 +16,10 @@ constraints keep a place in the beam although they score lower for now. A hypoth
 end (EOS) only once it has met every phrase; one that reaches the output limit without
 them has no way on, and a sentence none of whose hypotheses met them ends without a
 translation (the caller translates it again without constraints, and says so).
+
+A phrase with characters the target vocabulary lacks is placed with its unknown pieces,
+and the output text shows it as given (`verbatim_phrases`), never SentencePiece's mark
+for an unknown piece.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from seq2seq.data.tokenizer import UNK_ID, Tokenizer
 
 NONE = -1  # in `Constraints.tokens`: padding; in `Progress.next_pieces`: no piece
 
@@ -205,3 +211,20 @@ def _without_repeats(scores: Tensor, keys: Tensor) -> Tensor:
     repeated[:, 1:] = sorted_keys[:, 1:] == sorted_keys[:, :-1]
     again = torch.zeros_like(repeated).scatter_(1, order, repeated)
     return scores.masked_fill(again, -torch.inf)
+
+
+def verbatim_phrases(
+    texts: list[str], phrases: list[str], ids: list[list[int]], tokenizer: Tokenizer
+) -> list[str]:
+    """`texts`, outputs that hold `phrases` (their piece ids `ids`), with each phrase that
+    has an unknown piece written as given: such a phrase's pieces, which the output holds
+    in a row, decode to its text with the unknown mark (⁇) in place of the characters the
+    vocabulary lacks, and that text is replaced by the phrase's own."""
+    pairs = zip(phrases, ids, strict=True)
+    marked = [(phrase, pieces) for phrase, pieces in pairs if UNK_ID in pieces]
+    if not marked:
+        return texts
+    surfaces = tokenizer.decode_tgt([pieces for _, pieces in marked])
+    for (phrase, _), surface in zip(marked, surfaces, strict=True):
+        texts = [text.replace(surface, phrase.strip()) for text in texts]
+    return texts

@@ -1,9 +1,9 @@
 """What a translator accepts, checked before any work: a wrong type is a `TypeError`, a
 wrong value a `UserError`, each one line naming the argument and the fix.
 
-The server checks each request with `text_problem` (and its prefixes with
-`prefix_problem`) before the request joins a batch, so that one unreadable line fails its
-own request and never the batch it would have shared.
+The server checks each request with `text_problem` (and its prefixes and constraints'
+phrases with `verbatim_problem`) before the request joins a batch, so that one unreadable
+line fails its own request and never the batch it would have shared.
 """
 
 from __future__ import annotations
@@ -34,15 +34,15 @@ def text_problem(line: str) -> str | None:
     return None
 
 
-def prefix_problem(prefix: str) -> str | None:
-    """Why a string cannot start an output, or None: `text_problem`'s, or a tab or line
-    break, which the output keeps verbatim and which would split its line (and an n-best
-    list's tab-separated fields)."""
-    at = next((i for i, char in enumerate(prefix) if char in "\t" + LINE_BREAKS), None)
+def verbatim_problem(text: str) -> str | None:
+    """Why a string cannot be kept verbatim in an output (a prefix, a constraint's phrase),
+    or None: `text_problem`'s, or a tab or line break, which would split the output's line
+    (and an n-best list's tab-separated fields)."""
+    at = next((i for i, char in enumerate(text) if char in "\t" + LINE_BREAKS), None)
     if at is not None:
-        char = "a tab" if prefix[at] == "\t" else "a line break"
+        char = "a tab" if text[at] == "\t" else "a line break"
         return f"character {at} is {char}, which would split the output's line; use spaces"
-    return text_problem(prefix)
+    return text_problem(text)
 
 
 def check_lines(lines: Any, name: str = "lines") -> None:
@@ -67,13 +67,13 @@ def check_line(line: Any, name: str = "line") -> None:
 
 def check_prefixes(prefixes: Any, count: int, file: Path | None = None) -> None:
     """`prefixes` is None, or one string for each of `count` lines that can start an output
-    (`prefix_problem`); errors name `file`'s lines where they were read from one."""
+    (`verbatim_problem`); errors name `file`'s lines where they were read from one."""
     if prefixes is None:
         return
     name = "prefixes" if file is None else str(file)
     check_lines(prefixes, name)
     for number, prefix in enumerate(prefixes):
-        problem = prefix_problem(prefix)
+        problem = verbatim_problem(prefix)
         if problem is not None:
             where = f"prefixes[{number}]" if file is None else f"{file}, line {number + 1}"
             raise UserError(f"{where}: {problem}")
@@ -95,6 +95,9 @@ def check_constraints(constraints: Any, count: int, file: Path | None = None) ->
             raise TypeError(f"{where} is {type(phrases).__name__}, not a list of phrases")
         for phrase in phrases:
             check_line(phrase, where)
+            problem = verbatim_problem(phrase)
+            if problem is not None:
+                raise UserError(f"{where}: {problem}")
             if not phrase.strip():
                 raise UserError(f"{where}: an empty phrase constrains nothing; leave it out")
     fix = "give the phrases of each input line, an empty list (or line) for none"

@@ -16,6 +16,7 @@ from seq2seq.config import DecodeConfig, describe_validation_error
 from seq2seq.config.decode import SAMPLING_OPTIONS
 from seq2seq.data.batching import token_batches
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
+from seq2seq.decode.constraints import verbatim_phrases
 from seq2seq.decode.hypotheses import Hypothesis
 from seq2seq.decode.inputs import (
     check_constraints,
@@ -222,8 +223,7 @@ class LineTranslator:
         keep = [i for i, line in enumerate(lines) if line.strip()]
         src_ids, cut = self.source_ids([lines[i] for i in keep], options.tag)
         candidates = options.mbr or nbest  # what a line's search finds
-        width = candidates if options.sample else options.beam  # the rows of a source
-        budget = max(self.batch_tokens(options) // width, 1)
+        budget = self._source_budget(options, candidates)
         # disable=None: tqdm stays quiet where stderr is not a terminal.
         with tqdm(total=len(lines), unit="sent", disable=None if progress else True) as bar:
             bar.update(len(lines) - len(keep))  # blank lines: nothing to do
@@ -236,10 +236,16 @@ class LineTranslator:
                 )  # fmt: skip
                 found = self._search_constrained(search, [phrases[j] for j in at], token_scores)
                 for i, line, (hyps, free) in zip(wanted, at, found, strict=True):
-                    kept = self._translations(hyps, given[line], cut[i], options, free)
+                    held = None if free or not phrases[line] else (constraints[line], phrases[line])
+                    kept = self._translations(hyps, given[line], cut[i], options, free, held)
                     outputs[line] = kept[:nbest]
                 bar.update(len(group))
         return outputs
+
+    def _source_budget(self, options: DecodeConfig, candidates: int) -> int:
+        """The source pieces a batch takes: the token budget over the rows of a source."""
+        width = candidates if options.sample else options.beam
+        return max(self.batch_tokens(options) // width, 1)
 
     def source_ids(self, lines: list[str], tag: str | None) -> tuple[list[list[int]], list[bool]]:
         """The piece ids of each line as the model reads them (no EOS): `tag`'s piece first,
@@ -338,10 +344,14 @@ class LineTranslator:
         cut: bool,
         options: DecodeConfig,
         unconstrained: bool = False,
+        held: tuple[list[str], list[list[int]]] | None = None,
     ) -> list[Translation]:
         """A line's hypotheses as `Translation`s, their text starting with its prefix, if
-        any; with `options.mbr`, its distinct texts in the order of minimum Bayes risk."""
+        any, and holding the phrases `held` (texts, piece ids) as given; with `options.mbr`,
+        its distinct texts in the order of minimum Bayes risk."""
         texts = output_texts(self.tokenizer, prefix, [h.tokens for h in found])
+        if held is not None:
+            texts = verbatim_phrases(texts, *held, self.tokenizer)
         translations = [
             Translation(
                 text, h.score, h.tokens, h.attention, cut, unconstrained, h.token_scores,

@@ -19,7 +19,7 @@ from fastapi import HTTPException
 from pydantic import ValidationError
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decode.inputs import prefix_problem, text_problem
+from seq2seq.decode.inputs import text_problem, verbatim_problem
 from seq2seq.decode.line_translator import decode_options
 from seq2seq.errors import UserError
 from seq2seq.serve.schema import SearchOptions, ServeLimits, TranslateRequest
@@ -97,7 +97,7 @@ def check_text(request: TranslateRequest, limits: ServeLimits) -> None:
             'one prefix per line of text ("" for none)',
         )
     check_constraints(request, limits)
-    checks = (("text", request.text, text_problem), ("prefix", given or [], prefix_problem))
+    checks = (("text", request.text, text_problem), ("prefix", given or [], verbatim_problem))
     for field, lines, problem_of in checks:
         for number, line in enumerate(lines):
             if len(line) > limits.max_chars:
@@ -131,7 +131,7 @@ def check_constraints(request: TranslateRequest, limits: ServeLimits) -> None:
                 f"most {limits.max_chars}"
             )  # fmt: skip
         for phrase in phrases:
-            problem = text_problem(phrase) or (None if phrase.strip() else "an empty phrase")
+            problem = verbatim_problem(phrase) or (None if phrase.strip() else "an empty phrase")
             if problem is not None:
                 raise HTTPException(422, f"constraints.{number}: {problem}")
 
