@@ -1,5 +1,5 @@
 """The metrics (BLEU, chrF, TER: one table, METRICS), corpus scores with their sacrebleu
-signatures, per-sentence statistics for resampling, BLEU by source length."""
+signatures, per-sentence statistics for the comparisons, BLEU by source length."""
 
 from __future__ import annotations
 
@@ -12,13 +12,7 @@ import sacrebleu.metrics.base
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from seq2seq.errors import UserError
-from seq2seq.significance import (
-    Comparison,
-    compare,
-    holm,
-    resample_system,
-    sentence_resamples,
-)
+from seq2seq.significance import Comparison, compare, holm, score_system
 
 
 @dataclass(frozen=True)
@@ -120,33 +114,23 @@ def score_corpus(hypotheses: list[str], references: list[str], *more: list[str])
     return Scores(values, signatures)
 
 
-# Bootstrap resamples of a comparison of translations (`compare_to_first`), and their seed:
-# the same files give the same intervals.
-RESAMPLES = 1000
-RESAMPLE_SEED = 12345
-
-
 def compare_to_first(
     systems: list[list[str]], references: list[str], *more: list[str]
 ) -> list[dict[str, Comparison]]:
     """Each of `systems[1:]` (translations of the same sentences) against `systems[0]`, on
-    every metric of METRICS: the difference, its interval and p from a paired bootstrap
-    over the test sentences (`significance.compare`, each system one seed: it counts the
+    every metric of METRICS: the difference, its interval and p from a paired test over
+    the test sentences (`significance.compare`, each system one seed: it counts the
     chance of which sentences were tested, not of which model was trained), p adjusted by
     Holm over the systems compared, metric by metric; `more` as in `score_corpus`."""
     for hypotheses in systems:
         _aligned_streams(hypotheses, references, more)
-    rng = np.random.default_rng(RESAMPLE_SEED)
-    counts = sentence_resamples(len(references), RESAMPLES, rng)
     found: list[dict[str, Comparison]] = [{} for _ in systems[1:]]
     for metric in METRICS:
-        resampled = [
-            resample_system(
-                [0], [metric.sentence_statistics(h, references, *more)], metric.score_sums, counts
-            )
+        scored = [
+            score_system([0], [metric.sentence_statistics(h, references, *more)], metric.score_sums)
             for h in systems
         ]
-        compared = [compare(resampled[0], r, rng, metric.higher_is_better) for r in resampled[1:]]
+        compared = [compare(scored[0], r, metric.higher_is_better) for r in scored[1:]]
         adjusted = holm([c.p for c in compared])
         for own, comparison, p in zip(found, compared, adjusted, strict=True):
             own[metric.key] = replace(comparison, p_holm=p)

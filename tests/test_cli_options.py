@@ -99,7 +99,7 @@ def test_evaluate_compares_several_translations_with_the_first(tmp_path, capsys)
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith(f"{tmp_path / 'b.txt'}: BLEU 100.00")
     assert out[2].startswith(f"  against {tmp_path / 'a.txt'}: BLEU +")
-    assert "paired bootstrap over the 30 sentences" in out[3]
+    assert "paired test over the 30 sentences" in out[3]
     assert run_cli("evaluate", *files, "--json") == 0
     first, second = json.loads(capsys.readouterr().out)
     assert "against_first" not in first and second["bleu"] == 100.0

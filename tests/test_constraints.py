@@ -177,8 +177,8 @@ def test_a_line_whose_phrases_cannot_be_held_is_translated_without_them(translat
 
 
 def test_a_phrase_with_characters_the_vocabulary_lacks_is_written_as_given(translator):
-    """"naïve" has an ï no target piece holds: the output holds the phrase as given (as a
-    prefix would), never the unknown piece's mark, and it counts as constrained."""
+    """The phrase "naïve" has an ï no target piece holds: the output holds the phrase as
+    given (as a prefix would), never the unknown piece's mark, and counts as constrained."""
     assert translator.tokenizer.encode_tgt(["naïve"])[0].count(UNK_ID) == 1
     found = translator.hypotheses(LINES[:2], beam=5, constraints=[["naïve"], ["Dvořák"]])
     for hyps, phrase in zip(found, ["naïve", "Dvořák"], strict=True):

@@ -44,11 +44,13 @@ def finished_run(directory: SweepDir, run, best_step: int, attention: dict[int, 
     (path / "summary.json").write_text(json.dumps(summary))
 
 
-def sweep_of(tmp_path, types: list[str]):
-    """A sweep over attention types with no test set (scores.json {} is whole), adopted."""
+def sweep_of(tmp_path, types: list[str], **fixed):
+    """A sweep over attention types with no test set (scores.json {} is whole), adopted;
+    `fixed`: the sweep's `set`."""
     no_test_set = {**BASE, "data": {**BASE["data"], "test": []}}
     grid = {"model.attention.type": types}
-    sweep = load_sweep(write_sweep(tmp_path, base_config=no_test_set, grid=grid))
+    path = write_sweep(tmp_path, base_config=no_test_set, grid=grid, set=fixed)
+    sweep = load_sweep(path)
     directory = SweepDir(tmp_path / "sweep")
     directory.adopt(sweep)
     return sweep, directory
@@ -86,6 +88,20 @@ def test_the_report_averages_cross_attention_over_layers_and_seeds_at_the_best_s
     assert f"![attention diagnostics over updates]({CHART})" in markdown
     assert (out / RUNS_CHART).read_bytes().startswith(b"\x89PNG")
     assert f"![every run's attention over updates]({RUNS_CHART})" in markdown
+
+
+def test_a_run_tested_at_its_last_checkpoint_reports_its_last_validation(tmp_path, monkeypatch):
+    """train.test_checkpoint: last: the tested weights are the last, not the best."""
+    monkeypatch.chdir(tmp_path)
+    sweep, directory = sweep_of(tmp_path, ["dot"], **{"train.test_checkpoint": "last"})
+    sites = {step: {"decoder.attention": site("target", "source", value)}
+             for step, value in ((10, 0.8), (20, 0.6))}  # fmt: skip
+    finished_run(directory, sweep.run(sweep.cells[0], 1), 10, sites)  # best: 10
+    out = tmp_path / "report"
+    out.mkdir()
+    markdown = write_diagnostics(collect(directory), out).splitlines()
+    heading, dot_row = row(markdown, "cell"), row(markdown, "dot")
+    assert dot_row[heading.index("entropy_norm")] == "0.6"  # not the best step's 0.8
 
 
 def test_the_chart_draws_the_temperature_of_the_types_that_have_one(tmp_path, monkeypatch):

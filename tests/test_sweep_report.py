@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from sacrebleu.metrics import BLEU, CHRF
-from sweep_helpers import REFERENCES, hand_made_run, write_sweep
+from sweep_helpers import REFERENCES, hand_made_run, row, write_sweep
 
 from seq2seq import evaluate
 from seq2seq.evaluate import Metric
@@ -117,7 +117,7 @@ def test_report_tables_show_the_aggregates(hand_made):
         in table
     )
     assert "| BLEU | Δ BLEU [95% CI] | p (Holm) | wins | chrF |" in table
-    assert "(its smallest: 2 vs 1 seeds 0.67, 2 vs 2 seeds 0.33)" in table
+    assert "with fewer than 3 seeds on a side, too few to decide" in table
     assert "| general | 1 | " in table
     assert "| best step | valid ppl | train s |" in table
     assert f"| 20 | {math.exp(4.0):.2f} | 10 |" in table  # general: BLEU 50 at step 20
@@ -288,3 +288,18 @@ def test_the_report_counts_the_runs_by_the_machines_they_trained_on(hand_made):
         "Machines, runs each (meta.json): Intel Xeon: 2; AMD EPYC then Intel Xeon: 1; "
         "AMD EPYC with NVIDIA H100: 1; not recorded: 1."
     ) in results_markdown(collect(directory))
+
+
+def test_a_comparison_whose_seeds_trained_on_different_machines_is_marked(hand_made):
+    sweep, results = hand_made
+    assert "‡" not in results_markdown(results)  # no machine recorded: no mark
+    directory = SweepDir(Path("sweep"))
+    intel, amd = {"cpu": "Intel Xeon", "cpus": 2}, {"cpu": "AMD EPYC", "cpus": 2}
+    bahdanau, dot, general = sweep.cells
+    listed = {(bahdanau, 1): intel, (dot, 1): amd, (general, 1): intel}  # dot's seed 1 moved
+    for (cell, seed), machine in listed.items():
+        directory.run(sweep.run(cell, seed)).meta.write_text(json.dumps({"machines": [machine]}))
+    table = results_markdown(collect(directory))
+    assert row(table.splitlines(), "dot")[4].endswith("‡")
+    assert not row(table.splitlines(), "general")[4].endswith("‡")
+    assert "‡ marks a comparison in which a seed's run and the baseline's trained" in table

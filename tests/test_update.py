@@ -43,7 +43,9 @@ def test_padding_to_a_shape_changes_neither_loss_nor_gradients(arch):
     torch.testing.assert_close(padded_loss, loss, rtol=1e-5, atol=1e-5)
     assert len(grads) == len(padded_grads)
     for g, h in zip(grads, padded_grads, strict=True):
-        torch.testing.assert_close(h, g, rtol=1e-4, atol=1e-6)
+        # Padded rows change how sums are blocked: elements move by the float rounding of
+        # their tensor's scale (on an AMD EPYC, 1.1e-6 on an element of 1.7e-4).
+        torch.testing.assert_close(h, g, rtol=1e-4, atol=1e-4 * float(g.abs().max()))
 
 
 def toy_batches(directory, n: int = 41) -> TrainBatches:

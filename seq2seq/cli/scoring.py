@@ -69,7 +69,7 @@ def evaluate(
 ) -> None:
     """Score a translation against --ref: BLEU, chrF and TER with sacrebleu signatures.
     Either --run and --src (translate the source with the decoding options), or --hyp (a
-    translation made elsewhere; several: each compared with the first, paired bootstrap)."""
+    translation made elsewhere; several: each compared with the first, a paired test)."""
     from seq2seq.cli.translation import _decoding, _translator, _within_memory
 
     references = _read_references(ref)
@@ -182,15 +182,13 @@ def _differences(against: dict[str, Comparison]) -> str:
 
 
 def _comparison_note(sentences: int, compared: int) -> str:
-    from seq2seq.evaluate import RESAMPLES
     from seq2seq.significance import CONFIDENCE
 
     holm = f", Holm-adjusted over the {compared} compared" if compared > 1 else ""
     return (
         f"(differences with their {CONFIDENCE:.0%} intervals and two-sided p{holm}: a paired "
-        f"bootstrap over the {sentences:,} sentences, {RESAMPLES:,} resamples; it counts which "
-        "sentences were tested, not which model was trained: compare seeds with `seq2seq "
-        "sweep`)"
+        f"test over the {sentences:,} sentences; it counts which sentences were tested, not "
+        "which model was trained: compare seeds with `seq2seq sweep`)"
     )
 
 

@@ -66,8 +66,8 @@ def budget_tables(results: SweepResults) -> list[str]:
 
 
 def _observed(scored: dict) -> tuple[tuple[int, ...], list[float]]:
-    resampled = scored[HEADLINE.key]
-    return resampled.seeds, list(resampled.observed)
+    headline = scored[HEADLINE.key]
+    return headline.seeds, list(headline.observed)
 
 
 def _first_scores(

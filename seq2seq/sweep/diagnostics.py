@@ -40,14 +40,17 @@ CHART = "attention-diagnostics.png"
 RUN_CURVES = ("normalised entropy", "sink mass (largest module)")
 RUNS_CHART = "attention-runs.png"
 Points = dict[int, dict[int, dict[str, float]]]  # seed -> step -> cross-attention diagnostics
-BEST = -1  # the key of a seed's best validation among its steps (no step is negative)
+# The key of the validation of the checkpoint that translated a seed's test sets among its
+# steps (no step is negative).
+TESTED = -1
 TABLES = (  # (step, where, what the table says)
     (
-        BEST,
+        TESTED,
         "at the tested checkpoint",
-        "Each diagnostic (docs/attention.md) at the validation of the best checkpoint (the "
-        "one that translated the test sets), averaged over the cross-attention modules and "
-        "heads: mean ± std over the seeds (- where the type has none).",
+        "Each diagnostic (docs/attention.md) at the validation of the checkpoint that "
+        "translated the test sets (`train.test_checkpoint`: the best or the last; none for "
+        "an average of checkpoints), averaged over the cross-attention modules and heads: "
+        "mean ± std over the seeds (- where the type has none).",
     ),
     (
         0,
@@ -120,14 +123,19 @@ def write_diagnostics(results: SweepResults, out: Path) -> str:
 
 def _points(results: SweepResults, result: CellResult, summaries: dict) -> Points:
     """Each seed's diagnostics by step: the validations', and step 0 where the initial
-    weights were measured; a seed's best step is `BEST` in it."""
+    weights were measured; the step of the seed's tested checkpoint is `TESTED` in it."""
     found = {}
     for seed, summary in summaries[result.cell.title].items():
         cfg = results.sweep.run(result.cell, seed).config
         initial = initial_sites(result.runs[seed].root, cfg)
-        by_step = ({0: cross_attention(initial)} if initial else {}) | _by_step(summary)
-        best = by_step.get(summary["best_step"])
-        found[seed] = by_step | ({BEST: best} if best is not None else {})
+        validations = _by_step(summary)
+        tested = {
+            "best": summary["best_step"],
+            "last": max(validations, default=None),
+        }.get(cfg.train.test_checkpoint)
+        by_step = ({0: cross_attention(initial)} if initial else {}) | validations
+        point = by_step.get(tested)
+        found[seed] = by_step | ({TESTED: point} if point is not None else {})
     return found
 
 
@@ -139,7 +147,7 @@ def _chart(points: dict[str, Points]) -> bytes | None:
         for by_step in seeds.values():
             for step, values in by_step.items():
                 for name in CURVES:
-                    if step != BEST and name in values and math.isfinite(values[name]):
+                    if step != TESTED and name in values and math.isfinite(values[name]):
                         steps[step][name].append(values[name])
         for name, title in CURVES.items():
             found = [(s, _spread(v[name])) for s, v in sorted(steps.items()) if v[name]]
@@ -174,7 +182,7 @@ def _runs_chart(
 
 
 def _at_validations(by_step: dict[int, dict[str, float]], name: str) -> dict[int, float]:
-    """A run's diagnostic at each validation (not the initial weights, 0, nor BEST)."""
+    """A run's diagnostic at each validation (not the initial weights, 0, nor TESTED)."""
     return {
         step: values[name]
         for step, values in by_step.items()
@@ -183,9 +191,9 @@ def _at_validations(by_step: dict[int, dict[str, float]], name: str) -> dict[int
 
 
 def _table(points: dict[str, Points], step: int, where: str, intro: str) -> list[str]:
-    """Per cell, each diagnostic's mean ± std over the seeds at `step` (BEST: each seed's
-    best), a column per diagnostic some cell has (the learned scales last); [] where no run
-    has that point."""
+    """Per cell, each diagnostic's mean ± std over the seeds at `step` (TESTED: each seed's
+    tested checkpoint), a column per diagnostic some cell has (the learned scales last);
+    [] where no run has that point."""
     rows = []
     for cell, seeds in points.items():
         found = [by_step[step] for by_step in seeds.values() if step in by_step]

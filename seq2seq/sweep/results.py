@@ -3,8 +3,9 @@ the comparison with the baseline (seed-aware, see seq2seq.significance), BLEU by
 length, training statistics and validation curves.
 
 Every metric of `evaluate.METRICS` is computed again from the runs' hypotheses, as
-sentence statistics that the bootstrap resamples. Holm's adjustment runs over every
-comparison of the report on one metric: each cell against its baseline on each test set.
+sentence statistics whose influence on the corpus score the comparison reads. Holm's
+adjustment runs over every comparison of the report on one metric: each cell against its
+baseline on each test set.
 """
 
 from __future__ import annotations
@@ -14,19 +15,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
-
 from seq2seq.config import Config
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.evaluate import HEADLINE, METRICS, bleu_by_source_length
-from seq2seq.significance import (
-    Comparison,
-    Resampled,
-    compare,
-    holm,
-    resample_system,
-    sentence_resamples,
-)
+from seq2seq.significance import Comparison, SeedScores, compare, holm, score_system
 from seq2seq.sweep.directory import (
     CURVE_METRIC,
     FinishedRun,
@@ -38,8 +30,6 @@ from seq2seq.sweep.directory import (
 from seq2seq.sweep.spec import Cell, Run, Sweep
 from seq2seq.train.loss import perplexity
 
-SAMPLES = 1000  # bootstrap resamples
-SEED = 12345  # of the resamples, so that a report rebuilt from the same runs is the same
 # Per-run figures averaged over seeds, in table order (see run_statistics).
 STATISTICS = ("best_step", "valid_ppl", "train_seconds", "target_tokens_per_s", "parameters")
 LENGTH_EDGES = (10, 15, 20)  # source-length buckets in words: 1-9, 10-14, 15-19, 20+
@@ -63,8 +53,8 @@ class CellResult:
     runs: dict[int, FinishedRun]  # finished runs by seed
     statistics: dict[str, Spread]  # STATISTICS
     curve: list[tuple[int, float]]  # (step, CURVE_METRIC's validation score: seeds' mean)
-    # Test set -> metric key -> the seeds' scores, observed and resampled.
-    scores: dict[str, dict[str, Resampled]] = field(default_factory=dict)
+    # Test set -> metric key -> the seeds' scores and their sentences' influence.
+    scores: dict[str, dict[str, SeedScores]] = field(default_factory=dict)
     # Test set -> metric key -> the comparison with the baseline; none for the baseline.
     comparisons: dict[str, dict[str, Comparison]] = field(default_factory=dict)
     # Test set -> (sentences, BLEU of the seeds' hypotheses pooled) per LENGTH_EDGES bucket.
@@ -162,10 +152,7 @@ def run_statistics(summary: Summary) -> dict[str, float]:
 
 def _score_test_set(results: SweepResults, name: str) -> None:
     """Every metric of test set `name` for each cell that has it, and each cell's
-    comparison with the baseline where both translated the same sentences. The resamples
-    are drawn in a fixed order from a fixed seed: a rebuilt report is the same."""
-    rng = np.random.default_rng(SEED)
-    counts: dict[int, np.ndarray] = {}  # by number of sentences: the same for every cell
+    comparison with the baseline where both translated the same sentences."""
     sentences = {}  # cell -> the test set's (prefix, target language)
     for result in results.cells:
         cfg = _config(results.sweep, result)
@@ -174,15 +161,12 @@ def _score_test_set(results: SweepResults, name: str) -> None:
             continue
         sentences[result.cell] = (prefix, cfg.data.tgt)
         references = read_lines(corpus_path(prefix, cfg.data.tgt))
-        if len(references) not in counts:
-            counts[len(references)] = sentence_resamples(len(references), SAMPLES, rng)
         hypotheses = {seed: run.hypotheses[name] for seed, run in result.runs.items()}
         result.scores[name] = {
-            metric.key: resample_system(
+            metric.key: score_system(
                 list(hypotheses),
                 [metric.sentence_statistics(h, references) for h in hypotheses.values()],
                 metric.score_sums,
-                counts[len(references)],
             )
             for metric in METRICS
         }
@@ -197,11 +181,9 @@ def _score_test_set(results: SweepResults, name: str) -> None:
             continue
         if sentences.get(result.cell) != sentences[baseline.cell]:
             continue  # not the same sentences (the grid varies data.*)
+        own, base = result.scores[name], baseline.scores[name]
         result.comparisons[name] = {
-            m.key: compare(
-                baseline.scores[name][m.key], result.scores[name][m.key], rng, m.higher_is_better
-            )
-            for m in METRICS
+            m.key: compare(base[m.key], own[m.key], m.higher_is_better) for m in METRICS
         }
 
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections import Counter
 
 from seq2seq.evaluate import METRICS, length_buckets
-from seq2seq.significance import ALPHA, Comparison, smallest_exact_p
+from seq2seq.significance import ALPHA, MIN_SEEDS, Comparison
 from seq2seq.sweep.results import (
     LENGTH_EDGES,
-    SAMPLES,
     STATISTICS,
     CellResult,
     Spread,
@@ -115,6 +114,7 @@ def _comparison(
     if compared is None:
         return ["-", "-", "-"]
     mark = " *" if compared.significant else "" if compared.decidable else " †"
+    mark += " ‡" if apart_in_hardware(results, result) else ""
     return [
         f"{compared.difference:+.2f} [{compared.low:+.2f}, {compared.high:+.2f}]",
         f"{compared.p:.3f} ({compared.p_holm:.3f}){mark}",
@@ -122,26 +122,38 @@ def _comparison(
     ]
 
 
+def apart_in_hardware(results: SweepResults, result: CellResult) -> bool:
+    """Whether a seed's run of `result` and its baseline's trained on different kinds of
+    machine (both recorded in meta.json): their pairing is not the same arithmetic."""
+    baseline = results.baseline_of(result)
+    if baseline is None:
+        return False
+    pairs = [(run, baseline.runs.get(seed)) for seed, run in result.runs.items()]
+    return any(b and run.machines and b.machines and run.machines != b.machines for run, b in pairs)
+
+
 def how_to_read(results: SweepResults) -> str:
     compared = [c for r in results.cells for by in r.comparisons.values() for c in by.values()]
     family = len(compared) // len(METRICS)
-    undecidable = sorted({c.seeds for c in compared if not c.decidable})
-    seeds = ", ".join(f"{a} vs {b} seeds {smallest_exact_p(a, b):.2f}" for a, b in undecidable)
     titles = ", ".join(m.title for m in METRICS)
     lower = ", ".join(m.title for m in METRICS if not m.higher_is_better)
     return (
         f"{titles} (sacrebleu; {lower}: lower is better) of each run's test translations: "
         "mean ± sample standard deviation over the cell's seeds (- with one seed). "
         f"Δ: the cell's mean minus {_baseline_of_cell(results)}, with its 95% confidence "
-        "interval. p: "
-        "two-sided, from a bootstrap that resamples both the seeds of each cell and the test "
-        f"sentences ({SAMPLES} resamples); in brackets, adjusted by Holm over the {family} "
-        f"comparisons with the baseline in this report on that metric; * marks an adjusted p "
-        f"below {ALPHA}. † marks a comparison its seeds cannot decide: with that few seeds "
-        f"even an exact test cannot give a p below {ALPHA} (its smallest: "
-        + (seeds or "none here")
-        + "), so it is called neither way. wins: the seeds in which the cell beats the "
+        "interval. p: two-sided, from a t-test whose variance counts both the seeds' spread "
+        "and the test sentences that both sides share (docs/sweeps.md); in brackets, "
+        f"adjusted by Holm over the {family} comparisons with the baseline in this report on "
+        f"that metric; * marks an adjusted p below {ALPHA}. † marks a comparison with fewer "
+        f"than {MIN_SEEDS} seeds on a side, too few to decide: it is called neither way. "
+        "wins: the seeds in which the cell beats the "
         "baseline's run of the same seed, of the seeds both finished."
+        + (
+            " ‡ marks a comparison in which a seed's run and the baseline's trained on "
+            "different kinds of machine (meta.json)."
+            if any(apart_in_hardware(results, r) for r in results.cells)
+            else ""
+        )
     )
 
 
