@@ -107,6 +107,11 @@ BAD_INPUT: list[Row] = [
         ["train.optimizer.lr = 1e+30", "less than or equal to 10"],
     ),
     (
+        "a schedule floor above the peak",  # would train at 500x the peak, silently
+        train_with("train.optimizer.lr=0.002", "train.schedule.min_lr=1.0"),
+        ["schedule.min_lr 1 is above optimizer.lr 0.002", "set min_lr below lr"],
+    ),
+    (
         "infinite output length ratio",
         train_with("decode.max_len_ratio=.inf"),
         ["decode.max_len_ratio = inf", "finite number"],
@@ -270,6 +275,14 @@ BAD_INPUT: list[Row] = [
         lambda g: g.translate("--length-penalty", "-1"),
         ["'--length-penalty'"],
     ),
+    *[
+        (
+            f"{option} nan",  # as every other number option says it
+            lambda g, option=option: g.translate(option, "nan"),
+            [f"'{option}'", "nan should be a finite number"],
+        )
+        for option in ("--length-penalty", "--coverage-penalty", "--group-diversity")
+    ],
     ("unknown option", lambda g: g.translate("--bogus"), ["No such option: --bogus", "--help"]),
     ("output is a directory", lambda g: g.translate("-o", g.tmp), ["it is a directory"]),
     (

@@ -30,8 +30,9 @@ def parent(trained, tmp_path):
 
 def test_a_fine_tuned_run_starts_from_its_parent(toy, parent, tmp_path, capsys):
     child = tmp_path / "child"
-    # A learning rate too small to move much (the schedule floors it at min_lr 1e-6).
-    still = ("train.max_steps=3", "train.optimizer.lr=1e-9", "model.dropout=0.0")
+    # A learning rate too small to move much (with a floor below it: min_lr <= lr).
+    still = ("train.max_steps=3", "train.optimizer.lr=1e-9", "train.schedule.min_lr=0")
+    still += ("model.dropout=0.0",)
     still += ("model.attention.dropout=0.1",)  # training-only, like model.dropout
     assert train(toy, child, *still, f"train.init_from={parent}") == 0
     before, after = weights(parent, "best"), weights(child)

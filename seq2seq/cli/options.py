@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -74,13 +75,25 @@ References = Annotated[
         help="reference translations, one per line; repeat it for more references",
     ),
 ]
+
+
+def finite_at_least_zero(value: float | None) -> float | None:
+    """A number 0 or more, or one line saying why not: click's own range check would call
+    nan out of range where every other option says it is not a finite number."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} should be a finite number")
+    if value is not None and value < 0:
+        raise typer.BadParameter(f"{value} should be greater than or equal to 0")
+    return value
+
+
 Beam = Annotated[
     int | None, typer.Option(min=1, help="beam size, 1 = greedy; default: the run's decode.beam")
 ]
 LengthPenalty = Annotated[
     float | None,
     typer.Option(
-        min=0.0,
+        callback=finite_at_least_zero,
         help="alpha: rank by log P / length ** alpha, 0 = none; default: the run's "
         "decode.length_penalty",
     ),
@@ -88,7 +101,7 @@ LengthPenalty = Annotated[
 CoveragePenalty = Annotated[
     float | None,
     typer.Option(
-        min=0.0,
+        callback=finite_at_least_zero,
         metavar="BETA",
         help="add BETA x sum of log(min(attention a source piece got, 1)) to each score, 0 = "
         "none; default: the run's decode.coverage_penalty",
@@ -133,7 +146,7 @@ DiverseGroups = Annotated[
 GroupDiversity = Annotated[
     float | None,
     typer.Option(
-        min=0.0,
+        callback=finite_at_least_zero,
         metavar="LAMBDA",
         help="with --beam-groups: the penalty per earlier group's choice of a token; "
         "default: decode.group_diversity",

@@ -69,7 +69,11 @@ class ScheduleConfig(Section):
     factor: float = Field(0.5, gt=0, lt=1, description="plateau: lr multiplier on a plateau")
     patience: int = Field(2, ge=0, description="plateau: validations without improvement")
     min_lr: float = Field(
-        1e-6, ge=0, le=10, description="after warm-up the lr is never below this (cosine: its end)"
+        1e-6,
+        ge=0,
+        le=10,
+        description="after warm-up the lr is never below this (cosine: its end); at most "
+        "train.optimizer.lr",
     )
 
 
@@ -181,6 +185,16 @@ class TrainConfig(Section):
                 f"schedule.type cosine decays until train.max_steps, which is "
                 f"{'null' if self.max_steps is None else self.max_steps} with "
                 f"{self.schedule.warmup_steps} warm-up steps; set max_steps above warmup_steps"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _floor_below_peak(self) -> TrainConfig:
+        lr, floor = self.optimizer.lr, self.schedule.min_lr
+        if floor > lr:
+            raise ValueError(
+                f"schedule.min_lr {floor:g} is above optimizer.lr {lr:g}, so the schedule would "
+                "train at min_lr; set min_lr below lr"
             )
         return self
 
