@@ -106,6 +106,14 @@ BAD_INPUT: list[Row] = [
         train_with("train.optimizer.lr=1.0e+30"),
         ["train.optimizer.lr = 1e+30", "less than or equal to 10"],
     ),
+    *[
+        (
+            f"a flag for a number: {override}",  # pydantic would read true as 1
+            train_with(override),
+            [f"{override.split('=')[0]} = ", "flags, not numbers; give a number"],
+        )
+        for override in ("data.weights=[true]", "train.accumulate=true")
+    ],
     (
         "a schedule floor above the peak",  # would train at 500x the peak, silently
         train_with("train.optimizer.lr=0.002", "train.schedule.min_lr=1.0"),
