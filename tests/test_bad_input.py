@@ -115,6 +115,16 @@ BAD_INPUT: list[Row] = [
         for override in ("data.weights=[true]", "train.accumulate=true")
     ],
     (
+        "a normalizer for no attention",
+        train_with("model.attention.type=none", "model.attention.normalizer=sparsemax"),
+        ["normalizer sparsemax would normalise nothing", "remove normalizer"],
+    ),
+    (
+        "hard self-attention in the RNN",
+        train_with("model.self_attention.normalizer=hard"),
+        ["self_attention.normalizer: hard is not supported (the RNN has no self-attention)"],
+    ),
+    (
         "a schedule floor above the peak",  # would train at 500x the peak, silently
         train_with("train.optimizer.lr=0.002", "train.schedule.min_lr=1.0"),
         ["schedule.min_lr 1 is above optimizer.lr 0.002", "set min_lr below lr"],

@@ -233,6 +233,15 @@ class AttentionConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _none_normalises_nothing(self) -> AttentionConfig:
+        if self.type == "none" and self.normalizer != "softmax":
+            raise ValueError(
+                f"normalizer {self.normalizer} would normalise nothing: type none has no "
+                "attention weights; remove normalizer"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _no_dropout_of_a_choice(self) -> AttentionConfig:
         if self.dropout and self.normalizer == "hard":
             raise ValueError(

@@ -166,10 +166,14 @@ class ModelConfig(Section):
     def _hard_attention_fits(self) -> ModelConfig:
         """Hard attention in `attention` only, its estimator resolved for the architecture
         where it is null, and what the architecture cannot compute refused."""
-        if self.arch == "transformer" and self.self_attention.normalizer == "hard":
+        if self.self_attention.normalizer == "hard":
+            why = {
+                "transformer": "a position chosen there reaches every later position and layer",
+                "rnn": "the RNN has no self-attention",
+            }[self.arch]
             raise ValueError(
-                "self_attention.normalizer: hard is not supported (a position chosen there "
-                "reaches every later position and layer); use it in model.attention"
+                f"self_attention.normalizer: hard is not supported ({why}); use it in "
+                "model.attention"
             )
         section = self.attention
         if section.normalizer == "hard":
