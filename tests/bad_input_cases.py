@@ -6,6 +6,7 @@ row passes on (a path, an override, an exit status).
 
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
 from collections.abc import Callable
@@ -115,6 +116,14 @@ def other_tokenizer(g: Given) -> Path:
 def corpus_directory(g: Given) -> str:
     (g.tmp / "d/x.src").mkdir(parents=True)
     return f"data.train={g.tmp / 'd/x'}"
+
+
+def corpus_fifo(g: Given) -> str:
+    """A corpus whose source side is a FIFO (read once, then empty)."""
+    (g.tmp / "f").mkdir()
+    os.mkfifo(g.tmp / "f/x.src")
+    (g.tmp / "f/x.tgt").write_text("a\n")
+    return f"data.train={g.tmp / 'f/x'}"
 
 
 def alias_bomb() -> str:

@@ -17,6 +17,7 @@ from bad_input_cases import (
     Given,
     alias_bomb,
     corpus_directory,
+    corpus_fifo,
     foreign,
     no_checkpoint_yet,
     no_parameters,
@@ -199,6 +200,16 @@ BAD_INPUT: list[Row] = [
         "corpus prefix naming a directory",
         lambda g: train(g.toy, g.tmp / "run", corpus_directory(g)),
         ["d/x.src is a directory, not a corpus file"],
+    ),
+    (
+        "a UTF-16 training file",  # its lines split inside characters: not a count mismatch
+        lambda g: train(g.toy, g.tmp / "run", g.corpus("a\nb\n".encode("utf-16"), b"a\nb\n")),
+        ["x.src is UTF-16, not UTF-8", "re-encode the file as UTF-8"],
+    ),
+    (
+        "corpus prefix naming a FIFO",
+        lambda g: train(g.toy, g.tmp / "run", corpus_fifo(g)),
+        ["f/x.src is not a regular file", "give the corpus as a file"],
     ),
     (
         "invalid UTF-8 in a training file",

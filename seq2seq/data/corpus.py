@@ -30,6 +30,8 @@ def corpus_path(prefix: str, lang: str) -> Path:
             return path
         if path.is_dir():
             raise UserError(f"{path} is a directory, not a corpus file; check the prefix")
+        if path.exists():  # a FIFO, a socket, a device: read once or never, not a corpus
+            raise UserError(f"{path} is not a regular file; give the corpus as a file")
     raise UserError(
         f"corpus file not found: tried {plain} and {packed}; check the prefix and language"
     )
@@ -75,6 +77,7 @@ def raw_lines(path: Path, digest: Any = None) -> Iterator[bytes]:
         with _opened(path, digest) as handle:
             for number, raw in enumerate(handle):
                 if number == 0:
+                    _refuse_utf16(raw, path)
                     raw = raw.removeprefix(codecs.BOM_UTF8)
                 if raw.endswith(b"\r\n"):
                     yield raw[:-2]
@@ -92,6 +95,16 @@ def raw_lines(path: Path, digest: Any = None) -> Iterator[bytes]:
         raise UserError(
             f"{path}: cannot read ({error.strerror or error}); check the file"
         ) from None
+
+
+def _refuse_utf16(first: bytes, path: Path) -> None:
+    """One line for a file that starts with a UTF-16 or UTF-32 byte order mark: its lines
+    would split between the bytes of its characters, and the error would be elsewhere."""
+    marks = {"UTF-32": (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)}
+    marks["UTF-16"] = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+    for name, boms in marks.items():
+        if first.startswith(boms):
+            raise UserError(f"{path} is {name}, not UTF-8; re-encode the file as UTF-8")
 
 
 def read_lines(path: Path) -> list[str]:
