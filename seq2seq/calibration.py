@@ -12,8 +12,8 @@ reference of L_i words (4 + Poisson(8)) is translated in H_gri words (L_i give o
 one, a little short on average), with Binomial(H - n + 1, q^n) matching n-grams (BLEU),
 Binomial(5 min(H, L) - n + 1, q^(n/4)) matching character n-grams (chrF) and
 Binomial(L, 1 - q) + |H - L| edits (TER), whose sums give sacrebleu's corpus scores (a
-binomial of more than 30 trials is drawn as its rounded normal approximation: the same
-counts for the metric, at a tenth of the time).
+binomial of more than 30 trials, the character n-grams', is drawn as its rounded normal
+approximation, at a tenth of the time).
 
 The regime sets the seeds' spread as a multiple of the sentence noise: the standard
 deviation of a run's BLEU from its own luck (e and the binomial draws), measured once per

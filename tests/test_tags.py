@@ -170,6 +170,7 @@ DATA = {"src": "de", "tgt": "en", "train": ["a", "b"], "valid": "v"}
         ({"data": DATA | {"tags": ["<bt>"]}}, "tags has 1 values for 2 training corpora"),
         ({"data": DATA | {"tags": [None, "a b"]}}, "'a b' is not one piece"),
         ({"data": DATA | {"tags": [None, "</s>"]}}, "</s> is a special piece"),
+        ({"data": DATA | {"tags": [None, "\u2581"]}}, "holds \u2581, which starts every word"),
         ({"decode": {"tag": "<bt>"}}, "decode.tag <bt> is not a tag the model trains with"),
         ({"tokenizer": {"user_symbols": ["x", "x"]}}, "x is given twice"),
     ],
@@ -191,3 +192,11 @@ def test_a_trained_tokenizer_keeps_each_tag_whole_and_a_given_one_must(toy, trai
     config.write_text(json.dumps(cfg))
     assert run_cli("prepare", "--config", config, "--run-dir", toy / "given") == 2
     assert "data.tags: <m> is not a piece of tokenizer.model" in capsys.readouterr().err
+
+
+def test_a_tag_the_training_text_holds_is_refused(toy, tmp_path, capsys):
+    """A source word as a tag would become the tag wherever the word stands."""
+    word = read_lines(toy / "data/train.src")[0].split()[0]
+    tags = f'data.tags=["{word}"]'
+    assert train(toy, tmp_path / "run", tags, "train.max_steps=1") == 2
+    assert f"data.tags: {word} occurs in the training text" in capsys.readouterr().err

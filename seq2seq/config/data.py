@@ -11,6 +11,7 @@ from pydantic import AfterValidator, Field, PositiveInt, field_validator, model_
 from seq2seq.config.section import Section
 
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # the tokenizer's own: no symbol's
+WORD_MARK = "\u2581"  # SentencePiece's "▁"
 
 
 def check_symbol(value: str) -> str:
@@ -20,6 +21,10 @@ def check_symbol(value: str) -> str:
         raise ValueError(f"{value!r} is not one piece: give some text without whitespace")
     if value in SPECIAL_PIECES:
         raise ValueError(f"{value} is a special piece of the tokenizer; name another")
+    if WORD_MARK in value:  # SentencePiece's mark of a word's start, in every word
+        raise ValueError(
+            f"{value} holds {WORD_MARK}, which starts every word's piece; name another"
+        )
     return value
 
 

@@ -19,17 +19,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from seq2seq.config.data import WORD_MARK
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.errors import UserError
-
-WORD_START = "\u2581"
 
 
 def piece_words(pieces: list[str]) -> list[int]:
     """The word index of each piece."""
     words, index = [], -1
     for piece in pieces:
-        if index < 0 or piece.startswith(WORD_START):
+        if index < 0 or piece.startswith(WORD_MARK):
             index += 1
         words.append(index)
     return words
@@ -37,9 +36,7 @@ def piece_words(pieces: list[str]) -> list[int]:
 
 def word_starts(vocabulary: list[str]) -> np.ndarray:
     """Whether each piece id of `vocabulary` starts a word (bool, by id)."""
-    return np.fromiter(
-        (piece.startswith(WORD_START) for piece in vocabulary), bool, len(vocabulary)
-    )
+    return np.fromiter((piece.startswith(WORD_MARK) for piece in vocabulary), bool, len(vocabulary))
 
 
 _LINK = re.compile(r"[0-9]+[-?][0-9]+")

@@ -139,7 +139,22 @@ def _tokenizer(
         log.info("training a %s SentencePiece model (%d pieces)", cfg.model_type, cfg.vocab_size)
     src = (line for chunk in chain([first], chunks) for line in chunk.src)
     tgt = (line for chunk in _chunks(data) for line in chunk.tgt)
-    return train_tokenizer(cfg, src, tgt, directory, seed)
+    tags = data.tag_names
+    return train_tokenizer(cfg, _tagless(src, tags), _tagless(tgt, tags), directory, seed)
+
+
+def _tagless(lines: Iterator[str], tags: list[str]) -> Iterator[str]:
+    """The lines, or one line naming a tag that one of them holds: SentencePiece keeps a
+    tag whole wherever it stands, so text that holds it would be cut around it (the tag
+    `sise` in the word `sise` becomes the tag)."""
+    for line in lines:
+        for tag in tags:
+            if tag in line:
+                raise UserError(
+                    f"data.tags: {tag} occurs in the training text ({line[:60]!r}); a tag must "
+                    "be a piece the text never holds: name another, such as <" + tag + ">"
+                )
+        yield line
 
 
 def _chunks(data: DataConfig) -> Iterator[PairChunk]:

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from seq2seq.config.data import WORD_MARK  # a piece that starts with it starts a word
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
 
 FREE = -1  # in `Prefixes.steps`: the row chooses freely
 NEW_WORD = -2  # the row's next piece must start a word (or be EOS)
-WORD_MARK = "\u2581"  # SentencePiece's "▁": the piece starts a word
 
 
 @dataclass(frozen=True)
