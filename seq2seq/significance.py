@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 ALPHA = 0.05  # a comparison is significant where its Holm-adjusted p is below this
 CONFIDENCE = 0.95  # of the interval of the difference
@@ -193,8 +192,11 @@ def variance_of_difference(terms: VarianceTerms) -> tuple[float, float]:
     Welch-Satterthwaite reads a seed spread that is small by chance as many degrees of
     freedom, and at 3 seeds rejects up to 8% of true nulls where the sentences hold 5-30%
     of V (3.9-5.6% with the bound; docs/sweeps.md)."""
+    from scipy.special import chdtri  # here: scipy takes a second to import, in every command
+
     sentences = (terms.shared, terms.count - 1)
-    raised = [(v * dof / float(stats.chi2.ppf(DOF_QUANTILE, dof)), dof) for v, dof in terms.seeds]
+    # chdtri(ν, 1 - q): the q quantile of χ² on ν degrees of freedom.
+    raised = [(v * dof / float(chdtri(dof, 1 - DOF_QUANTILE)), dof) for v, dof in terms.seeds]
     return satterthwaite([*terms.seeds, sentences])[0], satterthwaite([*raised, sentences])[1]
 
 
@@ -213,10 +215,12 @@ def _own_sentence_variance(influence: np.ndarray) -> float:
 def t_interval(difference: float, error: float, dof: float) -> tuple[float, float, float]:
     """The CONFIDENCE interval and two-sided p of `difference` with standard error `error`
     on `dof` degrees of freedom; no variance at all gives p = 1 with no difference, else 0."""
+    from scipy.special import stdtr, stdtrit  # Student's t CDF and its inverse
+
     if error == 0:
         return difference, difference, 1.0 if difference == 0 else 0.0
-    quantile = float(stats.t.ppf(1 - (1 - CONFIDENCE) / 2, dof))
-    p = float(2 * stats.t.sf(abs(difference) / error, dof))
+    quantile = float(stdtrit(dof, 1 - (1 - CONFIDENCE) / 2))
+    p = float(2 * stdtr(dof, -abs(difference) / error))
     return difference - quantile * error, difference + quantile * error, p
 
 

@@ -152,7 +152,7 @@ def _tagless(lines: Iterator[str], tags: list[str]) -> Iterator[str]:
             if tag in line:
                 raise UserError(
                     f"data.tags: {tag} occurs in the training text ({line[:60]!r}); a tag must "
-                    "be a piece the text never holds: name another, such as <" + tag + ">"
+                    "be a piece the text never holds: name another"
                 )
         yield line
 
