@@ -76,7 +76,7 @@ def _ter(q: np.ndarray, hyp: np.ndarray, words: np.ndarray, draw: Draw) -> np.nd
     return np.stack([draw(lengths, 1 - q) + np.abs(hyp - lengths), lengths], axis=-1)
 
 
-def _hypothesis_words(words: np.ndarray, shape: tuple[int, ...], rng) -> np.ndarray:
+def hypothesis_words(words: np.ndarray, shape: tuple[int, ...], rng) -> np.ndarray:
     """Each translation's length: the reference's give or take a word, a little short on
     average (corpus length ratio about 0.98: BLEU's brevity penalty at its kink)."""
     return np.maximum(1, words + np.rint(rng.normal(-0.2, 1.0, shape)).astype(int))
@@ -128,7 +128,7 @@ class Simulation:
         numbers = range(regime.seeds)
         labels = (numbers, numbers if regime.paired else range(100, 100 + regime.seeds))
         draw = _binomial(rng)
-        hyp = [_hypothesis_words(words, q.shape, rng) for q in systems]
+        hyp = [hypothesis_words(words, q.shape, rng) for q in systems]
         return {
             m.key: tuple(
                 score_system(label, STATISTICS[m.key](q, h, words, draw), m.score_sums)
@@ -144,7 +144,7 @@ class Simulation:
         words = 4 + rng.poisson(8, POPULATION)
         base = rng.normal(0, DIFFICULTY, POPULATION) + rng.normal(0, LUCK, POPULATION)
         own = rng.normal(0, OWN, (2, POPULATION))
-        hyp = _hypothesis_words(words, (POPULATION,), rng)
+        hyp = hypothesis_words(words, (POPULATION,), rng)
         nodes, weights = np.polynomial.hermite_e.hermegauss(_NODES)
         weights = weights / weights.sum()
         found = {}
@@ -175,7 +175,7 @@ class Simulation:
         words = 4 + rng.poisson(8, s)
         shared = LEVEL + rng.normal(0, DIFFICULTY, s) + rng.normal(0, OWN, s)
         q = _sigmoid(shared + rng.normal(0, LUCK, (_PILOT_RUNS, s)))
-        hyp = _hypothesis_words(words, q.shape, rng)
+        hyp = hypothesis_words(words, q.shape, rng)
         scores = bleu.score_sums(_bleu(q, hyp, words, rng.binomial).sum(axis=1))
         steps = np.array([[-0.05], [0.05]])
         moved = _sigmoid(shared + steps + rng.normal(0, LUCK, (1, s)))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from seq2seq.calibration import STATISTICS, Regime, Simulation, _hypothesis_words
+from seq2seq.calibration import STATISTICS, Regime, Simulation, hypothesis_words
 from seq2seq.evaluate import METRICS
 from seq2seq.significance import (
     MIN_SEEDS,
@@ -97,7 +97,7 @@ def test_influence_variance_is_the_bootstrap_variance_of_the_corpus_score():
     words = 4 + rng.poisson(8, 400)
     q = 1 / (1 + np.exp(-(0.5 + rng.normal(0, 1.4, (1, 400)))))
     for metric in METRICS:
-        hyp = _hypothesis_words(words, q.shape, rng)
+        hyp = hypothesis_words(words, q.shape, rng)
         statistics = STATISTICS[metric.key](q, hyp, words, rng.binomial)[0]
         system = score_system([1], [statistics], metric.score_sums)
         counts = rng.multinomial(400, np.full(400, 1 / 400), size=2000)
