@@ -7,8 +7,8 @@
         [--repeats 3] [--threads 2] [--set ...]
     python scripts/bench.py decode --run runs/multi30k-transformer [runs/other ...] \
         --input data/multi30k/test_2016_flickr.de.gz [--ref data/multi30k/test_2016_flickr.en.gz] \
-        [--beam 1 5] [--threads 2] [--device cuda] [--limit N] [--length-penalty A] \
-        [--stopping beam|early|exact] \
+        [--beam 1 5] [--threads 2] [--busy 2] [--device cuda] [--limit N] \
+        [--length-penalty A] [--stopping beam|early|exact] \
         [--engine torch torch-int8 ct2-float32 ct2-int8]
     python scripts/bench.py data --pairs 1000000 --work /tmp/bench-data \
         [--config configs/multi30k_transformer.yaml] [--ranks 2] [--updates 20]
@@ -48,7 +48,7 @@ CODE_VARIABLE = "SEQ2SEQ_BENCH_CODE"
 sys.path.insert(0, os.environ.get(CODE_VARIABLE, str(ROOT)))
 
 from bench_data import measure_data  # noqa: E402 (after the path)
-from bench_decode import ENGINES, export_for, measure_decode  # noqa: E402
+from bench_decode import ENGINES, busy_cpus, export_for, measure_decode  # noqa: E402
 from bench_train import (  # noqa: E402
     PROFILED_STEPS,
     measure_diagnostics,
@@ -172,7 +172,14 @@ def parse_arguments() -> argparse.Namespace:
     decode.add_argument(
         "--batch-tokens", type=POSITIVE, help="default: the run's decode.batch_tokens"
     )
-    decode.add_argument("--threads", type=POSITIVE, default=2)
+    decode.add_argument(
+        "--threads", type=POSITIVE,
+        help="default: the decoder's own (seq2seq translate's), the CPUs other work leaves free",
+    )  # fmt: skip
+    decode.add_argument(
+        "--busy", type=NON_NEGATIVE, default=0,
+        help="keep this many CPUs busy meanwhile (processes of a Python loop): a loaded machine",
+    )  # fmt: skip
     decode.add_argument("--device", help="cpu or cuda; default: the run's train.device")
     decode.add_argument("--limit", type=POSITIVE, help="only the first N lines")
     decode.add_argument("--length-penalty", type=float, help="default: the run's decode one")
@@ -270,7 +277,7 @@ def measure_as_asked(args: argparse.Namespace) -> None:
     if measure is not None:
         print(json.dumps(in_own_process(with_peak_memory, measure, args)), flush=True)
         return
-    with tempfile.TemporaryDirectory() as directory:
+    with tempfile.TemporaryDirectory() as directory, busy_cpus(args.busy):
         for engine in args.engine:
             exported = export_for(args, engine, Path(directory))
             for beam in args.beam:

@@ -15,8 +15,12 @@ line lists them (`config_keys_left_out`).
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from inspect import signature
 from pathlib import Path
 
@@ -39,10 +43,26 @@ def load_translator(
 
         int8 = {"int8": True} if engine == "torch-int8" else {}  # older commits lack it
         run = runs[0] if len(runs) == 1 else runs  # older commits take one run
-        return Translator.load(run, args.checkpoint, device=args.device, **int8, **options)
+        threads = threads_for(args, engine)
+        return Translator.load(
+            run, args.checkpoint, device=args.device, threads=threads, **int8, **options
+        )
     from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
 
-    return CTranslate2Translator.load(exported, threads=args.threads, **options)
+    return CTranslate2Translator.load(exported, threads=threads_for(args, engine), **options)
+
+
+def threads_for(args: argparse.Namespace, engine: str) -> int | None:
+    """--threads, else what `seq2seq translate` takes: for this project's decoder None (the
+    CPUs free, batch by batch; an older commit's command took the usable CPUs), for
+    CTranslate2 the CPUs free as it loads."""
+    import seq2seq.device as device
+
+    if args.threads is not None:
+        return args.threads
+    if not hasattr(device, "free_cpus"):  # an older commit: its translate's default
+        return device.use_threads(None)
+    return None if engine.startswith("torch") else device.free_cpus()
 
 
 # Decoding options that older commits lack: passed, and reported, only where given.
@@ -124,7 +144,6 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
     from seq2seq.data.corpus import read_lines
     from seq2seq.evaluate import score_corpus
 
-    torch.set_num_threads(args.threads)
     lines = read_lines(args.input)[: args.limit]
     with tempfile.TemporaryDirectory() as directory:
         runs, dropped = runs_for_this_code(args.run, Path(directory))
@@ -159,7 +178,10 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
         "sentences_per_s": round(len(lines) / seconds, 2),
         "target_tokens_per_s": round(tokens / seconds, 1),
         "device": "cuda" if cuda else "cpu",
-        "threads": args.threads,
+        "threads": args.threads or "default",
+        # what the pass ended on (by default, what the decoder chose)
+        "threads_used": torch.get_num_threads() if engine.startswith("torch") else None,
+        "busy": args.busy,
         "batch_tokens": batch_tokens_of(translator),
         "length_penalty": translator.decode.length_penalty,
     }
@@ -177,6 +199,19 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
         scores = score_corpus([h.text if h else "" for h in outputs], references)
         result.update(bleu=round(scores.bleu, 2), chrf=round(scores.chrf, 2))
     return result
+
+
+@contextmanager
+def busy_cpus(count: int) -> Iterator[None]:
+    """Within, `count` processes each keep a CPU busy (a Python loop), as other users' work
+    would; they end with the block."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 def export_for(args: argparse.Namespace, engine: str, directory: Path) -> Path | None:

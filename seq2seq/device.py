@@ -5,8 +5,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import math
 import os
 import platform
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -67,6 +69,71 @@ def use_threads(threads: int | None, processes: int = 1) -> int:
     count = threads or default_threads(processes)
     torch.set_num_threads(count)
     return count
+
+
+def free_cpus() -> int:
+    """The usable CPUs that other processes leave free now, at least 1.
+
+    free = max(1, usable - max(others - outside, 0)), where `others` is the tasks of
+    other processes runnable at this moment (/proc/loadavg's count of runnable tasks, less
+    this process's own running threads; the median of three looks 1 ms apart, so that a
+    task passing by is not counted) and `outside` the machine's CPUs outside this process's
+    mask, which are taken to serve others first. Without /proc: `usable_cpus()`.
+    """
+    usable, looks = usable_cpus(), []
+    for look in range(3):
+        if look:
+            time.sleep(0.001)
+        others = _others_running()
+        if others is None:
+            return usable
+        looks.append(others)
+    outside = max((os.cpu_count() or usable) - usable, 0)
+    return max(1, usable - max(sorted(looks)[1] - outside, 0))
+
+
+def _others_running() -> int | None:
+    """Runnable tasks of other processes now; None where /proc does not say."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as loadavg:
+            running = int(loadavg.read().split()[3].split("/")[0])
+        own = _own_running()
+    except (OSError, IndexError, ValueError):
+        return None
+    return max(running - own, 0)
+
+
+def _own_running() -> int:
+    """This process's threads that are runnable now (state R in /proc/self/task)."""
+    running = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/stat", encoding="ascii", errors="replace") as f:
+                running += f.read().rpartition(")")[2].split()[0] == "R"
+        except (OSError, IndexError):  # the thread ended meanwhile
+            pass
+    return running
+
+
+class FreeCpuThreads:
+    """CPU threads that follow the CPUs other work leaves free (`free_cpus`), for decoding,
+    which would otherwise keep threads that wait on each other while other processes hold
+    the cores: on 2 cores busy with two other processes, 2 threads decoded 4x slower than 1
+    (docs/benchmarks.md). `follow()`, called before each batch from the thread that decodes
+    (OpenMP's thread count is that thread's), looks again at most every `every` seconds."""
+
+    def __init__(self, every: float = 2.0) -> None:
+        self.every = every
+        self._looked = -math.inf
+
+    def follow(self) -> None:
+        now = time.monotonic()
+        if now - self._looked < self.every:
+            return
+        self._looked = now
+        count = free_cpus()
+        if count != torch.get_num_threads():
+            torch.set_num_threads(count)
 
 
 @functools.cache

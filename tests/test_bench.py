@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import SCRIPTS
@@ -88,3 +89,29 @@ def test_bad_arguments_are_one_line_before_anything_is_measured(arguments, probl
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and problem in result.stderr, result.stderr
+
+
+def spinners() -> int:
+    """Processes of the busy mode's Python loop now running on this machine."""
+    found = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            found += BUSY_LOOP in (entry / "cmdline").read_bytes()
+        except OSError:  # not a process, or it ended meanwhile
+            pass
+    return found
+
+
+BUSY_LOOP = b"while True: pass"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="counts processes in /proc")
+def test_decode_on_a_busy_machine_keeps_cpus_busy_meanwhile_and_stops_them(trained, toy):
+    before = spinners()
+    command = [sys.executable, str(SCRIPTS / "bench.py"), "decode", "--run", str(trained),
+               "--input", str(toy / "data/test.src"), "--beam", "1", "--busy", "2"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (row,) = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert row["busy"] == 2 and row["threads"] == "default" and row["sentences_per_s"] > 0
+    assert spinners() == before  # none left behind

@@ -141,7 +141,7 @@ def test_health_info_and_the_page(client, translator):
     assert info["model"]["attention"] == {"type": "bahdanau", "heads": 1, "normalizer": "softmax"}
     assert info["model"]["parameters"] == sum(p.numel() for p in translator.model.parameters())
     assert info["checkpoint"]["name"] == "best" and info["checkpoint"]["step"] > 0
-    assert info["threads"] == torch.get_num_threads()
+    assert info["threads"] == "free"  # none given: those other work leaves, batch by batch
     assert set(info["versions"]) >= {"seq2seq", "torch", "fastapi", "uvicorn", "python"}
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

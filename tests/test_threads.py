@@ -1,4 +1,5 @@
-"""CPU threads: the default (the CPUs this process may use), the passive OpenMP wait
+"""CPU threads: the default (the CPUs this process may use), decoding's default (the CPUs
+other processes leave free, looked at again batch by batch), the passive OpenMP wait
 policy the command line sets before torch loads, `--threads` on the commands that
 translate, `Translator.load(threads=...)`, and `train.threads` changed on resume."""
 
@@ -7,11 +8,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
 from cli_helpers import run_cli, train
 
+from seq2seq import device
 from seq2seq.data.corpus import read_lines
 from seq2seq.decode.translate import Translator
 from seq2seq.device import default_threads, use_threads
@@ -91,14 +95,70 @@ def test_translate_and_evaluate_take_threads_which_change_no_output(
     assert "--threads" in capsys.readouterr().err
 
 
-def test_translator_load_takes_threads(trained, keep_threads):
-    torch.set_num_threads(2)
-    Translator.load(trained)
-    assert torch.get_num_threads() == 2  # left as it is by default
-    Translator.load(trained, threads=1)
-    assert torch.get_num_threads() == 1
+def test_translator_load_takes_threads(trained, keep_threads, monkeypatch):
+    monkeypatch.setattr(device, "free_cpus", lambda: pytest.fail("threads were given"))
+    translator = Translator.load(trained, threads=1)
+    assert torch.get_num_threads() == 1 and translator.cpu_threads is None
+    translator.translate(["mimi toto"])
+    assert torch.get_num_threads() == 1  # a count given stays
     with pytest.raises(UserError, match="threads=0"):
         Translator.load(trained, threads=0)
+
+
+def free_cpus_seen(monkeypatch, mask: set[int], cpus: int, looks: list[int | None]) -> int:
+    """`free_cpus()` where the process may use `mask` of `cpus` CPUs and its three looks
+    at the other processes' runnable tasks find `looks`."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: mask, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(device, "_others_running", iter(looks).__next__)
+    return device.free_cpus()
+
+
+def test_free_cpus_are_the_usable_ones_other_processes_leave(monkeypatch):
+    assert free_cpus_seen(monkeypatch, {0, 1}, 2, [0, 0, 0]) == 2
+    assert free_cpus_seen(monkeypatch, {0, 1}, 2, [1, 1, 1]) == 1
+    assert free_cpus_seen(monkeypatch, {0, 1}, 2, [2, 3, 2]) == 1  # never 0
+    assert free_cpus_seen(monkeypatch, {0, 1}, 2, [2, 0, 0]) == 2  # one look passing by
+    assert free_cpus_seen(monkeypatch, {0, 1, 2, 3}, 4, [0, 1, 1]) == 3
+    # others take the CPUs outside the mask first: 6 others on 8 CPUs leave this one 2
+    assert free_cpus_seen(monkeypatch, {0, 1}, 8, [6, 6, 6]) == 2
+    assert free_cpus_seen(monkeypatch, {0, 1}, 8, [7, 7, 7]) == 1
+    assert free_cpus_seen(monkeypatch, {0, 1, 2}, 3, [None]) == 3  # no /proc: all usable
+
+
+def test_a_busy_process_is_counted_and_this_ones_threads_are_not():
+    if device._others_running() is None:
+        pytest.skip("no /proc/loadavg here: free_cpus counts no other process")
+    spinner = subprocess.Popen([sys.executable, "-c", "while 1: pass"])  # not bench's loop
+    try:
+        time.sleep(0.2)
+        assert sorted(device._others_running() for _ in range(3))[1] >= 1
+    finally:
+        spinner.kill()
+        spinner.wait()
+    done = threading.Event()
+    own = threading.Thread(target=lambda: [None for _ in iter(done.is_set, True)])
+    own.start()  # a thread of this process, always runnable: subtracted as this one's
+    try:
+        assert device._own_running() >= 2  # it and this one, reading
+    finally:
+        done.set()
+        own.join()
+
+
+def test_decoding_threads_follow_the_free_cpus_batch_by_batch(trained, keep_threads, monkeypatch):
+    free = iter([1, 2])
+    monkeypatch.setattr(device, "free_cpus", lambda: next(free))
+    translator = Translator.load(trained, batch_tokens=8)  # a batch per line or two
+    translator.cpu_threads.every = 0  # look before every batch
+    translator.translate(["mimi toto"])
+    assert torch.get_num_threads() == 1
+    translator.score(["mimi toto"], ["toto"])
+    assert torch.get_num_threads() == 2
+    translator.cpu_threads.every = 3600.0  # looked just now: not again within the hour
+    monkeypatch.setattr(device, "free_cpus", lambda: pytest.fail("looked again"))
+    translator.translate(["mimi toto", "toto"])
+    assert torch.get_num_threads() == 2
 
 
 def test_a_run_resumes_with_other_threads(toy, tmp_path, keep_threads):

@@ -259,8 +259,8 @@ Threads = Annotated[
     int | None,
     typer.Option(
         min=1,
-        help="CPU threads; default: the CPUs this process may use (on a shared machine, "
-        "fewer: docs/troubleshooting.md)",
+        help="CPU threads; default: before each batch, the CPUs this process may use that "
+        "other programs leave free (docs/troubleshooting.md)",
     ),
 ]
 Int8 = Annotated[

@@ -207,12 +207,12 @@ def _translator(
     """The translator of `runs` (or of an exported model); `weights`: a file of attention
     weights or alignments to write, which the CTranslate2 engine cannot."""
     from seq2seq.decode.translate import Translator
-    from seq2seq.device import use_threads
+    from seq2seq.device import free_cpus, use_threads
 
-    where, count = device_name(device), use_threads(threads)
+    where = device_name(device)
     if engine is Engine.torch:
         return Translator.load(
-            runs, checkpoints or "best", where, threads=count, int8=int8, **options
+            runs, checkpoints or "best", where, threads=threads, int8=int8, **options
         )
     from seq2seq.decode.ctranslate2_engine import CTranslate2Translator
 
@@ -236,6 +236,8 @@ def _translator(
             "an exported model holds one checkpoint; pick it when exporting "
             "(seq2seq export --checkpoint) and leave out --checkpoint here"
         )
+    # CTranslate2 keeps its threads: as many as are free as it loads
+    count = free_cpus() if threads is None else use_threads(threads)
     return CTranslate2Translator.load(runs[0], where or "cpu", threads=count, **options)
 
 
@@ -335,7 +337,6 @@ def serve(
     """Serve the model over HTTP: POST /translate, GET /health, GET /info, and a page at /
     that translates what you type and draws its attention. Stop with Ctrl-C or SIGTERM:
     requests in flight finish first."""
-    from seq2seq.device import use_threads
     from seq2seq.serve.schema import ServeLimits
     from seq2seq.serve.server import serve as run_server
 
@@ -344,6 +345,6 @@ def serve(
         batch_lines=batch_lines, batch_wait=batch_wait_ms / 1000, read_timeout=read_timeout,
     )  # fmt: skip
     run_server(
-        run, checkpoint, host, port, device_name(device), use_threads(threads), limits,
+        run, checkpoint, host, port, device_name(device), threads, limits,
         allowed_host or (),
     )  # fmt: skip

@@ -105,6 +105,7 @@ def _pair_batches(
     src_ids, tgt_ids = ids
     lengths = [len(s) for s in src_ids], [len(t) for t in tgt_ids]
     for group in token_batches(*lengths, translator.batch_tokens(options)):
+        translator.follow_free_cpus()
         batch = make_batch([src_ids[i] for i in group], [tgt_ids[i] for i in group], group)
         yield group, batch.to(translator.device)
 

@@ -32,6 +32,7 @@ from seq2seq.decode.prefix import (
     output_texts,
     read_prefixes,
 )
+from seq2seq.device import FreeCpuThreads
 from seq2seq.errors import UserError
 
 
@@ -85,6 +86,13 @@ class LineTranslator:
         self.max_source = max_source
         self.on_gpu = on_gpu
         self.tags = tuple(tags)
+        # set where the engine's CPU threads follow the CPUs other work leaves free
+        self.cpu_threads: FreeCpuThreads | None = None
+
+    def follow_free_cpus(self) -> None:
+        """Before a batch: fit the CPU threads to the CPUs free now (`FreeCpuThreads`)."""
+        if self.cpu_threads is not None:
+            self.cpu_threads.follow()
 
     def batch_tokens(self, options: DecodeConfig) -> int:
         """`options.batch_tokens`, or where it is null the default of the device searching."""
@@ -316,11 +324,12 @@ class LineTranslator:
     def _search_constrained(
         self, search: tuple, phrases: list[list[list[int]]], token_scores: bool
     ) -> list[tuple[list[Hypothesis], bool]]:
-        """`search`'s arguments searched (none: nothing), with `phrases` where a line has
-        some; a line none of whose hypotheses held them is searched again without them,
-        and marked so (True)."""
+        """`search`'s arguments searched (none: nothing) as a batch, with `phrases` where a
+        line has some; a line none of whose hypotheses held them is searched again without
+        them, and marked so (True)."""
         if not search[0]:
             return []
+        self.follow_free_cpus()
         if not any(phrases):
             return [(hyps, False) for hyps in self.search(*search, token_scores=token_scores)]
         found = self.search(*search, constraints=phrases, token_scores=token_scores)

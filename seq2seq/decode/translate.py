@@ -42,7 +42,7 @@ from seq2seq.decode.prefix import (
 )
 from seq2seq.decode.sampling import Sampler
 from seq2seq.decode.search import beam_search, output_limits
-from seq2seq.device import pick_device, use_threads
+from seq2seq.device import FreeCpuThreads, pick_device, use_threads
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq
 
@@ -89,13 +89,14 @@ class Translator(LineTranslator):
         `checkpoint`: best, last, step-N, a .pt file or init (the weights before the first
         update, `initial_model`). `device`: cpu, cuda or auto (default: the run's
         train.device; of an ensemble, its first run's, as for `decode`). `threads`: the CPU
-        threads of this process (`torch.set_num_threads`; default: leave them as they
-        are). On the CPU the linear layers' weights are prepacked for oneDNN
-        (`packed_weights`), or with `int8` made int8 (`int8_weights`; with no `device`, int8
-        decodes on the CPU whatever the run's device). `decode` sets fields of the run's
-        decode section for every call (beam, length_penalty, coverage_penalty, min_len,
-        max_len_ratio, max_len_offset, batch_tokens, stopping, no_repeat_ngram, mbr, ...);
-        a field given None keeps the run's value.
+        threads of this process (`torch.set_num_threads`; default: before each batch, as
+        many as the CPUs that other processes leave free, `FreeCpuThreads`). On the CPU the
+        linear layers' weights are prepacked for oneDNN (`packed_weights`), or with `int8`
+        made int8 (`int8_weights`; with no `device`, int8 decodes on the CPU whatever the
+        run's device). `decode` sets fields of the run's decode section for every call
+        (beam, length_penalty, coverage_penalty, min_len, max_len_ratio, max_len_offset,
+        batch_tokens, stopping, no_repeat_ngram, mbr, ...); a field given None keeps the
+        run's value.
         """
         runs, checkpoints = check_load_arguments(run_dir, checkpoint, device, int8)
         if threads is not None:
@@ -113,10 +114,13 @@ class Translator(LineTranslator):
             model = int8_weights(model)
         elif target.type == "cpu":
             model = packed_weights(model)
-        return cls(
+        translator = cls(
             model, loaded.tokenizer, decode_cfg, target, loaded.max_source, loaded.origin,
             cfg.data.tag_names,
         )  # fmt: skip
+        if threads is None and target.type == "cpu":
+            translator.cpu_threads = FreeCpuThreads()
+        return translator
 
     def hypotheses(self, lines: list[str], **options: Any) -> list[list[Translation]]:
         with _evaluating(self.model):

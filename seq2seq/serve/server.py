@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from seq2seq.decode.translate import Translator
+from seq2seq.device import use_threads
 from seq2seq.errors import UserError
 from seq2seq.serve.schema import ServeLimits
 from seq2seq.version import VERSION
@@ -71,7 +72,8 @@ def model_info(translator: Translator, limits: ServeLimits) -> dict[str, Any]:
         "max_source_pieces": translator.max_source,
         "limits": asdict(limits) | {"max_body": limits.max_body},
         "device": str(translator.device),
-        "threads": torch.get_num_threads(),
+        # a count the user fixed, or "free": as many as other work leaves free, batch by batch
+        "threads": "free" if translator.cpu_threads is not None else torch.get_num_threads(),
         "versions": {"seq2seq": VERSION}
         | {name: version(name) for name in ("torch", "fastapi", "uvicorn")}
         | {"python": platform.python_version()},
@@ -84,13 +86,16 @@ def serve(
     host: str,
     port: int,
     device: str | None,
-    threads: int,
+    threads: int | None,
     limits: ServeLimits,
     allowed: Sequence[str] = (),
 ) -> None:
     """Serve a run's model at http://HOST:PORT/ until SIGTERM or SIGINT, decoding on
-    `threads` CPU threads, to requests whose Host header names HOST, its address or one of
-    `allowed` (see `allowed_hosts`)."""
+    `threads` CPU threads (None: those that other work leaves free, `Translator.load`), to
+    requests whose Host header names HOST, its address or one of `allowed` (see
+    `allowed_hosts`)."""
+    if threads is not None:  # checked before listening; the count /info reports
+        use_threads(threads)
     require_server()
     import uvicorn
 

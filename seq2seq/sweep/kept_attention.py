@@ -12,6 +12,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import GREEDY_SEARCH, Config
 from seq2seq.data.corpus import corpus_path, read_lines, read_parallel
@@ -36,7 +38,7 @@ def initial_sites(run: RunDir, cfg: Config) -> dict | None:
     if cfg.train.init_from is not None:  # its start is its parent's weights, not a draw
         return None
     valid = read_parallel(cfg.data.valid, cfg.data.src, cfg.data.tgt)
-    initial = Translator.load(run.root, "init", device="cpu")
+    initial = Translator.load(run.root, "init", device="cpu", threads=_run_threads())
     sites = initial.attention_diagnostics(valid.src, valid.tgt)["sites"]
     atomic_write_text(run.initial_attention, json.dumps(sites) + "\n")
     return sites
@@ -50,7 +52,8 @@ def save_best_attention(run: RunDir, cfg: Config) -> None:
         return
     sources = read_lines(corpus_path(cfg.data.valid, cfg.data.src))
     sentence = next(line for line in sources if line.strip())
-    amap = Translator.load(run.root, "best", **GREEDY_SEARCH).attention_map(sentence)
+    best = Translator.load(run.root, "best", threads=_run_threads(), **GREEDY_SEARCH)
+    amap = best.attention_map(sentence)
     if amap is not None:
         saved = {
             "sentence": sentence,
@@ -126,3 +129,9 @@ def _is_heatmap(value: object) -> bool:
 
 def _is_row(value: object, width: int) -> bool:
     return isinstance(value, list) and len(value) == width and all(map(_number, value))
+
+
+def _run_threads() -> int:
+    """The threads the run trained on: its files are then the same whatever else the
+    machine runs (a translator's default follows the CPUs free)."""
+    return torch.get_num_threads()
