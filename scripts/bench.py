@@ -42,10 +42,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The seq2seq that is measured: this checkout's, or the one `--code DIR` names (an older
-# commit); an environment variable, so that the spawned measuring processes import it too.
+# The seq2seq that is measured: this checkout's, or the one the environment variable names
+# (an older commit's, under `compare`), imported first by the measuring processes alone
+# (`with_peak_memory`); this process reads its options off this checkout's.
 CODE_VARIABLE = "SEQ2SEQ_BENCH_CODE"
-sys.path.insert(0, os.environ.get(CODE_VARIABLE, str(ROOT)))
+sys.path.insert(0, str(ROOT))
 
 from bench_data import measure_data  # noqa: E402 (after the path)
 from bench_decode import ENGINES, busy_cpus, export_for, measure_decode  # noqa: E402
@@ -69,8 +70,9 @@ def in_own_process(function: Callable[..., dict], *args: object) -> dict:
 
 
 def with_peak_memory(measure: Callable[..., dict], *args: object) -> dict:
-    """Runs in the measurement's own process: its line, with the process's peak resident
-    memory added."""
+    """Runs in the measurement's own process, which imports the measured seq2seq: its line,
+    with the process's peak resident memory added."""
+    sys.path.insert(0, os.environ.get(CODE_VARIABLE, str(ROOT)))
     result = measure(*args)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     result["peak_rss_mb"] = round(peak_kib / 1024, 1)
@@ -158,6 +160,8 @@ def add_train_options(mode: argparse.ArgumentParser, steps: int, help_steps: str
 
 
 def parse_arguments() -> argparse.Namespace:
+    from seq2seq.cli.decoding import EVERY_FIELD, add_argparse_options
+
     parser = Parser(description=__doc__.split("\n")[0])
     modes = parser.add_subparsers(dest="mode", required=True)
     decode = modes.add_parser("decode", help="translation speed per beam size")
@@ -170,9 +174,6 @@ def parse_arguments() -> argparse.Namespace:
     decode.add_argument("--ref", type=Path, help="references, to report BLEU and chrF")
     decode.add_argument("--beam", type=POSITIVE, nargs="+", default=[1, 5])
     decode.add_argument(
-        "--batch-tokens", type=POSITIVE, help="default: the run's decode.batch_tokens"
-    )
-    decode.add_argument(
         "--threads", type=POSITIVE,
         help="default: the decoder's own (seq2seq translate's), the CPUs other work leaves free",
     )  # fmt: skip
@@ -182,21 +183,10 @@ def parse_arguments() -> argparse.Namespace:
     )  # fmt: skip
     decode.add_argument("--device", help="cpu or cuda; default: the run's train.device")
     decode.add_argument("--limit", type=POSITIVE, help="only the first N lines")
-    decode.add_argument("--length-penalty", type=float, help="default: the run's decode one")
-    decode.add_argument(
-        "--coverage-penalty", type=float, help="beta; default: the run's decode one"
-    )
-    decode.add_argument(
-        "--mbr", type=POSITIVE, help="minimum Bayes risk among the beam's N best (a beam >= N)"
-    )
-    decode.add_argument("--mbr-utility", choices=["chrf", "bleu"], help="default: chrf")
     decode.add_argument(
         "--constraints", type=Path, help="lexical constraints, a line per input line (torch)"
     )
-    decode.add_argument(
-        "--stopping", choices=["beam", "early", "exact"],
-        help="torch: default: the run's decode.stopping (CTranslate2 stops as beam does)",
-    )  # fmt: skip
+    add_argparse_options(decode, skip=("beam",))  # the decode section's other fields
     decode.add_argument(
         "--engine", nargs="+", choices=ENGINES, default=["torch"],
         help="torch-int8: int8 linear layers; ct2-*: the run exported to CTranslate2 with "
@@ -240,6 +230,9 @@ def parse_arguments() -> argparse.Namespace:
     both.add_argument("--repeat", type=POSITIVE, default=3, help="measurements per side")
     both.add_argument("measurement", nargs=argparse.REMAINDER, help="-- MODE OPTIONS...")
     args = parser.parse_args()
+    if args.mode == "decode":  # the decode fields given (but --beam, a list), for the measured code
+        given = {name: getattr(args, name) for name in EVERY_FIELD if name != "beam"}
+        args.decode = {name: value for name, value in given.items() if value is not None}
     if args.mode == "compare" and not [a for a in args.measurement if a != "--"]:
         parser.error("compare needs a measurement after --, e.g. -- train --config CONFIG")
     for option in ("config", "tokenizer", "run", "input", "ref", "base", "code"):

@@ -32,12 +32,7 @@ def load_translator(
 ):
     """This project's Translator on `runs` (as the measured code reads them; several: their
     ensemble), or CTranslate2 on the export."""
-    options = {
-        "beam": beam, "batch_tokens": args.batch_tokens, "length_penalty": args.length_penalty
-    }  # fmt: skip
-    if args.stopping is not None:  # older commits know early and exact only
-        options["stopping"] = args.stopping
-    options |= given_newer_options(args)
+    options = {"beam": beam, **args.decode}  # the fields given: older commits lack some
     if engine.startswith("torch"):
         from seq2seq.decode.translate import Translator
 
@@ -63,14 +58,6 @@ def threads_for(args: argparse.Namespace, engine: str) -> int | None:
     if not hasattr(device, "free_cpus"):  # an older commit: its translate's default
         return device.use_threads(None)
     return None if engine.startswith("torch") else device.free_cpus()
-
-
-# Decoding options that older commits lack: passed, and reported, only where given.
-NEWER_OPTIONS = ("coverage_penalty", "mbr", "mbr_utility")
-
-
-def given_newer_options(args: argparse.Namespace) -> dict:
-    return {name: getattr(args, name) for name in NEWER_OPTIONS if getattr(args, name) is not None}
 
 
 def batch_tokens_of(translator) -> int:
@@ -185,7 +172,7 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
         "batch_tokens": batch_tokens_of(translator),
         "length_penalty": translator.decode.length_penalty,
     }
-    result |= given_newer_options(args)
+    result |= args.decode
     if args.constraints is not None:
         result["constraints"] = str(args.constraints)
     if engine.startswith("torch"):  # CTranslate2 has its own rule (docs/decoding.md)

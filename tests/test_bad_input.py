@@ -308,7 +308,7 @@ BAD_INPUT: list[Row] = [
         (
             f"{option} nan",  # as every other number option says it
             lambda g, option=option: g.translate(option, "nan"),
-            [f"'{option}'", "nan should be a finite number"],
+            [f"'{option}'", f"{option[2:].replace('-', '_')} = nan: Input should be a finite"],
         )
         for option in ("--length-penalty", "--coverage-penalty", "--group-diversity")
     ],

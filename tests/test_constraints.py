@@ -260,8 +260,7 @@ def test_bench_decodes_with_constraints(load_script, trained, toy, tmp_path):
     (tmp_path / "phrases.txt").write_text("Zuqu\n" * 10)
     args = argparse.Namespace(
         run=[trained], checkpoint="best", input=toy / "data/test.src", ref=toy / "data/test.tgt",
-        limit=None, threads=1, busy=0, batch_tokens=None, length_penalty=None, stopping=None,
-        coverage_penalty=None, mbr=None, mbr_utility=None, device="cpu",
+        limit=None, threads=1, busy=0, decode={}, device="cpu",
         constraints=tmp_path / "phrases.txt",
     )  # fmt: skip
     measured = bench.measure_decode(args, "torch", 4, None)

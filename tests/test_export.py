@@ -230,9 +230,8 @@ def test_bench_decodes_with_both_engines_side_by_side(load_script, transformer, 
     bench = load_script("bench_decode")
     args = argparse.Namespace(
         run=[transformer], checkpoint="best", input=toy / "data/test.src",
-        ref=toy / "data/test.tgt", limit=None, threads=1, busy=0, batch_tokens=None,
-        length_penalty=None, stopping=None, coverage_penalty=None, mbr=None, mbr_utility=None,
-        device="cpu", constraints=None,
+        ref=toy / "data/test.tgt", limit=None, threads=1, busy=0, decode={}, device="cpu",
+        constraints=None,
     )  # fmt: skip
     measured = [
         bench.measure_decode(args, engine, 1, bench.export_for(args, engine, tmp_path))

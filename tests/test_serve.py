@@ -157,7 +157,7 @@ def test_health_info_and_the_page(client, translator):
         ({"text": ["toto", "a" * 101]}, 413, "text.1 has 101 characters"),
         ({"text": ["toto"], "beam": 7}, 422, "beam: 7 is wider than this server allows (6)"),
         ({"text": ["toto"], "beam": 2, "nbest": 3}, 422, "nbest: 3 needs a beam at least"),
-        ({"text": ["toto"], "beam": 0}, 422, "beam: Input should be greater than or equal to 1"),
+        ({"text": ["toto"], "beam": 0}, 422, "beam = 0: Input should be greater than or equal"),
         ({"text": ["toto"], "beam": "5"}, 422, "beam: Input should be a valid integer"),
         ({"text": ["toto"], "attention": "yes"}, 422, "attention: Input should be a valid bool"),
         ({"text": "toto"}, 422, "text: Input should be a valid list"),
@@ -249,10 +249,11 @@ def test_a_body_not_sent_as_json_is_415_saying_so(client, content_type):
         (
             {"text": ["a"], "x" * 5000: 1, "y": 2},
             422,
-            f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, beam, nbest, attention, "
-            "token_scores, prefix, constraints, sample, temperature, top_k, top_p, epsilon, "
-            "seed, length_penalty, coverage_penalty, beam_groups, group_diversity, mbr, "
-            "mbr_utility, tag",
+            f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, beam, length_penalty, "
+            "coverage_penalty, beam_groups, group_diversity, min_len, max_len_ratio, "
+            "max_len_offset, batch_tokens, stopping, no_repeat_ngram, sample, temperature, "
+            "epsilon, top_k, top_p, tag, seed, mbr, mbr_utility, nbest, attention, "
+            "token_scores, prefix, constraints",
         ),
     ],
     ids=["8 wrong lines", "1,000 lines", "a 5,000-character field"],

@@ -10,18 +10,21 @@ from typing import Annotated
 import typer
 
 from seq2seq.cli.app import app
-from seq2seq.cli.options import BatchTokens, Checkpoint, DeviceChoice, device_name
+from seq2seq.cli.decoding import decoding_options
+from seq2seq.cli.options import Checkpoint, DeviceChoice, device_name
 
 
 @app.command("inspect")
+@decoding_options(("batch_tokens",))
 def inspect_run(
     run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
     src: Annotated[Path, typer.Option("--src", help="source sentences, one per line")],
     ref: Annotated[Path, typer.Option("--ref", help="their translations, line-aligned")],
     checkpoint: Checkpoint = "best",
-    batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    *,
+    decode: dict,
 ) -> None:
     """Print the attention diagnostics of a run's checkpoint on sentence pairs: per
     attention module and head, entropy, saturation, energies, query and key norms, sink
@@ -31,7 +34,7 @@ def inspect_run(
     from seq2seq.decode.translate import Translator
 
     sources, references = read_lines(src), read_lines(ref)
-    translator = Translator.load(run, checkpoint, device_name(device), batch_tokens=batch_tokens)
+    translator = Translator.load(run, checkpoint, device_name(device), **decode)
     found = translator.attention_diagnostics(sources, references)
     if as_json:
         print(json.dumps(_finite(found), allow_nan=False))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import math
 from pathlib import Path
 from typing import Annotated
 
@@ -77,48 +76,6 @@ References = Annotated[
 ]
 
 
-def finite_at_least_zero(value: float | None) -> float | None:
-    """A number 0 or more, or one line saying why not: click's own range check would call
-    nan out of range where every other option says it is not a finite number."""
-    if value is not None and not math.isfinite(value):
-        raise typer.BadParameter(f"{value} should be a finite number")
-    if value is not None and value < 0:
-        raise typer.BadParameter(f"{value} should be greater than or equal to 0")
-    return value
-
-
-Beam = Annotated[
-    int | None, typer.Option(min=1, help="beam size, 1 = greedy; default: the run's decode.beam")
-]
-LengthPenalty = Annotated[
-    float | None,
-    typer.Option(
-        callback=finite_at_least_zero,
-        help="alpha: rank by log P / length ** alpha, 0 = none; default: the run's "
-        "decode.length_penalty",
-    ),
-]
-CoveragePenalty = Annotated[
-    float | None,
-    typer.Option(
-        callback=finite_at_least_zero,
-        metavar="BETA",
-        help="add BETA x sum of log(min(attention a source piece got, 1)) to each score, 0 = "
-        "none; default: the run's decode.coverage_penalty",
-    ),
-]
-BatchTokens = Annotated[
-    int | None,
-    typer.Option(min=1, help="padded source tokens x beam per batch; default: decode.batch_tokens"),
-]
-NoRepeatNgram = Annotated[
-    int | None,
-    typer.Option(
-        min=0,
-        metavar="N",
-        help="no output repeats an n-gram of N tokens (0: off); default: decode.no_repeat_ngram",
-    ),
-]
 NBestLines = Annotated[
     int, typer.Option(min=1, help="write the N best: LINE<TAB>SCORE<TAB>TEXT, N per line")
 ]
@@ -133,76 +90,6 @@ GivenTranslations = Annotated[
         help="score this translation instead (no model); repeat it to compare the others "
         "with the first",
     ),
-]
-DiverseGroups = Annotated[
-    int | None,
-    typer.Option(
-        min=1,
-        metavar="G",
-        help="diverse beam search: the beam in G groups, each penalised for the tokens the "
-        "earlier ones chose (G divides --beam; 1: off); default: decode.beam_groups",
-    ),
-]
-GroupDiversity = Annotated[
-    float | None,
-    typer.Option(
-        callback=finite_at_least_zero,
-        metavar="LAMBDA",
-        help="with --beam-groups: the penalty per earlier group's choice of a token; "
-        "default: decode.group_diversity",
-    ),
-]
-Sample = Annotated[
-    bool | None,
-    typer.Option(
-        "--sample/--no-sample",
-        help="draw each output from the model instead of searching (beam 1; --nbest N: N "
-        "samples per line); --no-sample: search, where the run samples; default: the run's",
-        show_default=False,
-    ),
-]
-Temperature = Annotated[
-    float | None,
-    typer.Option(help="with --sample: p ** (1 / T), T > 0; default 1"),
-]
-TopK = Annotated[
-    int | None, typer.Option(min=0, help="with --sample: only the K most probable; 0: all")
-]
-Epsilon = Annotated[
-    float | None,
-    typer.Option(
-        help="with --sample: only the pieces of probability at least E, 0 <= E < 1; default 0"
-    ),
-]
-TopP = Annotated[
-    float | None,
-    typer.Option(help="with --sample: the nucleus of mass P, 0 < P <= 1; default 1"),
-]
-Seed = Annotated[
-    int | None,
-    typer.Option(min=0, help="with --sample: with each line's index, seeds its draws; default 1"),
-]
-Tag = Annotated[
-    str | None,
-    typer.Option(
-        metavar="TAG",
-        help="put TAG, one of the run's data.tags, before every source: translate as that kind "
-        "of text (docs/training.md#tags); default: the run's decode.tag",
-    ),
-]
-Mbr = Annotated[
-    int | None,
-    typer.Option(
-        min=0,
-        metavar="N",
-        help="minimum Bayes risk: output, of N candidates (the beam's N best, or N samples "
-        "with --sample), the one of highest mean --mbr-utility against all N; 0: off; "
-        "default: decode.mbr",
-    ),
-]
-MbrUtility = Annotated[
-    str | None,
-    typer.Option(metavar="METRIC", help="with --mbr: chrf (the default) or bleu"),
 ]
 AttentionFile = Annotated[
     Path | None,

@@ -12,27 +12,18 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from seq2seq.cli.app import app
+from seq2seq.cli.decoding import FORCED_FIELDS, decoding_options
 from seq2seq.cli.options import (
     AlignmentFile,
     AlignmentHead,
     AttentionFile,
-    BatchTokens,
-    Beam,
     Checkpoints,
-    CoveragePenalty,
     DeviceChoice,
-    DiverseGroups,
     Engine,
     GivenTranslations,
-    GroupDiversity,
     Int8,
-    LengthPenalty,
-    Mbr,
-    MbrUtility,
-    NoRepeatNgram,
     References,
     Runs,
-    Tag,
     Threads,
     TokenScoreFile,
 )
@@ -44,6 +35,7 @@ if TYPE_CHECKING:
 
 
 @app.command()
+@decoding_options()
 def evaluate(
     ref: References,
     run: Runs = None,
@@ -52,41 +44,29 @@ def evaluate(
     ] = None,
     hyp: GivenTranslations = None,
     checkpoint: Checkpoints = None,
-    beam: Beam = None,
-    beam_groups: DiverseGroups = None,
-    group_diversity: GroupDiversity = None,
-    length_penalty: LengthPenalty = None,
-    coverage_penalty: CoveragePenalty = None,
-    no_repeat_ngram: NoRepeatNgram = None,
-    mbr: Mbr = None,
-    mbr_utility: MbrUtility = None,
-    tag: Tag = None,
-    batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     threads: Threads = None,
     int8: Int8 = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    *,
+    decode: dict,
 ) -> None:
     """Score a translation against --ref: BLEU, chrF and TER with sacrebleu signatures.
     Either --run and --src (translate the source with the decoding options), or --hyp (a
     translation made elsewhere; several: each compared with the first, a paired test)."""
-    from seq2seq.cli.translation import _decoding, _translator, _within_memory
+    from seq2seq.cli.translation import _translator, _within_memory
 
     references = _read_references(ref)
-    options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram,
-                        mbr=mbr, mbr_utility=mbr_utility, tag=tag) | dict(
-        beam_groups=beam_groups, group_diversity=group_diversity)  # fmt: skip
     if hyp:
-        given = {"run": run or None, "src": src, "checkpoint": checkpoint, **options}
+        given = {"run": run or None, "src": src, "checkpoint": checkpoint, **decode}
         given |= {"device": device, "threads": threads, "int8": int8}
         _score_files(hyp, references, given, as_json)
         return
     if not run or src is None:
         raise UserError("pass --run RUN and --src FILE to translate, or --hyp FILE to score")
     sources = _aligned_lines(src, ref[0], len(references[0]), "reference")
-    with _within_memory(beam, batch_tokens):
-        translator = _translator(Engine.torch, run, checkpoint, device, threads, None, options,
-                                 int8)  # fmt: skip
+    with _within_memory(decode):
+        translator = _translator(Engine.torch, run, checkpoint, device, threads, None, decode, int8)
         hypotheses = translator.translate(sources, progress=True)
     _print_scores([str(src)], [hypotheses], references, as_json)
 
@@ -193,21 +173,21 @@ def _comparison_note(sentences: int, compared: int) -> str:
 
 
 @app.command()
+@decoding_options(FORCED_FIELDS)
 def score(
     run: Runs,
     src: Annotated[Path, typer.Option("--src", help="source sentences, one per line")],
     ref: Annotated[Path, typer.Option("--ref", help="their translations to score, line-aligned")],
     output: Annotated[Path | None, typer.Option("--output", "-o", help="default: stdout")] = None,
     checkpoint: Checkpoints = None,
-    length_penalty: LengthPenalty = None,
-    tag: Tag = None,
-    batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     threads: Threads = None,
     token_scores: TokenScoreFile = None,
     alignments: AlignmentFile = None,
     alignment_head: AlignmentHead = None,
     attention: AttentionFile = None,
+    *,
+    decode: dict,
 ) -> None:
     """Score each translation in --ref as the model's log-probability of it given its
     source in --src: a line per pair, LOGPROB<TAB>PER_TOKEN<TAB>NORMALISED (the total, EOS
@@ -225,9 +205,8 @@ def score(
     records.check()
     references = _read_lines(ref)
     sources = _aligned_lines(src, ref, len(references), "translation")
-    options = {"length_penalty": length_penalty, "batch_tokens": batch_tokens, "tag": tag}
-    with _within_memory(None, batch_tokens):
-        translator = _translator(Engine.torch, run, checkpoint, device, threads, None, options)
+    with _within_memory(decode):
+        translator = _translator(Engine.torch, run, checkpoint, device, threads, None, decode)
         scores = translator.score(
             sources, references, progress=True, token_scores=token_scores is not None
         )

@@ -10,39 +10,24 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from seq2seq.cli.app import app
+from seq2seq.cli.decoding import decoding_options, flag
 from seq2seq.cli.options import (
     AlignmentFile,
     AlignmentHead,
     AttentionFile,
-    BatchTokens,
-    Beam,
     Checkpoint,
     Checkpoints,
     ConstraintFile,
-    CoveragePenalty,
     Device,
     DeviceChoice,
-    DiverseGroups,
     Engine,
     EngineChoice,
-    Epsilon,
-    GroupDiversity,
     Int8,
-    LengthPenalty,
-    Mbr,
-    MbrUtility,
     NBestLines,
-    NoRepeatNgram,
     PrefixFile,
     Quantization,
-    Sample,
-    Seed,
-    Tag,
-    Temperature,
     Threads,
     TokenScoreFile,
-    TopK,
-    TopP,
     device_name,
 )
 from seq2seq.errors import UserError
@@ -59,15 +44,13 @@ def _read_lines(path: Path) -> list[str]:
     return read_lines(path)
 
 
-def _within_memory(beam: int | None, batch_tokens: int | None) -> AbstractContextManager[None]:
+def _within_memory(decode: dict) -> AbstractContextManager[None]:
     """Loading a model and decoding with it: running out of memory is one line saying what
     to lower (the options given, or the run's decode section)."""
     from seq2seq.device import out_of_memory_reported
 
     given = ", ".join(
-        f"{name} {value}"
-        for name, value in (("--beam", beam), ("--batch-tokens", batch_tokens))
-        if value is not None
+        f"{flag(name)} {decode[name]}" for name in ("beam", "batch_tokens") if name in decode
     )
     return out_of_memory_reported(
         lambda: (
@@ -91,51 +74,34 @@ TranslateRuns = Annotated[
 
 
 @app.command()
+@decoding_options()
 def translate(
     run: TranslateRuns,
     checkpoint: Checkpoints = None,
     input: Annotated[Path | None, typer.Option("--input", "-i", help="default: stdin")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="default: stdout")] = None,
-    beam: Beam = None,
     nbest: NBestLines = 1,
-    beam_groups: DiverseGroups = None,
-    group_diversity: GroupDiversity = None,
-    length_penalty: LengthPenalty = None,
-    coverage_penalty: CoveragePenalty = None,
-    no_repeat_ngram: NoRepeatNgram = None,
-    batch_tokens: BatchTokens = None,
     device: DeviceChoice = None,
     alignments: AlignmentFile = None,
     alignment_head: AlignmentHead = None,
     engine: EngineChoice = Engine.torch,
     threads: Threads = None,
     int8: Int8 = False,
-    sample: Sample = None,
-    temperature: Temperature = None,
-    top_k: TopK = None,
-    top_p: TopP = None,
-    epsilon: Epsilon = None,
-    seed: Seed = None,
-    mbr: Mbr = None,
-    mbr_utility: MbrUtility = None,
-    tag: Tag = None,
     prefix_file: PrefixFile = None,
     constraint_file: ConstraintFile = None,
     attention: AttentionFile = None,
     token_scores: TokenScoreFile = None,
+    *,
+    decode: dict,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
 
     Blank lines and lines that are not valid UTF-8 give empty lines, and a source longer
     than the model reads (twice data.max_len pieces) is cut to that; stderr counts and
     names such lines. On a terminal, stdin is translated interactively, line by line."""
-    options = _decoding(beam, length_penalty, coverage_penalty, batch_tokens, no_repeat_ngram,
-                        mbr=mbr, mbr_utility=mbr_utility, tag=tag) | dict(
-        sample=sample, temperature=temperature, top_k=top_k, top_p=top_p, epsilon=epsilon,
-        seed=seed, beam_groups=beam_groups, group_diversity=group_diversity)  # fmt: skip
-    with _within_memory(beam, batch_tokens):
+    with _within_memory(decode):
         translator = _translator(
-            engine, run, checkpoint, device, threads, alignments or attention, options, int8
+            engine, run, checkpoint, device, threads, alignments or attention, decode, int8
         )
         records = (alignments, attention, token_scores, alignment_head)
         _translate_input(translator, input, output, nbest, records, (prefix_file, constraint_file))
@@ -168,30 +134,6 @@ def _translate_input(
     else:
         source = input or Path("/dev/stdin")
         translate_file(translator, source, output, nbest, RecordFiles(*records), guides)
-
-
-def _decoding(
-    beam: int | None,
-    length_penalty: float | None,
-    coverage_penalty: float | None,
-    batch_tokens: int | None,
-    no_repeat_ngram: int | None,
-    *,
-    mbr: int | None,
-    mbr_utility: str | None,
-    tag: str | None,
-) -> dict:
-    """The decoding options given on the command line (None: the run's own)."""
-    return {
-        "beam": beam,
-        "length_penalty": length_penalty,
-        "coverage_penalty": coverage_penalty,
-        "batch_tokens": batch_tokens,
-        "no_repeat_ngram": no_repeat_ngram,
-        "mbr": mbr,
-        "mbr_utility": mbr_utility,
-        "tag": tag,
-    }
 
 
 def _translator(
@@ -260,6 +202,7 @@ def export(
 
 
 @app.command("plot-attention")
+@decoding_options(("tag",))
 def plot_attention(
     run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
     src: Annotated[
@@ -278,15 +221,16 @@ def plot_attention(
     ),
     checkpoint: Checkpoint = "best",
     device: DeviceChoice = None,
-    tag: Tag = None,
+    *,
+    decode: dict,
 ) -> None:
     """Translate one sentence and draw its attention heatmap (source x target pieces)."""
     from seq2seq.decode.translate import Translator
     from seq2seq.files import atomic_write_bytes
     from seq2seq.plots import attention_figure, figure_png
 
-    with _within_memory(None, None):
-        translator = Translator.load(run, checkpoint, device_name(device), tag=tag)
+    with _within_memory(decode):
+        translator = Translator.load(run, checkpoint, device_name(device), **decode)
         amap = translator.attention_map(src, ref)
     if amap is None:
         raise UserError(
@@ -300,6 +244,7 @@ def plot_attention(
 
 
 @app.command()
+@decoding_options()
 def serve(
     run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
     checkpoint: Checkpoint = "best",
@@ -333,18 +278,19 @@ def serve(
         ),
     ] = None,
     threads: Threads = None,
+    *,
+    decode: dict,
 ) -> None:
     """Serve the model over HTTP: POST /translate, GET /health, GET /info, and a page at /
     that translates what you type and draws its attention. Stop with Ctrl-C or SIGTERM:
     requests in flight finish first."""
     from seq2seq.serve.schema import ServeLimits
+    from seq2seq.serve.server import Served
     from seq2seq.serve.server import serve as run_server
 
     limits = ServeLimits(
         max_lines=max_lines, max_chars=max_chars, timeout=timeout, max_queue=max_queue,
         batch_lines=batch_lines, batch_wait=batch_wait_ms / 1000, read_timeout=read_timeout,
     )  # fmt: skip
-    run_server(
-        run, checkpoint, host, port, device_name(device), threads, limits,
-        allowed_host or (),
-    )  # fmt: skip
+    served = Served(run, checkpoint, device_name(device), threads, decode)
+    run_server(served, host, port, limits, allowed_host or ())

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import typing
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, ValidationError, model_validator
 
 from seq2seq.config.data import Symbol
 from seq2seq.config.section import Section
@@ -22,10 +23,17 @@ Utility = Literal["chrf", "bleu"]
 
 
 class DecodeConfig(Section):
-    """How `translate`, `evaluate` and the test sets decode (validation is always greedy)."""
+    """How `translate`, `evaluate` and the test sets decode (validation is always greedy).
 
-    beam: PositiveInt = Field(
-        5, le=MAX_BEAM, description="beam size; 1 is greedy search (time and memory grow with it)"
+    The one declaration of the decoding options: the commands' options (`seq2seq.cli.
+    decoding`), the server's request fields (`seq2seq.serve.schema`) and the keywords of
+    `Translator` are these fields, and this section's validators decide which combine."""
+
+    beam: int = Field(
+        5,
+        ge=1,
+        le=MAX_BEAM,
+        description="beam size; 1 is greedy search (time and memory grow with it)",
     )
     length_penalty: float = Field(
         1.0,
@@ -42,8 +50,9 @@ class DecodeConfig(Section):
         "log(min(attention paid them, 1)), heads averaged, a position never attended left "
         "out (GNMT's, as CTranslate2's); 0: off",
     )
-    beam_groups: PositiveInt = Field(
+    beam_groups: int = Field(
         1,
+        ge=1,
         le=MAX_BEAM,
         description="diverse beam search: the beam split into this many groups (dividing it), "
         "each ranking its candidates by log P - group_diversity x the number of times the "
@@ -159,6 +168,46 @@ class DecodeConfig(Section):
         if changed and not self.sample:
             raise ValueError(f"{changed[0]} shapes sampling; set sample true, or leave it out")
         return self
+
+
+# What a call asks besides the decode section's fields, on every surface (the command line
+# spells them --nbest, --attention FILE, --token-scores FILE, --prefix-file, --constraints;
+# the server nbest, attention, token_scores, prefix, constraints; Translator.hypotheses
+# nbest, attention, token_scores, prefixes, constraints): how many hypotheses, what to
+# record of them and what to hold them to.
+PER_CALL_OPTIONS = ("nbest", "attention", "token_scores", "prefixes", "constraints")
+
+
+def plain_type(name: str) -> type:
+    """What the decode field `name` is read as where it is given (an option, a request
+    field): bool, int, float or str (a name, or one of a `Literal`'s); its bounds and
+    choices are the section's to check (`field_problem`)."""
+    annotation = DecodeConfig.model_fields[name].annotation
+    kinds = [_bare(a) for a in (annotation, *typing.get_args(annotation))]
+    for kind in (bool, int, float):
+        if kind in kinds:
+            return kind
+    return str
+
+
+def _bare(annotation: Any) -> Any:
+    """`int` of `Annotated[int, Gt(0)]` (pydantic's PositiveInt); others as they are."""
+    if typing.get_origin(annotation) is Annotated:
+        return typing.get_args(annotation)[0]
+    return annotation
+
+
+def field_problem(name: str, value: Any) -> str | None:
+    """What is wrong with `value` as the decode field `name` on its own (its type and its
+    bounds, pydantic's message), or None; how it combines with the other fields is the
+    section's validators' to say, once all are known."""
+    try:
+        DecodeConfig.model_validate({name: value})
+    except ValidationError as error:
+        for item in error.errors():
+            if tuple(item["loc"]) == (name,):
+                return item["msg"].removeprefix("Value error, ")
+    return None
 
 
 # What makes a run's decoding greedy search, as validation and the heatmaps of sweep reports

@@ -78,7 +78,8 @@ def create_app(
         found = await _decode(batcher, request, options, limits.timeout, http.receive)
         # Off the event loop: an answer with attention can be hundreds of MB, seconds of
         # work during which no other request would be answered.
-        answer = await asyncio.to_thread(_answer, translator, request, options.beam, found)
+        beam = options.decode()["beam"]
+        answer = await asyncio.to_thread(_answer, translator, request, beam, found)
         return Response(answer, media_type="application/json")
 
     return app
@@ -95,12 +96,11 @@ def _searcher(translator: LineTranslator) -> Callable[..., list[list[Translation
         options: SearchOptions,
         skip: Callable[[int], bool],
     ) -> list[list[Translation]]:
+        asked = {"nbest": options.nbest, "attention": options.attention, "skip": skip}
+        asked |= {"token_scores": options.token_scores, "line_numbers": numbers}
         return translator.hypotheses(
-            lines, nbest=options.nbest, attention=options.attention, skip=skip,
-            token_scores=options.token_scores,
-            prefixes=prefixes, line_numbers=numbers, constraints=constraints,
-            **options.decode(),
-        )  # fmt: skip
+            lines, prefixes=prefixes, constraints=constraints, **asked, **options.decode()
+        )
 
     return search
 

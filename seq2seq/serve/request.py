@@ -141,8 +141,7 @@ def check_search(
 ) -> SearchOptions:
     """How the request is decoded, from the run's `default`; 422 for bad decoding options
     (a tag not among the model's `tags`) or a search over the server's limits."""
-    names = SearchOptions.decode_fields()
-    asked = {name: getattr(request, name) for name in names}
+    asked = {name: getattr(request, name) for name in DecodeConfig.model_fields}
     try:
         options = decode_options(default, asked)
     except UserError as error:
@@ -175,9 +174,7 @@ def check_search(
             422, "constraints: they share a beam's slots, not diverse beam search's groups; "
             "send beam_groups 1"
         )  # fmt: skip
-    chosen = {name: getattr(options, name) for name in names}
-    asked = {"attention": request.attention, "token_scores": request.token_scores}
-    return SearchOptions(nbest=nbest, **asked, **chosen)
+    return SearchOptions.of(nbest, request.attention, request.token_scores, options)
 
 
 def describe_request_error(error: ValidationError) -> str:

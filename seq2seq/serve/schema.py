@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from seq2seq.config import DecodeConfig
+from seq2seq.config.decode import plain_type
 
 
 @dataclass(frozen=True)
@@ -34,79 +35,58 @@ class ServeLimits:
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """How a request's lines are decoded: the decode section's fields a search has one of
-    for all its lines, so that only requests with equal options share a batch."""
+    """How a request's lines are decoded: what it asks per call and the decode section it
+    is searched with (as its fields' items), so that only requests with equal options
+    share a batch."""
 
-    beam: int
     nbest: int
     attention: bool
     token_scores: bool
-    sample: bool
-    temperature: float
-    top_k: int
-    top_p: float
-    epsilon: float
-    seed: int
-    length_penalty: float
-    coverage_penalty: float
-    beam_groups: int
-    group_diversity: float
-    mbr: int
-    mbr_utility: str
-    tag: str | None
+    fields: tuple[tuple[str, Any], ...]
 
     @classmethod
-    def decode_fields(cls) -> list[str]:
-        """The decode section's fields among these options (the request's fields of the
-        same names ask for them)."""
-        return [field.name for field in fields(cls) if field.name in DecodeConfig.model_fields]
+    def of(cls, nbest: int, attention: bool, token_scores: bool, decode: DecodeConfig):
+        return cls(nbest, attention, token_scores, tuple(decode.model_dump().items()))
 
     def decode(self) -> dict[str, Any]:
-        """The fields of the decode section these options set."""
-        return {name: getattr(self, name) for name in self.decode_fields()}
+        """The decode section's fields, all of them."""
+        return dict(self.fields)
 
 
-class TranslateRequest(BaseModel):
-    """`POST /translate`: lines to translate and how. Strict: a number given as a string,
-    or a field the server does not know, is an error rather than a guess."""
+def _decode_fields() -> dict[str, Any]:
+    """Each field of the decode section as a request field of its type, null meaning the
+    served default: its bounds and how it combines with the others are the section's to
+    check (`decode_options`), as everywhere."""
+    return {
+        name: (plain_type(name) | None, Field(None, description=field.description))
+        for name, field in DecodeConfig.model_fields.items()
+    }
 
-    model_config = ConfigDict(extra="forbid", strict=True)
 
-    text: list[str] = Field(min_length=1, description="the lines to translate, in order")
-    beam: int | None = Field(None, ge=1, description="beam size; default: the run's decode.beam")
-    nbest: int = Field(1, ge=1, description="hypotheses per line, best first; at most the beam")
-    attention: bool = Field(False, description="return each hypothesis' attention weights")
-    token_scores: bool = Field(
-        False, description="return each hypothesis' pieces and their log-probabilities"
-    )
-    prefix: list[str] | None = Field(
-        None, description='a target prefix per line of text ("": none) its output starts with'
-    )
-    constraints: list[list[str]] | None = Field(
-        None, description="the phrases per line of text ([]: none) its output must contain"
-    )
-    sample: bool | None = Field(None, description="draw samples; default: the run's decode.sample")
-    temperature: float | None = Field(None, description="sampling: p ** (1 / temperature)")
-    top_k: int | None = Field(None, description="sampling: the k most probable pieces only")
-    top_p: float | None = Field(None, description="sampling: the nucleus of mass p only")
-    epsilon: float | None = Field(
-        None, description="sampling: the pieces of probability at least epsilon only"
-    )
-    seed: int | None = Field(None, description="sampling: seeds each line's draws with its index")
-    length_penalty: float | None = Field(None, description="alpha: rank by log P / length ** alpha")
-    coverage_penalty: float | None = Field(None, description="beta of GNMT's coverage penalty")
-    beam_groups: int | None = Field(
-        None, ge=1, description="diverse beam search: this many groups, dividing the beam"
-    )
-    group_diversity: float | None = Field(
-        None, description="with beam_groups: the penalty per earlier group's choice of a token"
-    )
-    mbr: int | None = Field(None, description="minimum Bayes risk among this many candidates")
-    mbr_utility: str | None = Field(None, description="mbr: chrf or bleu")
-    tag: str | None = Field(
-        None, description="a tag of the model's (GET /info: tags) before every line; default: "
-        "the run's decode.tag"
-    )  # fmt: skip
+# `POST /translate`: lines to translate and how. Strict: a number given as a string, or a
+# field the server does not know, is an error rather than a guess.
+TranslateRequest = create_model(
+    "TranslateRequest",
+    __config__=ConfigDict(extra="forbid", strict=True),
+    text=(list[str], Field(min_length=1, description="the lines to translate, in order")),
+    **_decode_fields(),
+    nbest=(int, Field(1, ge=1, description="hypotheses per line, best first; at most the beam")),
+    attention=(bool, Field(False, description="return each hypothesis' attention weights")),
+    token_scores=(
+        bool,
+        Field(False, description="return each hypothesis' pieces and their log-probabilities"),
+    ),
+    prefix=(
+        list[str] | None,
+        Field(
+            None, description='a target prefix per line of text ("": none) its output starts with'
+        ),
+    ),
+    constraints=(
+        list[list[str]] | None,
+        Field(None, description="the phrases per line of text ([]: none) its output must contain"),
+    ),
+)
 
 
 class AttentionWeights(BaseModel):

@@ -13,7 +13,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from importlib.metadata import version
 from pathlib import Path
@@ -80,22 +80,29 @@ def model_info(translator: Translator, limits: ServeLimits) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Served:
+    """The model a server translates with, as `Translator.load` takes it: `threads` CPU
+    threads (None: those other work leaves free), `decode` the decode fields that replace
+    the run's as the requests' defaults."""
+
+    run: Path
+    checkpoint: str = "best"
+    device: str | None = None
+    threads: int | None = None
+    decode: dict[str, Any] = field(default_factory=dict)
+
+    def load(self) -> Translator:
+        return Translator.load(self.run, self.checkpoint, self.device, self.threads, **self.decode)
+
+
 def serve(
-    run: Path,
-    checkpoint: str,
-    host: str,
-    port: int,
-    device: str | None,
-    threads: int | None,
-    limits: ServeLimits,
-    allowed: Sequence[str] = (),
+    served: Served, host: str, port: int, limits: ServeLimits, allowed: Sequence[str] = ()
 ) -> None:
-    """Serve a run's model at http://HOST:PORT/ until SIGTERM or SIGINT, decoding on
-    `threads` CPU threads (None: those that other work leaves free, `Translator.load`), to
-    requests whose Host header names HOST, its address or one of `allowed` (see
-    `allowed_hosts`)."""
-    if threads is not None:  # checked before listening; the count /info reports
-        use_threads(threads)
+    """Serve a model at http://HOST:PORT/ until SIGTERM or SIGINT, to requests whose Host
+    header names HOST, its address or one of `allowed` (see `allowed_hosts`)."""
+    if served.threads is not None:  # checked before listening; the count /info reports
+        use_threads(served.threads)
     require_server()
     import uvicorn
 
@@ -106,7 +113,7 @@ def serve(
     address = listener.getsockname()
     hosts = allowed_hosts(host, address[0], allowed)
     decoder = ThreadPoolExecutor(1, thread_name_prefix="decode")  # loads and decodes
-    translator = decoder.submit(Translator.load, run, checkpoint, device, threads).result()
+    translator = decoder.submit(served.load).result()
     app = create_app(translator, model_info(translator, limits), limits, decoder, hosts)
     config = uvicorn.Config(
         app,
@@ -115,7 +122,7 @@ def serve(
         timeout_graceful_shutdown=int(limits.timeout) + 5,
     )
     where = f"[{address[0]}]" if listener.family == socket.AF_INET6 else address[0]
-    print(f"serving {run} at http://{where}:{address[1]}/ (Ctrl-C stops)", file=sys.stderr)
+    print(f"serving {served.run} at http://{where}:{address[1]}/ (Ctrl-C stops)", file=sys.stderr)
     uvicorn.Server(config).run(sockets=[listener])
 
 
