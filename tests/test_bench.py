@@ -115,3 +115,26 @@ def test_decode_on_a_busy_machine_keeps_cpus_busy_meanwhile_and_stops_them(train
     (row,) = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert row["busy"] == 2 and row["threads"] == "default" and row["sentences_per_s"] > 0
     assert spinners() == before  # none left behind
+
+
+def test_compare_decoding_finds_the_first_line_that_differs(load_script):
+    compare = load_script("compare_decoding")
+    assert compare.first_difference(b"a\nb\n", b"a\nb\n") is None
+    assert compare.first_difference(b"a\nb\nc\n", b"a\nB\nc\n") == 1
+    assert compare.first_difference(b"a\n", b"a\nb\n") == 1  # one output is longer
+
+
+def test_compare_decoding_runs_each_strategy_with_both_checkouts(trained, toy, tmp_path):
+    """This checkout against itself: every strategy's command runs, and agrees."""
+    command = [sys.executable, str(SCRIPTS / "compare_decoding.py"), "--base", str(SCRIPTS.parent),
+               "--run", str(trained), "--input", str(toy / "data/test.src"),
+               "--ref", str(toy / "data/test.tgt"), "--limit", "4",
+               "--strategy", "prefixes", "score", "--work", str(tmp_path)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(row["strategy"], row["identical"], row["lines"]) for row in rows] == [
+        ("prefixes", True, 4),
+        ("score", True, 4),
+    ]
+    assert (tmp_path / "prefixes.old").read_bytes() == (tmp_path / "prefixes.new").read_bytes()
