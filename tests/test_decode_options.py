@@ -108,3 +108,21 @@ def test_fields_new_to_the_command_line_reach_the_search(trained, tmp_path, caps
     assert written == expected[0]
     # at most 0.1 x the source's pieces and no offset: not the run's own limit
     assert len(written.split()) < len(Translator.load(trained).translate(["mimi toto tape"])[0])
+
+
+def test_what_combines_within_a_call_is_decided_once_and_spelled_per_surface():
+    from seq2seq.cli.decoding import cli_spelling
+    from seq2seq.config.decode import call_problem
+    from seq2seq.serve.request import json_spelling
+
+    narrow, sampling = DecodeConfig(beam=2), DecodeConfig(beam=1, sample=True)
+    assert call_problem(narrow, 2, constrained=True) is None
+    assert call_problem(narrow, 3, False) == "nbest=3 needs a beam at least as wide; set beam=3"
+    assert call_problem(narrow, 3, False, cli_spelling).endswith("set --beam 3")
+    assert call_problem(narrow, 3, False, json_spelling).endswith('set "beam": 3')
+    assert call_problem(sampling, 4, False) is None  # n samples need no beam
+    assert call_problem(DecodeConfig(beam=4, mbr=2), 3, False).startswith("nbest=3 needs as many")
+    assert call_problem(sampling, 1, True, cli_spelling).endswith("drop --sample")
+    groups = DecodeConfig(beam=4, beam_groups=2)
+    assert "set beam_groups=1" in call_problem(groups, 1, True)
+    assert "a beam of at least 2" in call_problem(DecodeConfig(beam=1), 1, True)

@@ -62,7 +62,7 @@ def test_what_mbr_cannot_choose_from_is_one_line(trained):
         translator.translate(LINES, mbr=8, beam=5)
     with pytest.raises(UserError, match="mbr_utility shapes minimum Bayes risk; set mbr N"):
         translator.translate(LINES, mbr_utility="bleu")
-    with pytest.raises(UserError, match="nbest 3 needs as many candidates; set mbr=3"):
+    with pytest.raises(UserError, match="nbest=3 needs as many candidates; set mbr=3"):
         translator.translate(LINES, nbest=3, mbr=2, beam=2)
 
 

@@ -156,7 +156,7 @@ def test_health_info_and_the_page(client, translator):
         ({"text": ["toto"] * 9}, 413, "9 lines in one request; send at most 8"),
         ({"text": ["toto", "a" * 101]}, 413, "text.1 has 101 characters"),
         ({"text": ["toto"], "beam": 7}, 422, "beam: 7 is wider than this server allows (6)"),
-        ({"text": ["toto"], "beam": 2, "nbest": 3}, 422, "nbest: 3 needs a beam at least"),
+        ({"text": ["toto"], "beam": 2, "nbest": 3}, 422, '"nbest": 3 needs a beam at least'),
         ({"text": ["toto"], "beam": 0}, 422, "beam = 0: Input should be greater than or equal"),
         ({"text": ["toto"], "beam": "5"}, 422, "beam: Input should be a valid integer"),
         ({"text": ["toto"], "attention": "yes"}, 422, "attention: Input should be a valid bool"),
@@ -187,8 +187,12 @@ def test_health_info_and_the_page(client, translator):
         ({"text": ["toto"], "constraints": ["a"]}, 422, "constraints.0: Input should be a valid"),
         ({"text": ["toto"], "constraints": [["a" * 100]]}, 413, "constraints.0 has 101 charac"),
         ({"text": ["toto"], "constraints": [[]] * 9}, 413, "9 lists of phrases in one request"),
-        ({"text": ["toto"], "constraints": [["a"]], "beam": 1}, 422, "constraints: they need be"),
-        ({"text": ["toto"], "constraints": [["a"]], "sample": True}, 422, "constraints: they ne"),
+        (
+            {"text": ["toto"], "constraints": [["a"]], "beam": 1},
+            422,
+            "constraints need a beam of at",
+        ),
+        ({"text": ["toto"], "constraints": [["a"]], "sample": True}, 422, "constraints need beam"),
     ],
 )
 def test_bad_requests_get_one_line_naming_the_field(client, body, status, fragment):
@@ -433,7 +437,7 @@ def test_a_run_that_decodes_by_mbr_serves_its_choices(trained):
         assert found == translator.translate(LINES, nbest=2)
         answer = client.post("/translate", json={"text": LINES, "nbest": 4})
         assert answer.status_code == 422
-        assert answer.json()["error"] == "nbest: 4 is more than the mbr candidates (3)"
+        assert answer.json()["error"] == '"nbest": 4 needs as many candidates; set "mbr": 4 or more'
 
 
 def test_a_requests_ranking_options_are_the_translators(client, translator):
@@ -454,7 +458,7 @@ def test_a_requests_diverse_beam_search_is_the_translators(client, translator):
     assert found != translator.translate(LINES, beam=4, nbest=4)  # the options mattered
     for extra, error in [
         ({"beam_groups": 3}, "beam_groups 3 does not divide beam 4"),
-        ({"beam_groups": 2, "constraints": [["Zuqu"], [], [], []]}, "constraints: they share"),
+        ({"beam_groups": 2, "constraints": [["Zuqu"], [], [], []]}, "lexical constraints share"),
     ]:
         answer = client.post("/translate", json={"text": LINES, "beam": 4, **extra})
         assert answer.status_code == 422 and error in answer.json()["error"]

@@ -33,6 +33,11 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def cli_spelling(name: str, value: Any = None) -> str:
+    """An option as messages spell it here (`config.decode.Spelling`): `--beam 3`."""
+    return flag(name) if value is None else f"{flag(name)} {value}"
+
+
 def _metavar(field: FieldInfo, kind: type) -> str:
     """N, NUMBER, the choices of a `Literal` (beam|early|exact), or NAME."""
     choices = [a for a in typing.get_args(field.annotation) if isinstance(a, str)]

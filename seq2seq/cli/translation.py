@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from seq2seq.cli.app import app
-from seq2seq.cli.decoding import decoding_options, flag
+from seq2seq.cli.decoding import cli_spelling, decoding_options, flag
 from seq2seq.cli.options import (
     AlignmentFile,
     AlignmentHead,
@@ -118,10 +118,12 @@ def _translate_input(
     """Translate a file, piped stdin or a terminal session; `records`: the files to write
     beside the translations (`line_io.RecordFiles`); `guides`: those of the prefixes and
     of the constraints."""
+    from seq2seq.config.decode import call_problem
     from seq2seq.decode.line_io import RecordFiles, translate_file, translate_interactively
 
-    if nbest > translator.decode.beam and not translator.decode.sample:
-        raise UserError(f"--nbest {nbest} needs a beam at least as wide; pass --beam {nbest}")
+    problem = call_problem(translator.decode, nbest, guides[1] is not None, cli_spelling)
+    if problem is not None:
+        raise UserError(problem)
     if input is None and sys.stdin is None:
         raise UserError("stdin is closed: nothing to translate; pass --input FILE or pipe text in")
     if input is None and sys.stdin.isatty():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveInt, ValidationError, model_validator
@@ -176,6 +177,43 @@ class DecodeConfig(Section):
 # nbest, attention, token_scores, prefixes, constraints): how many hypotheses, what to
 # record of them and what to hold them to.
 PER_CALL_OPTIONS = ("nbest", "attention", "token_scores", "prefixes", "constraints")
+
+# How a surface spells an option in its messages: name and value -> "beam=3" (Python),
+# "--beam 3" (the command line), '"beam": 3' (the server); value None: the option alone.
+Spelling = Callable[[str, Any], str]
+
+
+def python_spelling(name: str, value: Any = None) -> str:
+    return name if value is None else f"{name}={value!r}"
+
+
+def call_problem(
+    options: DecodeConfig, nbest: int, constrained: bool, spell: Spelling = python_spelling
+) -> str | None:
+    """Why a call cannot ask `nbest` hypotheses (held to lexical constraints, if
+    `constrained`) of a search with `options`, its options spelled by `spell`; or None. The
+    rules of what combines within a call, beside the section's own (its validators),
+    which every surface asks."""
+    asked = spell("nbest", nbest)
+    if options.mbr and nbest > options.mbr:
+        return f"{asked} needs as many candidates; set {spell('mbr', nbest)} or more"
+    if nbest > options.beam and not options.sample:
+        return f"{asked} needs a beam at least as wide; set {spell('beam', nbest)}"
+    if not constrained:
+        return None
+    if options.sample:
+        return f"lexical constraints need beam search; drop {spell('sample', None)}"
+    if options.beam_groups > 1:
+        return (
+            "lexical constraints share a beam's slots among their banks, not among diverse "
+            f"beam search's groups; set {spell('beam_groups', 1)}"
+        )
+    if options.beam < 2:
+        return (
+            "lexical constraints need a beam of at least 2 (5 or more place them well); set "
+            f"{spell('beam', 5)}"
+        )
+    return None
 
 
 def plain_type(name: str) -> type:

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from seq2seq.config import DecodeConfig, describe_validation_error
-from seq2seq.config.decode import SAMPLING_OPTIONS
+from seq2seq.config.decode import SAMPLING_OPTIONS, call_problem
 from seq2seq.data.batching import token_batches
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
 from seq2seq.decode.constraints import verbatim_phrases
@@ -225,7 +225,7 @@ class LineTranslator:
         numbers a line within its own request)."""
         options = self._options(lines, nbest, (prefixes, constraints, token_scores), decode)
         given = read_prefixes(self.tokenizer, prefixes, len(lines))
-        phrases = self._phrases(constraints, len(lines), options)
+        phrases = self._phrases(constraints, len(lines))
         numbers = range(len(lines)) if line_numbers is None else line_numbers
         outputs: list[list[Translation]] = [[] for _ in lines]
         keep = [i for i, line in enumerate(lines) if line.strip()]
@@ -295,28 +295,15 @@ class LineTranslator:
         check_flag(token_scores, "token_scores")
         check_nbest(nbest)
         options = decode_options(self.decode, decode)
-        _check_nbest_fits(nbest, options)
+        problem = call_problem(options, nbest, constraints is not None and any(constraints))
+        if problem is not None:
+            raise UserError(problem)
         return options
 
-    def _phrases(
-        self, constraints: list[list[str]] | None, count: int, options: DecodeConfig
-    ) -> list[list[list[int]]]:
-        """Each line's phrases as target piece ids ([]: none); one line for a search that
-        cannot keep to them."""
+    def _phrases(self, constraints: list[list[str]] | None, count: int) -> list[list[list[int]]]:
+        """Each line's phrases as target piece ids ([]: none)."""
         if constraints is None or not any(constraints):
             return [[] for _ in range(count)]
-        if options.sample:
-            raise UserError("lexical constraints need beam search; drop sample")
-        if options.beam_groups > 1:
-            raise UserError(
-                "lexical constraints share a beam's slots among their banks, not among diverse "
-                "beam search's groups; set beam_groups 1"
-            )
-        if options.beam < 2:
-            raise UserError(
-                "lexical constraints need a beam of at least 2 (5 or more place them well); "
-                "set beam"
-            )
         return [
             self.tokenizer.encode_tgt(list(phrases)) if phrases else [] for phrases in constraints
         ]
@@ -371,14 +358,6 @@ class LineTranslator:
         if options.mbr:
             translations = [translations[i] for i in mbr_order(texts, options.mbr_utility)]
         return translations
-
-
-def _check_nbest_fits(nbest: int, options: DecodeConfig) -> None:
-    """One line where the search cannot find `nbest` hypotheses a line."""
-    if options.mbr and nbest > options.mbr:
-        raise UserError(f"nbest {nbest} needs as many candidates; set mbr={nbest} or more")
-    if nbest > options.beam and not options.sample:
-        raise UserError(f"nbest {nbest} needs a beam at least as wide; set beam={nbest}")
 
 
 def decode_options(base: DecodeConfig, changes: dict[str, Any]) -> DecodeConfig:

@@ -19,6 +19,7 @@ from fastapi import HTTPException
 from pydantic import ValidationError
 
 from seq2seq.config import DecodeConfig
+from seq2seq.config.decode import call_problem
 from seq2seq.decode.inputs import text_problem, verbatim_problem
 from seq2seq.decode.line_translator import decode_options
 from seq2seq.errors import UserError
@@ -160,21 +161,16 @@ def check_search(
             422, f"{field}: {samples} samples per line are more than this server allows "
             f"({limits.max_beam})"
         )  # fmt: skip
-    if nbest > beam and not options.sample:
-        raise HTTPException(422, f"nbest: {nbest} needs a beam at least as wide ({beam})")
-    if options.mbr and nbest > options.mbr:
-        raise HTTPException(422, f"nbest: {nbest} is more than the mbr candidates ({options.mbr})")
-    if request.constraints and any(request.constraints) and (options.sample or beam < 2):
-        raise HTTPException(
-            422, "constraints: they need beam search with a beam of at least 2 (5 or more "
-            "place them well); send beam, and no sample"
-        )  # fmt: skip
-    if request.constraints and any(request.constraints) and options.beam_groups > 1:
-        raise HTTPException(
-            422, "constraints: they share a beam's slots, not diverse beam search's groups; "
-            "send beam_groups 1"
-        )  # fmt: skip
+    constrained = request.constraints is not None and any(request.constraints)
+    problem = call_problem(options, nbest, constrained, json_spelling)
+    if problem is not None:
+        raise HTTPException(422, problem)
     return SearchOptions.of(nbest, request.attention, request.token_scores, options)
+
+
+def json_spelling(name: str, value: Any = None) -> str:
+    """A request field as messages spell it (`config.decode.Spelling`): `"beam": 3`."""
+    return json.dumps(name) if value is None else f"{json.dumps(name)}: {json.dumps(value)}"
 
 
 def describe_request_error(error: ValidationError) -> str:
