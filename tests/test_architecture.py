@@ -1,5 +1,6 @@
-"""The layout documented in docs/architecture.md holds: imports point down its floors, and
-functions stay short enough to read on one screen."""
+"""The layout documented in docs/architecture.md holds: imports point down its floors, no
+modules import each other round a circle, and functions stay short enough to read on one
+screen."""
 
 import ast
 import re
@@ -86,3 +87,45 @@ def test_no_function_is_longer_than_the_limit():
     lengths = function_lengths()
     long = [f"{name}: {n} lines" for name, n in lengths if n > MAX_FUNCTION_LINES]
     assert not long, "\n".join(long)
+
+
+def import_graph(found: dict[str, Path]) -> dict[str, set[str]]:
+    """Each module -> the modules of the package it imports (anywhere in the file, type
+    checking's imports too)."""
+    return {
+        module: {target for target in imports(path) if target in found and target != module}
+        for module, path in found.items()
+    }
+
+
+def circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """Modules that import each other round a circle (the first found), or None."""
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return path[path.index(module) :] + [module]
+        if module in done:
+            return None
+        for target in sorted(graph[module]):
+            found = visit(target, [*path, module])
+            if found:
+                return found
+        done.add(module)
+        return None
+
+    for start in sorted(graph):
+        found = visit(start, [])
+        if found:
+            return found
+    return None
+
+
+def test_no_modules_import_each_other_round_a_circle():
+    found = circle(import_graph(modules()))
+    assert found is None, " -> ".join(found)
+
+
+def test_the_circle_guard_sees_a_circle():
+    assert circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert circle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None

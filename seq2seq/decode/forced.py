@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -25,13 +25,30 @@ from tqdm import tqdm
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import Batch, make_batch, token_batches
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.line_translator import Translation
 from seq2seq.decode.search import length_penalty
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq
 
-if TYPE_CHECKING:
-    from seq2seq.decode.translate import Translator
+
+class TeacherForcing(Protocol):
+    """What a teacher-forced pass reads of a translator (`translate.Translator` is one):
+    its model on its device, its tokenizer and decode section, how it reads a source and
+    how many tokens a batch takes."""
+
+    model: Seq2Seq
+    device: torch.device
+    tokenizer: Tokenizer
+    decode: DecodeConfig
+
+    def source_ids(
+        self, lines: list[str], tag: str | None
+    ) -> tuple[list[list[int]], list[bool]]: ...
+
+    def batch_tokens(self, options: DecodeConfig) -> int: ...
+
+    def follow_free_cpus(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -84,7 +101,7 @@ def forced_steps(model: Seq2Seq, batch: Batch) -> tuple[Tensor, Tensor]:
 
 
 def _pair_ids(
-    translator: Translator, sources: list[str], references: list[str], options: DecodeConfig
+    translator: TeacherForcing, sources: list[str], references: list[str], options: DecodeConfig
 ) -> tuple[list[list[int]], list[list[int]]]:
     """The piece ids of line-aligned sources (as translation reads them: cut, after
     `options.tag`) and references."""
@@ -98,7 +115,7 @@ def _pair_ids(
 
 
 def _pair_batches(
-    translator: Translator, ids: tuple[list[list[int]], list[list[int]]], options: DecodeConfig
+    translator: TeacherForcing, ids: tuple[list[list[int]], list[list[int]]], options: DecodeConfig
 ) -> Iterator[tuple[list[int], Batch]]:
     """(the pairs' numbers, their batch on the translator's device), in batches of about
     `options`' batch tokens (padded tokens per side)."""
@@ -111,7 +128,7 @@ def _pair_batches(
 
 
 def forced_translations(
-    translator: Translator,
+    translator: TeacherForcing,
     sources: list[str],
     references: list[str],
     options: DecodeConfig,
@@ -140,7 +157,7 @@ def forced_translations(
 
 
 def score_pairs(
-    translator: Translator,
+    translator: TeacherForcing,
     sources: list[str],
     references: list[str],
     options: DecodeConfig,

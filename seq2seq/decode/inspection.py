@@ -4,17 +4,16 @@ over the teacher-forced pass of sentence pairs, and their table for a terminal."
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from seq2seq.attention.diagnostics import DIAGNOSTICS, measure_attention
 from seq2seq.data.batching import make_batch, token_batches
+from seq2seq.decode.forced import TeacherForcing
 from seq2seq.errors import UserError
 
-if TYPE_CHECKING:
-    from seq2seq.decode.translate import Translator
 
-
-def inspect_attention(translator: Translator, sources: list[str], references: list[str]) -> dict:
+def inspect_attention(
+    translator: TeacherForcing, sources: list[str], references: list[str]
+) -> dict:
     """{"pairs": N, "skipped": [line numbers], "sites": site -> diagnostics} of the
     translator's model on line-aligned sources and references. Pairs with a blank side are
     skipped and listed (1-based); sources are read as translation reads them (cut, after
