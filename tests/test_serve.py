@@ -339,10 +339,10 @@ def test_a_request_that_timed_out_stops_costing_decoder_time(trained):
     translator = Translator.load(trained, batch_tokens=1)  # one line per search
     searched, search = [], translator.search
 
-    def slow(src_ids, *options, **named):
-        searched.append(len(src_ids))
+    def slow(request):
+        searched.append(len(request.sources))
         time.sleep(0.1)
-        return search(src_ids, *options, **named)
+        return search(request)
 
     translator.search = slow
     with client_of(translator, timeout=2.0, max_lines=60) as client:

@@ -23,7 +23,7 @@ from seq2seq.config import DecodeConfig, describe_validation_error
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.export import SETTINGS, TOKENIZER, require_ctranslate2
 from seq2seq.decode.hypotheses import Hypothesis
-from seq2seq.decode.line_translator import LineTranslator, decode_options
+from seq2seq.decode.line_translator import LineTranslator, SearchRequest, decode_options
 from seq2seq.decode.prefix import Prefix, fitted_limits
 from seq2seq.decode.search import output_limits
 from seq2seq.errors import UserError
@@ -101,25 +101,16 @@ class CTranslate2Translator(LineTranslator):
         every_head = settings.alignment_heads is not None
         return cls(engine, tokenizer, options, settings.max_source, every_head, settings.tags)
 
-    def search(
-        self,
-        src_ids: list[list[int]],
-        nbest: int,
-        decode: DecodeConfig,
-        attention: bool = False,
-        lines: list[int] | None = None,
-        prefixes: list[Prefix | None] | None = None,
-        constraints: list[list[list[int]]] | None = None,
-        token_scores: bool = False,
-    ) -> list[list[Hypothesis]]:
+    def search(self, request: SearchRequest) -> list[list[Hypothesis]]:
         """CTranslate2's search (never with attention), one call per output limit in the
         batch (`_calls`): its limit is per call, and this project's search gives each
         sentence its own."""
+        src_ids, decode, nbest = request.sources, request.options, request.nbest
         self._refuse_what_it_cannot(decode)
-        if constraints or token_scores:
-            what = "lexical constraints" if constraints else "token scores to give"
+        if request.constraints or request.token_scores:
+            what = "lexical constraints" if request.constraints else "token scores to give"
             raise UserError(f"CTranslate2 has no {what}; translate with the torch engine")
-        prefixes = prefixes or [None] * len(src_ids)
+        prefixes = request.prefixes or [None] * len(src_ids)
         targets = _target_prefixes(self.tokenizer, prefixes)
         limits = output_limits(
             torch.tensor([len(ids) + 1 for ids in src_ids]),  # + EOS, as the model reads it

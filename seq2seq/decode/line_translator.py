@@ -5,7 +5,7 @@ constraints) and the decoding options a call may change."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, overload
 
 import torch
@@ -65,6 +65,33 @@ CPU_BATCH_TOKENS = 4_000
 GPU_BATCH_TOKENS = 64_000
 
 
+@dataclass(frozen=True)
+class SearchRequest:
+    """What an engine searches (`LineTranslator.search`): a batch of sources (piece ids,
+    no EOS) searched with `options` for `nbest` hypotheses each; what to record of them
+    (attention weights, each token's log-probability); what seeds each source's samples
+    (`lines`, the sources' numbers in their input; None: 0, 1, ...); and what to hold them
+    to: a prefix per source (None: none) and phrases per source (piece ids; []: none)."""
+
+    sources: list[list[int]]
+    options: DecodeConfig
+    nbest: int = 1
+    attention: bool = False
+    token_scores: bool = False
+    lines: list[int] | None = None
+    prefixes: list[Prefix | None] | None = None
+    constraints: list[list[list[int]]] | None = None
+
+    def rows(self, chosen: list[int]) -> SearchRequest:
+        """The same request of the sources numbered `chosen` alone."""
+        columns = {n: getattr(self, n) for n in ("sources", "lines", "prefixes", "constraints")}
+        chosen_rows = {
+            name: None if column is None else [column[i] for i in chosen]
+            for name, column in columns.items()
+        }
+        return replace(self, **chosen_rows)
+
+
 class LineTranslator:
     """Lines of text in, translations out, whatever computes them: blank lines give no
     hypotheses, sources are cut to `max_source` pieces (None: no limit), lines go in
@@ -100,25 +127,11 @@ class LineTranslator:
             return options.batch_tokens
         return GPU_BATCH_TOKENS if self.on_gpu else CPU_BATCH_TOKENS
 
-    def search(
-        self,
-        src_ids: list[list[int]],
-        nbest: int,
-        decode: DecodeConfig,
-        attention: bool = False,
-        lines: list[int] | None = None,
-        prefixes: list[Prefix | None] | None = None,
-        constraints: list[list[list[int]]] | None = None,
-        token_scores: bool = False,
-    ) -> list[list[Hypothesis]]:
-        """The `nbest` best hypotheses of each source (piece ids, no EOS), best first, with
-        their attention weights if `attention` and the engine has them, and their tokens'
-        log-probabilities if `token_scores`; with
-        `decode.sample`, `nbest` samples, drawn with the numbers of the `lines` (the
-        sources' indices in the input; None: 0, 1, ...); each starting with its source's
-        prefix, if `prefixes` gives one (its pieces are the hypothesis' first tokens), and
-        holding its phrases (piece ids), if `constraints` gives some (none: no hypothesis
-        could)."""
+    def search(self, request: SearchRequest) -> list[list[Hypothesis]]:
+        """The `request.nbest` best hypotheses of each of its sources, best first (with
+        `options.sample`, that many samples), each starting with its source's prefix if it
+        has one and holding its phrases if it has some (none: no hypothesis could), with
+        what the request records where the engine has it."""
         raise NotImplementedError
 
     def attention_labels(self, line: str, translation: Translation) -> tuple[list[str], list[str]]:
@@ -231,18 +244,16 @@ class LineTranslator:
         keep = [i for i, line in enumerate(lines) if line.strip()]
         src_ids, cut = self.source_ids([lines[i] for i in keep], options.tag)
         candidates = options.mbr or nbest  # what a line's search finds
-        budget = self._source_budget(options, candidates)
+        columns = [[column[j] for j in keep] for column in (numbers, given, phrases)]
+        every = SearchRequest(src_ids, options, candidates, attention, token_scores, *columns)
         # disable=None: tqdm stays quiet where stderr is not a terminal.
         with tqdm(total=len(lines), unit="sent", disable=None if progress else True) as bar:
             bar.update(len(lines) - len(keep))  # blank lines: nothing to do
+            budget = self._source_budget(options, candidates)
             for group in token_batches([len(s) for s in src_ids], None, budget):
                 wanted = [i for i in group if skip is None or not skip(keep[i])]
                 at = [keep[i] for i in wanted]  # their lines
-                search = (
-                    [src_ids[i] for i in wanted], candidates, options, attention,
-                    [numbers[j] for j in at], [given[j] for j in at],
-                )  # fmt: skip
-                found = self._search_constrained(search, [phrases[j] for j in at], token_scores)
+                found = self._search_constrained(every.rows(wanted))
                 for i, line, (hyps, free) in zip(wanted, at, found, strict=True):
                     held = None if free or not phrases[line] else (constraints[line], phrases[line])
                     kept = self._translations(hyps, given[line], cut[i], options, free, held)
@@ -308,27 +319,20 @@ class LineTranslator:
             self.tokenizer.encode_tgt(list(phrases)) if phrases else [] for phrases in constraints
         ]
 
-    def _search_constrained(
-        self, search: tuple, phrases: list[list[list[int]]], token_scores: bool
-    ) -> list[tuple[list[Hypothesis], bool]]:
-        """`search`'s arguments searched (none: nothing) as a batch, with `phrases` where a
-        line has some; a line none of whose hypotheses held them is searched again without
-        them, and marked so (True)."""
-        if not search[0]:
+    def _search_constrained(self, request: SearchRequest) -> list[tuple[list[Hypothesis], bool]]:
+        """The request searched as a batch (no source: nothing); a source that has phrases
+        none of whose hypotheses held them is searched again without them, and marked so
+        (True)."""
+        if not request.sources:
             return []
         self.follow_free_cpus()
-        if not any(phrases):
-            return [(hyps, False) for hyps in self.search(*search, token_scores=token_scores)]
-        found = self.search(*search, constraints=phrases, token_scores=token_scores)
+        if not any(request.constraints or ()):
+            return [(hyps, False) for hyps in self.search(replace(request, constraints=None))]
+        found = self.search(request)
         free = [not hyps for hyps in found]
         missed = [i for i, unplaced in enumerate(free) if unplaced]
         if missed:
-            src_ids, nbest, options, attention, numbers, prefixes = search
-            again = self.search(
-                [src_ids[i] for i in missed], nbest, options, attention,
-                [numbers[i] for i in missed], [prefixes[i] for i in missed],
-                token_scores=token_scores,
-            )  # fmt: skip
+            again = self.search(replace(request.rows(missed), constraints=None))
             for i, hyps in zip(missed, again, strict=True):
                 found[i] = hyps
         return list(zip(found, free, strict=True))

@@ -30,12 +30,12 @@ from seq2seq.decode.inspection import inspect_attention
 from seq2seq.decode.line_translator import (
     AttentionMap,
     LineTranslator,
+    SearchRequest,
     Translation,
     decode_options,
 )
 from seq2seq.decode.loading import Origin
 from seq2seq.decode.prefix import (
-    Prefix,
     Prefixes,
     fitted_limits,
     word_starts,
@@ -227,22 +227,13 @@ class Translator(LineTranslator):
             )
         return inspect_attention(self, sources, references)
 
-    def search(
-        self,
-        src_ids: list[list[int]],
-        nbest: int = 1,
-        decode: DecodeConfig | None = None,
-        attention: bool = False,
-        lines: list[int] | None = None,
-        prefixes: list[Prefix | None] | None = None,
-        constraints: list[list[list[int]]] | None = None,
-        token_scores: bool = False,
-    ) -> list[list[Hypothesis]]:
-        """Beam search, or sampling, over a batch of piece ids (`decode`: default, the
-        translator's), from their prefixes if any, holding their phrases if any."""
+    def search(self, request: SearchRequest) -> list[list[Hypothesis]]:
+        """Beam search, or sampling, over the request's batch, from its prefixes if any,
+        holding its phrases if any."""
+        src_ids, decode, nbest = request.sources, request.options, request.nbest
         batch = make_batch(src_ids, None, list(range(len(src_ids)))).to(self.device)
-        decode = decode or self.decode
         limits = output_limits(batch.src_lengths, decode.max_len_ratio, decode.max_len_offset)
+        prefixes, constraints, lines = request.prefixes, request.constraints, request.lines
         prefixed = Prefixes.of(prefixes, self.word_starts) if prefixes and any(prefixes) else None
         if prefixed is not None:  # before the sampler, which draws for every step searched
             limits = fitted_limits(limits, prefixed.lengths)
@@ -264,14 +255,14 @@ class Translator(LineTranslator):
             nbest=nbest,
             alpha=decode.length_penalty,
             min_length=decode.min_len,
-            attention=attention,
+            attention=request.attention,
             stopping=decode.stopping,
             no_repeat_ngram=decode.no_repeat_ngram,
             sampler=sampler,
             prefixes=prefixed,
             coverage_penalty=decode.coverage_penalty,
             constraints=Constraints.of(constraints, self.device) if constraints else None,
-            token_scores=token_scores,
+            token_scores=request.token_scores,
             groups=BeamGroups(decode.beam_groups, decode.group_diversity)
             if decode.beam_groups > 1
             else None,
