@@ -129,7 +129,7 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
     import torch
 
     from seq2seq.data.corpus import read_lines
-    from seq2seq.evaluate import score_corpus
+    from seq2seq.metrics import score_corpus
 
     lines = read_lines(args.input)[: args.limit]
     with tempfile.TemporaryDirectory() as directory:
@@ -205,7 +205,7 @@ def export_for(args: argparse.Namespace, engine: str, directory: Path) -> Path |
     """The run exported with the engine's quantization into `directory` (None: torch)."""
     if engine.startswith("torch"):
         return None
-    from seq2seq.decode.export import export_ctranslate2
+    from seq2seq.export import export_ctranslate2
 
     exported = directory / engine
     export_ctranslate2(args.run[0], exported, engine.removeprefix("ct2-"), args.checkpoint)

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from seq2seq.calibration import Regime, Simulation  # noqa: E402
-from seq2seq.evaluate import METRICS  # noqa: E402
+from seq2seq.metrics import METRICS  # noqa: E402
 from seq2seq.significance import (  # noqa: E402
     ALPHA,
     VarianceTerms,

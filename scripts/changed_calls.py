@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from seq2seq.evaluate import METRICS  # noqa: E402
+from seq2seq.metrics import METRICS  # noqa: E402
 from seq2seq.significance import ALPHA, MIN_SEEDS  # noqa: E402
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seq2seq.evaluate import METRICS, Metric
+from seq2seq.metrics import METRICS, Metric
 from seq2seq.significance import SeedScores, score_system
 
 LEVEL, DIFFICULTY, OWN, LUCK = 0.5, 1.0, 0.5, 1.0  # the latent scale's parts (see above)

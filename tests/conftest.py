@@ -14,7 +14,7 @@ from cli_helpers import train
 from sweep_helpers import FAST, write_sweep
 
 import seq2seq.attention  # noqa: F401  (registers the attention types with the config schema)
-from seq2seq import evaluate
+from seq2seq import metrics
 from seq2seq.config import load_config
 from seq2seq.data.toy import make_toy_corpus
 from seq2seq.sweep import load_sweep, run_sweep
@@ -51,11 +51,11 @@ def load_script():
 
 @pytest.fixture
 def add_metric(monkeypatch):
-    """Append a metric to `evaluate.METRICS` as one more entry written in the table would:
+    """Append a metric to `metrics.METRICS` as one more entry written in the table would:
     every module that imported the table sees the longer one, for this test."""
 
-    def add(metric: evaluate.Metric) -> None:
-        table = evaluate.METRICS
+    def add(metric: metrics.Metric) -> None:
+        table = metrics.METRICS
         for name, module in list(sys.modules.items()):
             if name.startswith("seq2seq") and getattr(module, "METRICS", None) is table:
                 monkeypatch.setattr(module, "METRICS", (*table, metric))

@@ -16,8 +16,8 @@ from seq2seq.attention.normalizers import NORMALIZERS, build_normalizer
 from seq2seq.config import AttentionConfig, ModelConfig, config_from_dict
 from seq2seq.config.attention import Normalizer
 from seq2seq.data.batching import padding_mask
-from seq2seq.decode.export import unexportable
 from seq2seq.errors import UserError
+from seq2seq.export import unexportable
 from seq2seq.models import build_model
 
 SPARSE = ["sparsemax", "entmax15", "entmax"]

@@ -9,8 +9,8 @@ from test_attention_diagnostics import measure
 from seq2seq.attention import build_attention
 from seq2seq.config import AttentionConfig, config_from_dict
 from seq2seq.data.batching import padding_mask
-from seq2seq.decode.export import unexportable
 from seq2seq.errors import UserError
+from seq2seq.export import unexportable
 
 
 def make(heads=1, dim=8, **options):

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from cli_helpers import run_cli, train
 
+from seq2seq import export as export_module
 from seq2seq.data.corpus import read_lines
-from seq2seq.decode import export as export_module
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 
@@ -218,7 +218,7 @@ def test_a_tampered_export_is_one_line(transformer, tmp_path, capsys):
 
 def test_attention_types_that_ctranslate2_lacks_are_named(transformer, tmp_path, capsys):
     from seq2seq.config import load_config
-    from seq2seq.decode.export import unexportable
+    from seq2seq.export import unexportable
 
     cfg = load_config(transformer / "config.yaml", ["model.attention.type=general"])
     assert "model.attention.type is general" in unexportable(cfg)

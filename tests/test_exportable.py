@@ -8,7 +8,7 @@ import pytest
 
 from seq2seq.attention import attention_names, build_attention
 from seq2seq.config import AttentionConfig, config_from_dict
-from seq2seq.decode.export import unexportable
+from seq2seq.export import unexportable
 from seq2seq.models.transformer import FeedForward
 
 DATA = {"src": "de", "tgt": "en", "train": "t", "valid": "v"}

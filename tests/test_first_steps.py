@@ -14,8 +14,8 @@ from cli_helpers import train
 
 from seq2seq.config import load_config
 from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.decode.export import unexportable
 from seq2seq.decode.translate import Translator
+from seq2seq.export import unexportable
 from seq2seq.models import build_model, count_parameters
 
 ROOT = Path(__file__).resolve().parent.parent

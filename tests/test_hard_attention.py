@@ -17,8 +17,8 @@ from seq2seq.attention.hard import ChoiceLoss, PositionChoice, entropy, one_hot
 from seq2seq.config import HardAttentionConfig, ModelConfig, config_from_dict
 from seq2seq.data.batching import padding_mask
 from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.decode.export import unexportable
 from seq2seq.errors import UserError
+from seq2seq.export import unexportable
 from seq2seq.models import build_model, marginal
 from seq2seq.train.loss import token_cross_entropy
 

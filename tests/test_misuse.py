@@ -24,7 +24,7 @@ from seq2seq.config.decode import MAX_BEAM
 from seq2seq.decode import translate as translate_module
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
-from seq2seq.train import scoring as scoring_module
+from seq2seq.train import testing as testing_module
 from seq2seq.train.trainer import Trainer
 
 TRAINED_WITH = ("train.max_steps=30", "train.valid_every=10")  # conftest's `trained`
@@ -151,17 +151,17 @@ def test_running_out_of_memory_in_training_names_the_step(toy, tmp_path, capsys,
 def test_running_out_of_memory_in_the_test_decode_keeps_the_training(
     toy, tmp_path, capsys, monkeypatch
 ):
-    original = scoring_module.score_test_sets
+    original = testing_module.score_test_sets
 
     def exhausted(*args):
         raise MemoryError()
 
-    monkeypatch.setattr(scoring_module, "score_test_sets", exhausted)
+    monkeypatch.setattr(testing_module, "score_test_sets", exhausted)
     assert train(toy, tmp_path / "r", "train.max_steps=2") == 1
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("seq2seq: error: out of memory in the test decode with decode.beam=5")
     assert "training is finished and saved" in line and "--set decode.batch_tokens" in line
-    monkeypatch.setattr(scoring_module, "score_test_sets", original)
+    monkeypatch.setattr(testing_module, "score_test_sets", original)
     assert train(toy, tmp_path / "r", "train.max_steps=2", "decode.batch_tokens=100") == 0
     assert (tmp_path / "r/test/scores.json").is_file()
 

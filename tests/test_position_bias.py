@@ -19,8 +19,8 @@ from seq2seq.attention.positions import (
     relative_buckets,
 )
 from seq2seq.config import AttentionConfig, config_from_dict
-from seq2seq.decode.export import unexportable
 from seq2seq.decode.search import beam_search, output_limits
+from seq2seq.export import unexportable
 
 
 def test_the_slopes_of_the_paper() -> None:

@@ -15,7 +15,7 @@ import torch
 from cli_helpers import run_cli, train
 
 from seq2seq import device, files
-from seq2seq.train import scoring as scoring_module
+from seq2seq.train import testing as testing_module
 from seq2seq.train import update
 from seq2seq.train.trainer import Trainer
 
@@ -295,18 +295,18 @@ def test_a_second_signal_stops_at_once_with_one_line(toy, tmp_path, monkeypatch,
 
 
 def test_a_signal_during_the_test_decode_stops_it_with_one_line(toy, tmp_path, monkeypatch, capsys):
-    original = scoring_module.score_test_sets
+    original = testing_module.score_test_sets
 
     def score(*args):
         os.kill(os.getpid(), signal.SIGTERM)
         return original(*args)
 
-    monkeypatch.setattr(scoring_module, "score_test_sets", score)
+    monkeypatch.setattr(testing_module, "score_test_sets", score)
     assert train(toy, tmp_path / "r", "train.max_steps=2") == 128 + signal.SIGTERM
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("seq2seq: stopped by SIGTERM during the test decode")
     assert "run the same command again to score the test sets" in line
-    monkeypatch.setattr(scoring_module, "score_test_sets", original)
+    monkeypatch.setattr(testing_module, "score_test_sets", original)
     assert train(toy, tmp_path / "r", "train.max_steps=2") == 0
     assert (tmp_path / "r/test/scores.json").is_file()
 

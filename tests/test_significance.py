@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from seq2seq.calibration import STATISTICS, Regime, Simulation, hypothesis_words
-from seq2seq.evaluate import METRICS
+from seq2seq.metrics import METRICS
 from seq2seq.significance import (
     MIN_SEEDS,
     Comparison,

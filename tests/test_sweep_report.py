@@ -12,8 +12,8 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 from sweep_helpers import REFERENCES, hand_made_run, row, write_sweep
 
-from seq2seq import evaluate
-from seq2seq.evaluate import Metric
+from seq2seq import metrics
+from seq2seq.metrics import Metric
 from seq2seq.significance import holm
 from seq2seq.sweep import SweepDir, load_sweep
 from seq2seq.sweep.directory import RunState
@@ -160,10 +160,10 @@ def test_a_damaged_run_is_named_left_out_and_redone(hand_made, damage):
 
 
 def test_every_table_derives_from_the_metrics_table(hand_made, add_metric):
-    """Adding a metric is one entry of evaluate.METRICS: scores, comparisons, both tables
+    """Adding a metric is one entry of metrics.METRICS: scores, comparisons, both tables
     and the CSV all follow it."""
     add_metric(Metric("chrfpp", "chrF++", chrf_pp, True, "chrfpp_signature"))
-    assert "chrfpp" in evaluate.score_corpus(REFERENCES, REFERENCES).to_dict()
+    assert "chrfpp" in metrics.score_corpus(REFERENCES, REFERENCES).to_dict()
     results = collect(SweepDir(Path("sweep")))
     dot = results.cells[1]
     assert dot.spread("test", "chrfpp").mean == pytest.approx(100.0)

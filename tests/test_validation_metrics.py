@@ -1,4 +1,4 @@
-"""Validation follows the metrics table (`evaluate.METRICS`): a metric added to it is scored
+"""Validation follows the metrics table (`metrics.METRICS`): a metric added to it is scored
 at every validation, logged, drawn in TensorBoard, kept in the checkpoint and summary.json,
 and selectable as `train.metric`; runs and summaries written before stay readable. (An
 unknown `train.metric` is a row of test_bad_input.py.)"""
@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from seq2seq.attention.diagnostics import LOCKED, locked_sites
 from seq2seq.config import validation_metrics
-from seq2seq.evaluate import Metric
+from seq2seq.metrics import Metric
 from seq2seq.sweep.directory import Summary
 from seq2seq.train import validation
 from seq2seq.train.validation import higher_is_better

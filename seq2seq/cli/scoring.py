@@ -30,7 +30,7 @@ from seq2seq.cli.options import (
 from seq2seq.errors import UserError
 
 if TYPE_CHECKING:
-    from seq2seq.evaluate import Scores
+    from seq2seq.metrics import Scores
     from seq2seq.significance import Comparison
 
 
@@ -124,7 +124,7 @@ def _print_scores(
     """Each system's scores against the reference files' lines; with several systems, each
     compared with the first (one line each, or with `as_json` one JSON object; a list of
     them for several)."""
-    from seq2seq.evaluate import compare_to_first, score_corpus
+    from seq2seq.metrics import compare_to_first, score_corpus
 
     scores = [score_corpus(hypotheses, *references) for hypotheses in systems]
     if len(systems) == 1:
@@ -152,7 +152,7 @@ def _as_json(name: str, scores: Scores, against: dict[str, Comparison]) -> dict:
 
 def _differences(against: dict[str, Comparison]) -> str:
     """ "BLEU +0.49 [-0.09, +1.05] p 0.198  chrF ..." in the table's order."""
-    from seq2seq.evaluate import METRICS
+    from seq2seq.metrics import METRICS
 
     return "  ".join(
         f"{m.title} {c.difference:+.2f} [{c.low:+.2f}, {c.high:+.2f}] p {c.p_holm:.3f}"

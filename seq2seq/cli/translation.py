@@ -197,7 +197,7 @@ def export(
 ) -> None:
     """Write a CTranslate2 model directory of a Transformer run whose attention is
     multi-head scaled dot-product (translate with it: --engine ctranslate2)."""
-    from seq2seq.decode.export import export_ctranslate2
+    from seq2seq.export import export_ctranslate2
 
     export_ctranslate2(run, output, quantization.value, checkpoint)
     print(f"exported {run} to {output} ({quantization.value})", file=sys.stderr)

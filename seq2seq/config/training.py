@@ -39,7 +39,7 @@ VALIDATION_AER = "aer"
 def validation_metrics() -> list[str]:
     """What every validation measures: each metric of the table, then the loss."""
     # Here, not at the top: sacrebleu is slow to import and most config readers score nothing.
-    from seq2seq.evaluate import METRICS
+    from seq2seq.metrics import METRICS
 
     return [*(metric.key for metric in METRICS), VALIDATION_LOSS]
 
@@ -131,7 +131,7 @@ class TrainConfig(Section):
     metric: str = Field(
         "bleu",
         description="what picks the best checkpoint and early stopping: a metric of the "
-        "validation translations (seq2seq.evaluate.METRICS), the validation loss, or aer, "
+        "validation translations (seq2seq.metrics.METRICS), the validation loss, or aer, "
         "the attention's alignment error rate against gold links (needs "
         "data.valid_alignments)",
         json_schema_extra=lambda schema: schema.update(enum=selection_metrics()),

@@ -21,18 +21,18 @@ from pydantic import BaseModel, PositiveInt, ValidationError
 
 from seq2seq.config import DecodeConfig, describe_validation_error
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decode.export import SETTINGS, TOKENIZER, require_ctranslate2
 from seq2seq.decode.hypotheses import Hypothesis
 from seq2seq.decode.line_translator import LineTranslator, SearchRequest, decode_options
 from seq2seq.decode.prefix import Prefix, fitted_limits
 from seq2seq.decode.search import output_limits
 from seq2seq.errors import UserError
+from seq2seq.export import SETTINGS, TOKENIZER, require_ctranslate2
 
 _NO_ATTENTION = torch.empty(0)
 
 
 class ExportSettings(BaseModel):
-    """What `seq2seq.json` of an exported model holds (see decode.export) and the engine
+    """What `seq2seq.json` of an exported model holds (see seq2seq.export) and the engine
     reads."""
 
     decode: DecodeConfig

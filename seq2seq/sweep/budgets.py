@@ -15,7 +15,7 @@ from pathlib import Path
 
 from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.errors import UserError
-from seq2seq.evaluate import HEADLINE
+from seq2seq.metrics import HEADLINE
 from seq2seq.sweep.directory import FinishedRun, NotFinished, SweepDir
 from seq2seq.sweep.results import SweepResults
 from seq2seq.sweep.spec import Cell, Sweep

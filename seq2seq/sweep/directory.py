@@ -28,8 +28,8 @@ from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.data.training_corpus import prepare_training_data
 from seq2seq.device import machine_label
 from seq2seq.errors import UserError
-from seq2seq.evaluate import HEADLINE, METRICS
 from seq2seq.files import atomic_write_text, publish_directory
+from seq2seq.metrics import HEADLINE, METRICS
 from seq2seq.sweep.kept_attention import check_kept_attention
 from seq2seq.sweep.spec import Run, Sweep, SweepDefinition, expand, read_definition
 
@@ -51,7 +51,7 @@ class Validation(BaseModel):
 
     step: int
     loss: float
-    scores: dict[str, float]  # metric key (evaluate.METRICS) -> score
+    scores: dict[str, float]  # metric key (metrics.METRICS) -> score
 
     @model_validator(mode="before")
     @classmethod

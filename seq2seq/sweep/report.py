@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from seq2seq.errors import UserError
-from seq2seq.evaluate import HEADLINE, METRICS, length_buckets
 from seq2seq.files import publish_directory
+from seq2seq.metrics import HEADLINE, METRICS, length_buckets
 from seq2seq.plots import (
     attention_grid_figure,
     bar_figure,

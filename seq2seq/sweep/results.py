@@ -2,7 +2,7 @@
 the comparison with the baseline (seed-aware, see seq2seq.significance), BLEU by source
 length, training statistics and validation curves.
 
-Every metric of `evaluate.METRICS` is computed again from the runs' hypotheses, as
+Every metric of `metrics.METRICS` is computed again from the runs' hypotheses, as
 sentence statistics whose influence on the corpus score the comparison reads. Holm's
 adjustment runs over every comparison of the report on one metric: each cell against its
 baseline on each test set.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from seq2seq.config import Config
 from seq2seq.data.corpus import corpus_path, read_lines
-from seq2seq.evaluate import HEADLINE, METRICS, bleu_by_source_length
+from seq2seq.metrics import HEADLINE, METRICS, bleu_by_source_length
 from seq2seq.significance import Comparison, SeedScores, compare, holm, score_system
 from seq2seq.sweep.directory import (
     CURVE_METRIC,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from seq2seq.evaluate import METRICS, length_buckets
+from seq2seq.metrics import METRICS, length_buckets
 from seq2seq.significance import ALPHA, MIN_SEEDS, Comparison
 from seq2seq.sweep.results import (
     LENGTH_EDGES,

@@ -43,7 +43,7 @@ from seq2seq.train.distributed import World, lost_peer, start_world, stop_world
 from seq2seq.train.init_from import Parent
 from seq2seq.train.interrupt import Interrupted, StopSignals
 from seq2seq.train.logs import FILE_ONLY, TensorBoardLog, setup_logging
-from seq2seq.train.scoring import score_test
+from seq2seq.train.testing import score_test
 from seq2seq.train.trainer import Trainer
 from seq2seq.version import VERSION
 

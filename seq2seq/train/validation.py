@@ -1,4 +1,4 @@
-"""Validation: teacher-forced loss and perplexity, every metric of `evaluate.METRICS` on the
+"""Validation: teacher-forced loss and perplexity, every metric of `metrics.METRICS` on the
 greedy translations (detokenized), and the attention diagnostics
 (`train.attention_diagnostics`) over the whole validation set; and where a validation's
 outcome goes (the log, the run directory, TensorBoard)."""
@@ -19,8 +19,8 @@ from seq2seq.data.batching import Batch, make_batch, token_batches
 from seq2seq.decode.alignment import AlignmentScores, alignment_error_rate
 from seq2seq.decode.line_translator import AttentionMap, LineTranslator
 from seq2seq.decode.translate import Translator
-from seq2seq.evaluate import METRICS, score_corpus, scores_line
 from seq2seq.files import atomic_write_bytes, atomic_write_text
+from seq2seq.metrics import METRICS, score_corpus, scores_line
 from seq2seq.models import Seq2Seq
 from seq2seq.plots import attention_figure, figure_png
 from seq2seq.train.datasets import Datasets
@@ -33,7 +33,7 @@ SHOWN_TRANSLATIONS = 5  # the first validation translations TensorBoard shows as
 @dataclass
 class ValidationResult:
     loss: float  # negative log-likelihood per target token, without label smoothing
-    scores: dict[str, float]  # metric key (evaluate.METRICS) -> score of the translations
+    scores: dict[str, float]  # metric key (metrics.METRICS) -> score of the translations
     hypotheses: list[str]
     attention_maps: list[AttentionMap]
     # Site -> its diagnostics (see attention.diagnostics); empty when switched off.

@@ -21,8 +21,8 @@ from seq2seq.decode.loading import max_source_pieces
 from seq2seq.decode.translate import Translator
 from seq2seq.device import out_of_memory_reported
 from seq2seq.errors import UserError
-from seq2seq.evaluate import Scores, score_corpus
 from seq2seq.files import atomic_write_text
+from seq2seq.metrics import Scores, score_corpus
 from seq2seq.train.interrupt import StopSignals
 from seq2seq.train.trainer import Trainer
 

@@ -7,7 +7,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 from seq2seq.errors import UserError
-from seq2seq.evaluate import (
+from seq2seq.metrics import (
     METRICS,
     bleu_by_source_length,
     compare_to_first,
