@@ -129,3 +129,16 @@ def test_no_modules_import_each_other_round_a_circle():
 def test_the_circle_guard_sees_a_circle():
     assert circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert circle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_hard_attention_is_asked_of_the_config_in_one_place():
+    """`AttentionConfig.is_hard` holds the one comparison with the normalizer's name."""
+    hard = r"""["']hard["']"""
+    compared = re.compile(rf"normalizer\s*[!=]=\s*{hard}|{hard}\s*(?:not\s+)?in\s*\(")
+    found = [
+        module
+        for module, path in modules().items()
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if compared.search(line)
+    ]
+    assert found == ["seq2seq.config.attention"], found

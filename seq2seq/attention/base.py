@@ -154,7 +154,7 @@ class Attention(nn.Module):
         self.query_dim = query_dim
         self.key_dim = key_dim
         self.normalizer = build_normalizer(cfg) if self.normalizes else None
-        hard = self.normalizes and cfg.normalizer == "hard"
+        hard = self.normalizes and cfg.is_hard
         self.choice = PositionChoice(cfg.hard, cfg.heads or 1) if hard else None
         # Where the weights are formed (a multi-head wrapper leaves it to its score).
         self.weight_dropout = cfg.dropout if self.normalizes else 0.0

@@ -228,7 +228,7 @@ def choice_loss(cfg: AttentionConfig, reaches_later: bool) -> ChoiceLoss | None:
     """The ChoiceLoss of a model's hard attention section, or None where its choices record
     nothing (soft attention, the exact estimator, gumbel without an entropy bonus)."""
     hard = cfg.hard
-    if cfg.normalizer != "hard" or not (hard.estimator == "reinforce" or hard.entropy_bonus):
+    if not cfg.is_hard or not (hard.estimator == "reinforce" or hard.entropy_bonus):
         return None
     return ChoiceLoss(hard, reaches_later)
 

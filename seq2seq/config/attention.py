@@ -196,6 +196,13 @@ class AttentionConfig(Section):
         "0: none",
     )
 
+    @property
+    def is_hard(self) -> bool:
+        """Whether it chooses positions (normalizer `hard`: a sample, or the most probable,
+        of the softmax's distribution) rather than weighting them all; the one place the
+        name is compared, so that what hard attention changes asks this."""
+        return self.normalizer == "hard"
+
     @field_validator("type")
     @classmethod
     def _registered(cls, value: str) -> str:
@@ -243,7 +250,7 @@ class AttentionConfig(Section):
 
     @model_validator(mode="after")
     def _no_dropout_of_a_choice(self) -> AttentionConfig:
-        if self.dropout and self.normalizer == "hard":
+        if self.dropout and self.is_hard:
             raise ValueError(
                 f"dropout={self.dropout} would drop hard attention's chosen position (and break "
                 "its exact marginal); set dropout: 0 or another normalizer"
@@ -261,7 +268,7 @@ class AttentionConfig(Section):
 
     @model_validator(mode="after")
     def _hard_options_are_hard(self) -> AttentionConfig:
-        if self.normalizer != "hard" and self.hard != HardAttentionConfig():
+        if not self.is_hard and self.hard != HardAttentionConfig():
             raise ValueError(
                 f"hard is read by normalizer hard only, not {self.normalizer}; remove it or "
                 "set normalizer: hard"

@@ -101,7 +101,7 @@ class ModelConfig(Section):
         for name, section in self.attention_sections().items():
             heads = self.heads(section)
             normalizer = "" if section.normalizer == "softmax" else f", {section.normalizer}"
-            if section.normalizer == "hard":
+            if section.is_hard:
                 normalizer += f" ({section.hard.estimator})"
             parts.append(
                 f"{name}: {section.type}, {heads} head{'s' if heads > 1 else ''}{normalizer}"
@@ -166,7 +166,7 @@ class ModelConfig(Section):
     def _hard_attention_fits(self) -> ModelConfig:
         """Hard attention in `attention` only, its estimator resolved for the architecture
         where it is null, and what the architecture cannot compute refused."""
-        if self.self_attention.normalizer == "hard":
+        if self.self_attention.is_hard:
             why = {
                 "transformer": "a position chosen there reaches every later position and layer",
                 "rnn": "the RNN has no self-attention",
@@ -176,7 +176,7 @@ class ModelConfig(Section):
                 "model.attention"
             )
         section = self.attention
-        if section.normalizer == "hard":
+        if section.is_hard:
             hard = section.hard.for_architecture(self.arch)
             problem = hard.problem(self.arch, self.heads(section))
             if problem is not None:
@@ -263,7 +263,7 @@ class Config(Section):
                 "none has uniform ones that nothing learns; choose an attention type that "
                 "scores, or set data.alignments: false"
             )
-        if attention.normalizer == "hard" and self.model.arch == "transformer":
+        if attention.is_hard and self.model.arch == "transformer":
             raise ValueError(
                 "data.alignments guides the attention's weights, and the Transformer's hard "
                 "attention's are the chosen positions; guide a soft or sparse normalizer (or "
@@ -307,7 +307,7 @@ class Config(Section):
                 "train.checkpoint_activations recomputes the Transformer's layers, and the "
                 "RNN has none to recompute; set it false"
             )
-        if "hard" in (self.model.attention.normalizer, self.model.self_attention.normalizer):
+        if self.model.attention.is_hard or self.model.self_attention.is_hard:
             raise ValueError(
                 "train.checkpoint_activations would draw hard attention's positions anew when "
                 "it recomputes a layer (from a generator of its own); set it false"

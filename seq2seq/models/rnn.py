@@ -93,7 +93,7 @@ class RNNDecoder(nn.Module):
             nn.Linear(encoder_dim, hidden, bias=False), nn.LayerNorm(hidden)
         )
         self.bridge = nn.Linear(encoder_dim, hidden * cfg.decoder_layers)
-        section, hard = cfg.attention, cfg.attention.normalizer == "hard"
+        section, hard = cfg.attention, cfg.attention.is_hard
         # Hard attention: the module attends softly, and `choice` chooses at the prediction.
         soft = section.model_copy(update={"normalizer": "softmax"}) if hard else section
         self.attention = build_attention(soft, hidden, hidden, cfg.heads(section))
