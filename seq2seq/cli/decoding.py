@@ -104,11 +104,11 @@ def add_argparse_options(parser: argparse.ArgumentParser, skip: Sequence[str] = 
             continue
         field = DecodeConfig.model_fields[name]
         kind = plain_type(name)
-        help = f"{field.description}; default: the run's decode.{name}"
+        described = f"{field.description}; default: the run's decode.{name}"
         if kind is bool:
-            parser.add_argument(flag(name), action=argparse.BooleanOptionalAction, help=help)
+            parser.add_argument(flag(name), action=argparse.BooleanOptionalAction, help=described)
             continue
-        parser.add_argument(flag(name), type=_argparse_reader(name, kind), help=help)
+        parser.add_argument(flag(name), type=_argparse_reader(name, kind), help=described)
 
 
 def _argparse_reader(name: str, kind: type) -> Callable[[str], Any]:
