@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from seq2seq.cli.app import app
-from seq2seq.cli.decoding import FORCED_FIELDS, decoding_options
+from seq2seq.cli.decoding import FORCED_FIELDS, decoding_options, flag
 from seq2seq.cli.options import (
     AlignmentFile,
     AlignmentHead,
@@ -105,7 +105,7 @@ def _refuse_given(why: str, options: dict) -> None:
     would do nothing."""
     given = [name for name, value in options.items() if value is not None and value is not False]
     if given:
-        raise UserError(f"{why}; drop --{given[0].replace('_', '-')}")
+        raise UserError(f"{why}; drop {flag(given[0])}")
 
 
 def _score_files(
