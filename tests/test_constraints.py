@@ -7,13 +7,15 @@ import argparse
 import pytest
 import torch
 from cli_helpers import run_cli
-from test_search import ARCHS, BOS, EOS, every_output, sequence_log_prob, source, tiny
+from test_search import ARCHS, EOS, every_output, sequence_log_prob, source, tiny
 
 from seq2seq.data.tokenizer import UNK_ID
-from seq2seq.decode.constraints import ConstrainedBeams, Constraints, Progress
-from seq2seq.decode.prefix import Prefix, Prefixes
-from seq2seq.decode.sampling import Sampler
-from seq2seq.decode.search import beam_search, length_penalty
+from seq2seq.decode.search.beams import SearchSettings, length_penalty
+from seq2seq.decode.search.constraints import ConstrainedBeams, ConstrainedBeamSearch, Progress
+from seq2seq.decode.search.loop import search
+from seq2seq.decode.search.phrases import Constraints
+from seq2seq.decode.search.prefix import Prefix, Prefixes
+from seq2seq.decode.search.strategy import BeamSearch
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 
@@ -71,13 +73,24 @@ def test_an_exhaustive_beam_finds_the_best_outputs_that_hold_the_phrases(arch):
         if all(contains(seq, phrase) for phrase in phrases)
     )[::-1]
     beam = vocab ** (limit - 1)  # every open prefix kept, every EOS among the K best
-    found = beam_search(
-        model, src, mask, torch.tensor([limit]), BOS, EOS, beam, 8, alpha, stopping="exact",
-        constraints=Constraints.of([phrases], torch.device("cpu")),
-    )[0]  # fmt: skip
+    found = search(
+        model,
+        src,
+        mask,
+        torch.tensor([limit]),
+        ConstrainedBeamSearch(beam, Constraints.of([phrases], torch.device("cpu"))),
+        SearchSettings(nbest=8, alpha=alpha, stopping="exact"),
+    )[0]
     assert [h.tokens for h in found] == [seq for _, seq in scored[:8]]
     assert [h.score for h in found] == pytest.approx([score for score, _ in scored[:8]], abs=1e-4)
-    plain = beam_search(model, src, mask, torch.tensor([limit]), BOS, EOS, beam, 1, alpha)
+    plain = search(
+        model,
+        src,
+        mask,
+        torch.tensor([limit]),
+        BeamSearch(beam),
+        SearchSettings(nbest=1, alpha=alpha),
+    )
     assert plain[0][0].tokens != found[0].tokens  # the phrases changed the best output
 
 
@@ -88,19 +101,30 @@ def test_every_output_of_a_narrow_beam_holds_its_phrases(arch, beam):
     src, mask = source((6, 4, 2))
     phrases = [[[7, 8, 9], [11]], [], [[12, 13], [12, 14]]]  # the last two start alike
     limits = torch.tensor([6, 5, 3])  # raised to fit the phrases and the EOS
-    found = beam_search(
-        model, src, mask, limits, BOS, EOS, beam, beam, 0.5,
-        constraints=Constraints.of(phrases, torch.device("cpu")),
-    )  # fmt: skip
-    plain = beam_search(model, src, mask, limits, BOS, EOS, beam, beam, 0.5)
+    found = search(
+        model,
+        src,
+        mask,
+        limits,
+        ConstrainedBeamSearch(beam, Constraints.of(phrases, torch.device("cpu"))),
+        SearchSettings(nbest=beam, alpha=0.5),
+    )
+    plain = search(
+        model, src, mask, limits, BeamSearch(beam), SearchSettings(nbest=beam, alpha=0.5)
+    )
     for sentence, hypotheses in zip(phrases, found, strict=True):
         assert hypotheses
         for hypothesis in hypotheses:
             assert all(contains(hypothesis.tokens, phrase) for phrase in sentence)
     assert not any(contains(h.tokens, [7, 8, 9]) for h in plain[0])
     # A sentence without phrases among others with some: the search it would have alone.
-    alone = beam_search(
-        model, src[1:2, :4], mask[1:2, :, :4], limits[1:2], BOS, EOS, beam, beam, 0.5
+    alone = search(
+        model,
+        src[1:2, :4],
+        mask[1:2, :, :4],
+        limits[1:2],
+        BeamSearch(beam),
+        SearchSettings(nbest=beam, alpha=0.5),
     )
     assert [h.tokens for h in found[1]] == [h.tokens for h in alone[0]]
 
@@ -112,9 +136,16 @@ def test_no_phrases_is_the_plain_search(arch):
     limits = torch.tensor([9, 7, 4])
     none = Constraints.of([[], [], []], torch.device("cpu"))
     for beam in (2, 4):
-        plain = beam_search(model, src, mask, limits, BOS, EOS, beam, 2, 1.0)
-        constrained = beam_search(
-            model, src, mask, limits, BOS, EOS, beam, 2, 1.0, constraints=none
+        plain = search(
+            model, src, mask, limits, BeamSearch(beam), SearchSettings(nbest=2, alpha=1.0)
+        )
+        constrained = search(
+            model,
+            src,
+            mask,
+            limits,
+            ConstrainedBeamSearch(beam, none),
+            SearchSettings(nbest=2, alpha=1.0),
         )
         for a, b in zip(plain, constrained, strict=True):
             assert [h.tokens for h in a] == [h.tokens for h in b]
@@ -126,22 +157,15 @@ def test_a_sentence_whose_phrases_cannot_be_placed_has_no_output():
     src, mask = source((4, 3))
     phrases = Constraints.of([[[7, 7]], [[9]]], torch.device("cpu"))
     # No output repeats a piece (no_repeat_ngram 1), so none can hold 7 7.
-    found = beam_search(
-        model, src, mask, torch.tensor([6, 6]), BOS, EOS, 3, 2, 0.0,
-        no_repeat_ngram=1, constraints=phrases,
-    )  # fmt: skip
+    found = search(
+        model,
+        src,
+        mask,
+        torch.tensor([6, 6]),
+        ConstrainedBeamSearch(3, phrases),
+        SearchSettings(nbest=2, alpha=0.0, no_repeat_ngram=1),
+    )
     assert found[0] == [] and found[1] and all(contains(h.tokens, [9]) for h in found[1])
-
-
-def test_samples_refuse_constraints():
-    model = tiny("rnn")
-    src, mask = source((4,))
-    phrases = Constraints.of([[[7]]], torch.device("cpu"))
-    with pytest.raises(ValueError, match="lexical constraints need beam search"):
-        beam_search(
-            model, src, mask, torch.tensor([5]), BOS, EOS, 2, 1, 0.0,
-            sampler=Sampler(torch.rand(1, 2, 5)), constraints=phrases,
-        )  # fmt: skip
 
 
 LINES = ["boka mimi toto tape podo", "toto", "mimi tape podo boka", "tape", "", "podo"]
@@ -272,10 +296,14 @@ def test_constraints_with_a_prefix_come_after_it_or_within_it():
     src, mask = source((5, 4))
     prefixes = Prefixes.of([Prefix("x", [11, 12]), None], torch.ones(30, dtype=torch.bool))
     phrases = Constraints.of([[[12, 13], [20]], [[20]]], torch.device("cpu"))
-    found = beam_search(
-        model, src, mask, torch.tensor([6, 6]), BOS, EOS, 4, 4, prefixes=prefixes,
-        constraints=phrases,
-    )  # fmt: skip
+    found = search(
+        model,
+        src,
+        mask,
+        torch.tensor([6, 6]),
+        ConstrainedBeamSearch(4, phrases),
+        SearchSettings(nbest=4, prefixes=prefixes),
+    )
     assert found[0] and all(h.tokens[:2] == [11, 12] for h in found[0])
     assert all(contains(h.tokens, [12, 13]) and 20 in h.tokens for h in found[0])
     assert found[1] and all(20 in h.tokens for h in found[1])

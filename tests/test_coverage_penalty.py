@@ -8,7 +8,9 @@ import pytest
 import torch
 from test_search import BOS, EOS, every_output, source, tiny
 
-from seq2seq.decode.search import beam_search, length_penalty
+from seq2seq.decode.search.beams import SearchSettings, length_penalty
+from seq2seq.decode.search.loop import search
+from seq2seq.decode.search.strategy import BeamSearch
 
 ARCHS = ["rnn", "transformer"]  # the Transformer's `general` has 4 heads, the RNN's one
 
@@ -57,12 +59,13 @@ def test_an_exhaustive_beam_finds_the_best_sequences_by_the_penalised_score(arch
         scored.append((log_p / lp + penalty(attention, beta), seq))
     scored.sort(key=lambda s: -s[0])
     beam = vocab ** (limit - 1)  # every open prefix kept, every EOS among the K best
-    search = dict(beam=beam, nbest=10, alpha=alpha, stopping="exact")
+    options = dict(nbest=10, alpha=alpha, stopping="exact")
     limits = torch.tensor([limit])
-    found = beam_search(model, src, mask, limits, BOS, EOS, coverage_penalty=beta, **search)[0]
+    penalised = SearchSettings(coverage_penalty=beta, **options)
+    found = search(model, src, mask, limits, BeamSearch(beam), penalised)[0]
     assert [h.tokens for h in found] == [seq for _, seq in scored[:10]]
     assert [h.score for h in found] == pytest.approx([s for s, _ in scored[:10]], abs=1e-4)
-    plain = beam_search(model, src, mask, limits, BOS, EOS, **search)[0]
+    plain = search(model, src, mask, limits, BeamSearch(beam), SearchSettings(**options))[0]
     assert [h.tokens for h in plain] != [h.tokens for h in found]
 
 
@@ -77,7 +80,14 @@ def test_every_hypothesis_scores_its_own_coverage_in_a_batch(arch, beam):
     model = tiny(arch)
     src, mask = sources((7, 5, 3, 6))
     limits = torch.tensor([9, 8, 6, 9])
-    found = beam_search(model, src, mask, limits, BOS, EOS, beam, beam, 1.0, coverage_penalty=0.8)
+    found = search(
+        model,
+        src,
+        mask,
+        limits,
+        BeamSearch(beam),
+        SearchSettings(nbest=beam, alpha=1.0, coverage_penalty=0.8),
+    )
     for row, length in enumerate(mask[:, 0].sum(-1).tolist()):
         one_src, one_mask = src[row : row + 1, :length], mask[row : row + 1, :, :length]
         for hyp in found[row]:

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 import torch
-from test_search import ARCHS, BOS, EOS, source, tiny
+from test_search import ARCHS, source, tiny
 from torch import nn
 
 from seq2seq import Translator
@@ -21,7 +21,9 @@ from seq2seq.decode.cpu_weights import (
     packed_weights,
 )
 from seq2seq.decode.loading import load_trained_model
-from seq2seq.decode.search import beam_search
+from seq2seq.decode.search.beams import SearchSettings
+from seq2seq.decode.search.loop import search
+from seq2seq.decode.search.strategy import BeamSearch
 
 pytestmark = pytest.mark.skipif(ONEDNN is None, reason="this build of PyTorch has no oneDNN")
 
@@ -157,7 +159,7 @@ def test_packed_weights_search_as_the_model_does(arch, monkeypatch):
     limits = torch.full((src.size(0),), 8)
     for beam in (1, 4):
         found, expected = (
-            beam_search(m, src, mask, limits, BOS, EOS, beam=beam, nbest=beam, alpha=0.6)
+            search(m, src, mask, limits, BeamSearch(beam), SearchSettings(nbest=beam, alpha=0.6))
             for m in (packed, model)
         )
         assert [[h.tokens for h in hyps] for hyps in found] == [

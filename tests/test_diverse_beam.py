@@ -10,11 +10,13 @@ import torch
 from cli_helpers import run_cli
 from conftest import SCRIPTS
 from test_coverage_penalty import forced
-from test_search import BOS, EOS, source, tiny
+from test_search import source, tiny
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decode.diverse import BeamGroups
-from seq2seq.decode.search import beam_search
+from seq2seq.decode.search import loop
+from seq2seq.decode.search.beams import SearchSettings
+from seq2seq.decode.search.diverse import DiverseBeamSearch
+from seq2seq.decode.search.strategy import BeamSearch
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 
@@ -23,9 +25,11 @@ LIMITS = torch.tensor([12, 10, 8])
 
 
 def search(arch, beam, nbest, groups=None):
+    """`groups`: (G, lambda) of diverse beam search; None: plain beam search."""
     model = tiny(arch)
     src, mask = source()
-    return beam_search(model, src, mask, LIMITS, BOS, EOS, beam, nbest, 1.0, groups=groups)
+    strategy = BeamSearch(beam) if groups is None else DiverseBeamSearch(beam, *groups)
+    return loop.search(model, src, mask, LIMITS, strategy, SearchSettings(nbest=nbest, alpha=1.0))
 
 
 def found(sentences):
@@ -35,14 +39,14 @@ def found(sentences):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_one_group_is_plain_beam_search(arch):
     """With one group nothing is penalised: the same search as without groups."""
-    assert found(search(arch, 4, 4, BeamGroups(1, 5.0))) == found(search(arch, 4, 4))
+    assert found(search(arch, 4, 4, (1, 5.0))) == found(search(arch, 4, 4))
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_without_diversity_each_group_is_a_beam_of_its_own(arch):
     """lambda = 0: two groups of 2 are two beams of 2, each finding what a beam of 2 finds;
     the n-best list holds each output once."""
-    grouped = found(search(arch, 4, 4, BeamGroups(2, 0.0)))
+    grouped = found(search(arch, 4, 4, (2, 0.0)))
     assert [hypotheses[:2] for hypotheses in grouped] == found(search(arch, 2, 2))
     assert all(len({tuple(tokens) for tokens, _ in hyps}) == len(hyps) for hyps in grouped)
 
@@ -52,7 +56,7 @@ def test_scores_stay_log_probabilities(arch):
     """Each hypothesis's score is its log P / lp, as stepping its sentence alone gives it:
     the penalty ranks candidates and is never added to a score."""
     model, (src, mask) = tiny(arch), source()
-    sentences = search(arch, 4, 4, BeamGroups(4, 3.0))
+    sentences = search(arch, 4, 4, (4, 3.0))
     for row, length in enumerate(mask[:, 0].sum(-1).tolist()):
         one_src, one_mask = src[row : row + 1, :length], mask[row : row + 1, :, :length]
         for hyp in sentences[row]:
@@ -68,7 +72,7 @@ def test_each_group_ranks_by_its_penalty_and_keeps_the_summed_log_probabilities(
     group's next, at their summed log-probabilities."""
     log_p = torch.tensor([-1.0, -1.1, -1.2, -3.0, -4.0])
     scores = torch.tensor([[0.0, -0.1, -0.2]] * 2)
-    top, origin, token = BeamGroups(3, 10.0).expand(scores, log_p.repeat(6, 1), beam=3)
+    top, origin, token = DiverseBeamSearch(3, 3, 10.0).expand(scores, log_p.repeat(6, 1))
     assert token.view(2, 6).tolist() == [[0, 1, 2, 1, 2, 3]] * 2
     assert origin.view(2, 6).tolist() == [[0, 1, 2, 0, 1, 2], [3, 4, 5, 3, 4, 5]]
     expected = scores.repeat(1, 2) + log_p[token.view(2, 6)]
@@ -78,11 +82,11 @@ def test_each_group_ranks_by_its_penalty_and_keeps_the_summed_log_probabilities(
 def test_a_group_whose_best_candidate_ends_opens_its_next():
     """Open slots per group, in its penalised rank: an EOS among a group's k best finishes and
     its next candidate takes the slot; the other group is untouched."""
-    groups = BeamGroups(2, 1.0)
+    groups = DiverseBeamSearch(4, 2, 1.0)
     # group 1's 2 best, group 2's 2 best, group 1's next 2, group 2's next 2
     top = torch.tensor([[-1.0, -2.0, -1.5, -1.6, -3.0, -4.0, -2.5, -2.6]])
     at_eos = torch.tensor([[True, False, False, False, False, False, False, False]])
-    scores, index = groups.open_slots(top, at_eos, beam=4)
+    scores, index = groups.group_slots(top, at_eos)
     assert index.tolist() == [1, 4, 2, 3]  # group 1: its 2nd and 3rd; group 2: its 2 best
     torch.testing.assert_close(scores, torch.tensor([[-2.0, -3.0, -1.5, -1.6]]))
 

@@ -6,13 +6,15 @@ import pytest
 import torch
 from cli_helpers import run_cli, train
 from test_forced import pairs_batch
-from test_search import ARCHS, BOS, EOS, tiny
+from test_search import ARCHS, tiny
 
 from seq2seq.data.corpus import read_lines
 from seq2seq.decode.ensemble import Ensemble
 from seq2seq.decode.forced import forced_log_probs
-from seq2seq.decode.sampling import Sampler
-from seq2seq.decode.search import beam_search, length_penalty
+from seq2seq.decode.search import loop
+from seq2seq.decode.search.beams import SearchSettings, length_penalty
+from seq2seq.decode.search.sampling import Sampler
+from seq2seq.decode.search.strategy import BeamSearch
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 
@@ -20,9 +22,9 @@ SOURCES = [[5, 9, 12, 7, 22], [4, 6, 8], [11, 13]]
 LIMITS = torch.tensor([9, 7, 5])
 
 
-def search(model, **options):
+def search(model, strategy, settings=None):
     batch = pairs_batch(SOURCES, None)
-    return beam_search(model, batch.src, batch.src_mask, LIMITS, BOS, EOS, **options)
+    return loop.search(model, batch.src, batch.src_mask, LIMITS, strategy, settings)
 
 
 def outputs(found):
@@ -34,21 +36,21 @@ def test_an_ensemble_of_the_model_or_of_two_copies_of_it_decodes_as_the_model(ar
     model = tiny(arch)
     sampler = Sampler.for_lines([0, 1, 2], 2, int(LIMITS.max()), 1, torch.device("cpu"))
     searches = [
-        {"beam": 1},
-        {"beam": 4, "nbest": 2, "alpha": 1.0, "no_repeat_ngram": 2},
-        {"beam": 2, "nbest": 2, "sampler": sampler},
+        (BeamSearch(1), SearchSettings()),
+        (BeamSearch(4), SearchSettings(nbest=2, alpha=1.0, no_repeat_ngram=2)),
+        (sampler, SearchSettings(nbest=2)),
     ]
     for options in searches:
-        alone = outputs(search(model, **options))
-        assert outputs(search(Ensemble([model]), **options)) == alone  # exactly
-        assert outputs(search(Ensemble([model, copy.deepcopy(model)]), **options)) == alone
+        alone = outputs(search(model, *options))
+        assert outputs(search(Ensemble([model]), *options)) == alone  # exactly
+        assert outputs(search(Ensemble([model, copy.deepcopy(model)]), *options)) == alone
 
 
 @pytest.mark.parametrize("alpha", [0.0, 1.0])
 def test_an_ensemble_of_both_architectures_scores_the_mean_of_their_log_probabilities(alpha):
     rnn, transformer = tiny("rnn"), tiny("transformer")
     ensemble = Ensemble([rnn, transformer])
-    found = search(ensemble, beam=3, nbest=3, alpha=alpha)
+    found = search(ensemble, BeamSearch(3), SearchSettings(nbest=3, alpha=alpha))
     hyps = [(i, h) for i, hyps in enumerate(found) for h in hyps]
     pairs = pairs_batch([SOURCES[i] for i, _ in hyps], [h.tokens for _, h in hyps])
     lengths = [len(h.tokens) + 1 for _, h in hyps]
@@ -59,8 +61,10 @@ def test_an_ensemble_of_both_architectures_scores_the_mean_of_their_log_probabil
             h.score, abs=1e-4
         )
         assert h.attention.shape == (len(h.tokens) + 1, len(SOURCES[i]) + 1)  # the RNN's
-    assert outputs(found) != outputs(search(rnn, beam=3, nbest=3, alpha=alpha))
-    assert search(ensemble, beam=1)[0][0].tokens  # greedy too
+    assert outputs(found) != outputs(
+        search(rnn, BeamSearch(3), SearchSettings(nbest=3, alpha=alpha))
+    )
+    assert search(ensemble, BeamSearch(1))[0][0].tokens  # greedy too
 
 
 def test_the_command_line_and_the_python_api_decode_with_an_ensemble(trained, toy, tmp_path):

@@ -7,7 +7,9 @@ from test_search import ARCHS, BOS, EOS, tiny
 
 from seq2seq.data.batching import make_batch
 from seq2seq.decode.forced import forced_log_probs
-from seq2seq.decode.search import beam_search, length_penalty
+from seq2seq.decode.search.beams import SearchSettings, length_penalty
+from seq2seq.decode.search.loop import search
+from seq2seq.decode.search.strategy import BeamSearch
 from seq2seq.decode.translate import Translator
 
 
@@ -46,8 +48,14 @@ def test_the_beams_hypotheses_score_what_the_search_said(arch, alpha):
     model = tiny(arch)
     sources = [[5, 9, 12, 7, 22], [4, 6, 8], [11, 13]]
     batch = pairs_batch(sources, None)
-    found = beam_search(model, batch.src, batch.src_mask, torch.tensor([9, 7, 5]), BOS, EOS,
-                        4, 3, alpha)  # fmt: skip
+    found = search(
+        model,
+        batch.src,
+        batch.src_mask,
+        torch.tensor([9, 7, 5]),
+        BeamSearch(4),
+        SearchSettings(nbest=3, alpha=alpha),
+    )
     hyps = [(i, h) for i, hyps in enumerate(found) for h in hyps]
     pairs = pairs_batch([sources[i] for i, _ in hyps], [h.tokens for _, h in hyps])
     forced = forced_log_probs(model, pairs, [len(h.tokens) + 1 for _, h in hyps])

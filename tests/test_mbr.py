@@ -9,7 +9,7 @@ import pytest
 from cli_helpers import run_cli
 from sacrebleu.metrics import BLEU, CHRF
 
-from seq2seq.decode.mbr import mbr_order
+from seq2seq.decode.search.mbr import mbr_order
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 

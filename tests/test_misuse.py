@@ -117,7 +117,7 @@ def test_running_out_of_memory_while_translating_is_one_line(
     def exhausted(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 5.00 GiB")
 
-    monkeypatch.setattr(translate_module, "beam_search", exhausted)
+    monkeypatch.setattr(translate_module, "search", exhausted)
     source = tmp_path / "src.txt"
     source.write_text("toto tape\n")
     inputs = {

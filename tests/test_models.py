@@ -6,7 +6,9 @@ import torch
 from seq2seq.attention import attention_class, attention_names
 from seq2seq.config import ModelConfig
 from seq2seq.data.batching import padding_mask
-from seq2seq.decode.search import beam_search, output_limits
+from seq2seq.decode.search.beams import SearchSettings
+from seq2seq.decode.search.loop import output_limits, search
+from seq2seq.decode.search.strategy import BeamSearch
 from seq2seq.models import build_model
 
 ARCHS = ["rnn", "transformer"]
@@ -98,8 +100,10 @@ def test_decoding_without_weights_finds_the_same_and_keeps_no_weights(arch, atte
                 assert without.attention is None
             weighed, bare = with_weights.state, without.state
     limits = output_limits(mask[:, 0].sum(-1), 2.0, 2)
-    found = beam_search(model, src, mask, limits, 2, 3, beam=3, nbest=2, alpha=1.0)
-    fast = beam_search(model, src, mask, limits, 2, 3, beam=3, nbest=2, alpha=1.0, attention=False)
+    found = search(model, src, mask, limits, BeamSearch(3), SearchSettings(nbest=2, alpha=1.0))
+    fast = search(
+        model, src, mask, limits, BeamSearch(3), SearchSettings(nbest=2, alpha=1.0, attention=False)
+    )
     tokens = [[h.tokens for h in hyps] for hyps in found]
     assert [[h.tokens for h in hyps] for hyps in fast] == tokens
     for hyps, fast_hyps in zip(found, fast, strict=True):
@@ -116,18 +120,17 @@ def test_a_sentence_decodes_alone_as_inside_a_padded_batch(arch, attention, head
     src, mask, _ = batch()
     lengths = mask[:, 0].sum(-1)
     limits = output_limits(lengths, 2.0, 2)
-    together = beam_search(model, src, mask, limits, 2, 3, beam=beam, nbest=beam, alpha=1.0)
+    together = search(
+        model, src, mask, limits, BeamSearch(beam), SearchSettings(nbest=beam, alpha=1.0)
+    )
     for row, length in enumerate(lengths.tolist()):
-        alone = beam_search(
+        alone = search(
             model,
             src[row : row + 1, :length],
             mask[row : row + 1, :, :length],
             limits[row : row + 1],
-            2,
-            3,
-            beam=beam,
-            nbest=beam,
-            alpha=1.0,
+            BeamSearch(beam),
+            SearchSettings(nbest=beam, alpha=1.0),
         )[0]
         assert [h.tokens for h in alone] == [h.tokens for h in together[row]]
         for a, b in zip(alone, together[row], strict=True):
@@ -234,6 +237,6 @@ def test_training_fits_a_copy_task_and_greedy_reproduces_it(arch):
         losses.append(loss.item())
     assert losses[-1] < 0.1 * losses[0]
     limits = output_limits(torch.full((16,), 6), 2.0, 2)
-    best = [hyps[0] for hyps in beam_search(model.eval(), src, mask, limits, 2, 3)]
+    best = [hyps[0] for hyps in search(model.eval(), src, mask, limits, BeamSearch(1))]
     assert [h.tokens for h in best] == src[:, :-1].tolist()
     assert best[0].attention.shape[0] == 6 and best[0].attention.shape[-1] == 6

@@ -19,7 +19,9 @@ from seq2seq.attention.positions import (
     relative_buckets,
 )
 from seq2seq.config import AttentionConfig, config_from_dict
-from seq2seq.decode.search import beam_search, output_limits
+from seq2seq.decode.search.beams import SearchSettings
+from seq2seq.decode.search.loop import output_limits, search
+from seq2seq.decode.search.strategy import BeamSearch
 from seq2seq.export import unexportable
 
 
@@ -128,10 +130,10 @@ def test_a_sentence_decodes_alone_as_in_a_padded_batch(positions) -> None:
     src, mask, _ = batch()
     lengths = mask[:, 0].sum(-1)
     limits = output_limits(lengths, 2.0, 2)
-    together = beam_search(model, src, mask, limits, 2, 3, beam=3, nbest=3, alpha=1.0)
+    together = search(model, src, mask, limits, BeamSearch(3), SearchSettings(nbest=3, alpha=1.0))
     for row, length in enumerate(lengths.tolist()):
         one = (src[row : row + 1, :length], mask[row : row + 1, :, :length], limits[row : row + 1])
-        alone = beam_search(model, *one, 2, 3, beam=3, nbest=3, alpha=1.0)[0]
+        alone = search(model, *one, BeamSearch(3), SearchSettings(nbest=3, alpha=1.0))[0]
         assert [h.tokens for h in alone] == [h.tokens for h in together[row]]
 
 

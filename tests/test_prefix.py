@@ -4,13 +4,15 @@ prefix's pieces are teacher-forced, so that a hypothesis scores what forced scor
 import pytest
 import torch
 from cli_helpers import run_cli
-from test_search import ARCHS, BOS, EOS, source, tiny
+from test_search import ARCHS, EOS, source, tiny
 
 from seq2seq.data.batching import make_batch
 from seq2seq.decode.forced import forced_log_probs
-from seq2seq.decode.prefix import Prefix, Prefixes
-from seq2seq.decode.sampling import Sampler
-from seq2seq.decode.search import beam_search, length_penalty
+from seq2seq.decode.search import loop
+from seq2seq.decode.search.beams import SearchSettings, length_penalty
+from seq2seq.decode.search.prefix import Prefix, Prefixes
+from seq2seq.decode.search.sampling import Sampler
+from seq2seq.decode.search.strategy import BeamSearch
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 
@@ -23,10 +25,19 @@ def test_a_prefix_of_the_greedy_output_gives_the_greedy_output(arch):
     model = tiny(arch)
     src, mask = source()
     limits = torch.tensor([9, 7, 6])
-    free = beam_search(model, src, mask, limits, BOS, EOS, 1, 1, 1.0, 0)
+    free = loop.search(
+        model, src, mask, limits, BeamSearch(1), SearchSettings(nbest=1, alpha=1.0, min_length=0)
+    )
     for pieces in (1, 3):
         given = Prefixes.of([Prefix("p", h[0].tokens[:pieces]) for h in free], STARTS)
-        found = beam_search(model, src, mask, limits, BOS, EOS, 1, 1, 1.0, 0, prefixes=given)
+        found = loop.search(
+            model,
+            src,
+            mask,
+            limits,
+            BeamSearch(1),
+            SearchSettings(nbest=1, alpha=1.0, min_length=0, prefixes=given),
+        )
         assert [h[0].tokens for h in found] == [h[0].tokens for h in free]
         assert [h[0].score for h in found] == pytest.approx([h[0].score for h in free], abs=1e-5)
 
@@ -35,11 +46,10 @@ SOURCES = [[5, 9, 12, 7, 22], [4, 6, 8], [11, 13], [9, 9]]
 # The third repeats itself and ends in whitespace; the fourth does not fit its limit.
 PREFIXES = [Prefix("a", [15, 7]), None, Prefix("b ", [7, 7, 7]), Prefix("c", [20] * 5)]
 SEARCHES = {
-    "beam": {"beam": 4, "nbest": 3},
-    "repeats": {"beam": 4, "nbest": 3, "no_repeat_ngram": 1},
-    "samples": {"beam": 3, "nbest": 3,
-                "sampler": Sampler.for_lines([0, 1, 2, 3], 3, 12, 1, torch.device("cpu"))},
-}  # fmt: skip
+    "beam": (BeamSearch(4), {"nbest": 3}),
+    "repeats": (BeamSearch(4), {"nbest": 3, "no_repeat_ngram": 1}),
+    "samples": (Sampler.for_lines([0, 1, 2, 3], 3, 12, 1, torch.device("cpu")), {"nbest": 3}),
+}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -47,9 +57,10 @@ SEARCHES = {
 def test_every_hypothesis_starts_with_its_prefix_and_scores_what_forced_scoring_gives(arch, search):
     model = tiny(arch)
     batch = make_batch(SOURCES, None, [0, 1, 2, 3])
-    found = beam_search(model, batch.src, batch.src_mask, torch.tensor([9, 7, 8, 3]), BOS, EOS,
-                        alpha=1.0, prefixes=Prefixes.of(PREFIXES, STARTS),
-                        **SEARCHES[search])  # fmt: skip
+    strategy, options = SEARCHES[search]
+    settings = SearchSettings(alpha=1.0, prefixes=Prefixes.of(PREFIXES, STARTS), **options)
+    limits = torch.tensor([9, 7, 8, 3])
+    found = loop.search(model, batch.src, batch.src_mask, limits, strategy, settings)
     hyps = [(i, h) for i, hyps in enumerate(found) for h in hyps]
     assert all(len(found[i]) == 3 for i in range(3)) and found[3]
     for i, h in hyps:

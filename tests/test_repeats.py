@@ -6,11 +6,13 @@ import shutil
 import pytest
 import torch
 from cli_helpers import run_cli
-from test_search import ARCHS, BOS, EOS, every_output, sequence_log_prob, source, tiny
+from test_search import ARCHS, every_output, sequence_log_prob, source, tiny
 
-from seq2seq.decode import beams, search
-from seq2seq.decode.repeats import block_repeats_
-from seq2seq.decode.search import beam_search, length_penalty
+from seq2seq.decode.search import beams
+from seq2seq.decode.search.beams import SearchSettings, length_penalty
+from seq2seq.decode.search.loop import search
+from seq2seq.decode.search.repeats import block_repeats_
+from seq2seq.decode.search.strategy import BeamSearch
 from seq2seq.decode.translate import Translator
 
 
@@ -44,10 +46,23 @@ def long_outputs(arch):
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_no_output_repeats_an_ngram(arch, beam, n):
     model, src, mask, limits = long_outputs(arch)
-    free = beam_search(model, src, mask, limits, BOS, EOS, beam, beam, alpha=1.0, min_length=15)
+    free = search(
+        model,
+        src,
+        mask,
+        limits,
+        BeamSearch(beam),
+        SearchSettings(nbest=beam, alpha=1.0, min_length=15),
+    )
     assert any(repeats(h.tokens, n) for hyps in free for h in hyps)  # the test can fail
-    found = beam_search(model, src, mask, limits, BOS, EOS, beam, beam, alpha=1.0,
-                        min_length=15, no_repeat_ngram=n)  # fmt: skip
+    found = search(
+        model,
+        src,
+        mask,
+        limits,
+        BeamSearch(beam),
+        SearchSettings(nbest=beam, alpha=1.0, min_length=15, no_repeat_ngram=n),
+    )
     outputs = [h.tokens for hyps in found for h in hyps]
     assert outputs and not any(repeats(tokens, n) for tokens in outputs)
 
@@ -69,8 +84,14 @@ def test_the_search_is_unchanged_when_nothing_would_repeat(arch, beam, monkeypat
 
     def run(n):
         bans.clear()
-        found = search.beam_search(model, src, mask, limits, BOS, EOS, beam, beam, 1.0,
-                                   min_length=12, no_repeat_ngram=n)  # fmt: skip
+        found = search(
+            model,
+            src,
+            mask,
+            limits,
+            BeamSearch(beam),
+            SearchSettings(nbest=beam, alpha=1.0, min_length=12, no_repeat_ngram=n),
+        )
         return [[(h.tokens, h.score) for h in hyps] for hyps in found]
 
     n = next(n for n in range(2, 19) if run(n) and not any(count for _, count in bans))
@@ -84,13 +105,21 @@ def test_the_search_is_unchanged_when_nothing_would_repeat(arch, beam, monkeypat
 def test_greedy_is_unchanged_where_its_output_repeats_nothing(arch):
     model, src, mask, _ = long_outputs(arch)
     limits = torch.tensor([7, 6, 5, 7])
-    free = beam_search(model, src, mask, limits, BOS, EOS, min_length=4)
+    free = search(model, src, mask, limits, BeamSearch(1), SearchSettings(min_length=4))
     n = next(n for n in range(1, 7) if not any(repeats(h[0].tokens, n) for h in free))
-    blocked = beam_search(model, src, mask, limits, BOS, EOS, min_length=4, no_repeat_ngram=n)
+    blocked = search(
+        model, src, mask, limits, BeamSearch(1), SearchSettings(min_length=4, no_repeat_ngram=n)
+    )
     assert [h[0].tokens for h in blocked] == [h[0].tokens for h in free]
     if n > 1:  # one size smaller does repeat somewhere, and there blocking changes the output
-        smaller = beam_search(model, src, mask, limits, BOS, EOS, min_length=4,
-                              no_repeat_ngram=n - 1)  # fmt: skip
+        smaller = search(
+            model,
+            src,
+            mask,
+            limits,
+            BeamSearch(1),
+            SearchSettings(min_length=4, no_repeat_ngram=n - 1),
+        )
         assert [h[0].tokens for h in smaller] != [h[0].tokens for h in free]
 
 
@@ -106,8 +135,14 @@ def test_an_exhaustive_beam_finds_the_best_sequences_without_repeats(arch):
         reverse=True,
     )  # fmt: skip
     beam = (vocab - 1) ** (limit - 1)
-    found = beam_search(model, src, mask, torch.tensor([limit]), BOS, EOS, beam, 8, 1.0,
-                        stopping="exact", no_repeat_ngram=n)[0]  # fmt: skip
+    found = search(
+        model,
+        src,
+        mask,
+        torch.tensor([limit]),
+        BeamSearch(beam),
+        SearchSettings(nbest=8, alpha=1.0, stopping="exact", no_repeat_ngram=n),
+    )[0]
     assert [h.tokens for h in found] == [seq for _, seq in scored[:8]]
 
 

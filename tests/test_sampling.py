@@ -11,8 +11,9 @@ from test_search import ARCHS, BOS, EOS, source, tiny
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import make_batch
 from seq2seq.decode.forced import forced_log_probs
-from seq2seq.decode.sampling import Sampler, truncated
-from seq2seq.decode.search import beam_search, length_penalty
+from seq2seq.decode.search.beams import SearchSettings, length_penalty
+from seq2seq.decode.search.loop import search
+from seq2seq.decode.search.sampling import Sampler, truncated
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 
@@ -73,8 +74,9 @@ def test_draws_follow_the_models_distribution(arch, options):
     sampler = Sampler.for_lines(list(range(draws)), 1, 2, 0, torch.device("cpu"),
                                 temperature=temperature, top_k=top_k, top_p=top_p,
                                 epsilon=epsilon)  # fmt: skip
-    found = beam_search(model, src.expand(draws, -1), mask.expand(draws, -1, -1),
-                        torch.full((draws,), 2), BOS, EOS, sampler=sampler)  # fmt: skip
+    found = search(
+        model, src.expand(draws, -1), mask.expand(draws, -1, -1), torch.full((draws,), 2), sampler
+    )
     first = torch.tensor([h[0].tokens[0] if h[0].tokens else EOS for h in found])
     counts = torch.bincount(first, minlength=len(q)).float()
     assert not counts[q == 0].any()  # nothing outside the kept tokens, ever
@@ -90,8 +92,14 @@ def test_a_samples_score_is_the_models_log_probability_of_it(arch):
     lines = [[int(x) for x in src[i, : int(mask[i, 0].sum())]] for i in range(3)]
     batch = make_batch(lines, None, [0, 1, 2])
     sampler = Sampler.for_lines([0, 1, 2], 4, 12, 3, torch.device("cpu"))
-    found = beam_search(model, batch.src, batch.src_mask, torch.tensor([12, 10, 8]), BOS, EOS,
-                        beam=4, nbest=4, alpha=1.0, sampler=sampler)  # fmt: skip
+    found = search(
+        model,
+        batch.src,
+        batch.src_mask,
+        torch.tensor([12, 10, 8]),
+        sampler,
+        SearchSettings(nbest=4, alpha=1.0),
+    )
     samples = [(i, h) for i, hyps in enumerate(found) for h in hyps]
     assert len(samples) == 12 and len({tuple(h.tokens) for _, h in samples}) > 3
     pairs = make_batch([lines[i] for i, _ in samples], [h.tokens for _, h in samples],

@@ -8,7 +8,10 @@ import torch
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.batching import padding_mask
-from seq2seq.decode.search import EXACT_LONGEST, beam_search, length_penalty
+from seq2seq.decode.search import loop
+from seq2seq.decode.search.beams import SearchSettings, length_penalty
+from seq2seq.decode.search.loop import EXACT_LONGEST
+from seq2seq.decode.search.strategy import BeamSearch
 from seq2seq.models import build_model
 
 BOS, EOS = 2, 3
@@ -60,7 +63,14 @@ def test_beam_1_is_greedy(arch, alpha, min_length):
     model = tiny(arch)
     src, mask = source()
     limits = torch.tensor([9, 7, 4])
-    found = beam_search(model, src, mask, limits, BOS, EOS, 1, 1, alpha, min_length)
+    found = loop.search(
+        model,
+        src,
+        mask,
+        limits,
+        BeamSearch(1),
+        SearchSettings(nbest=1, alpha=alpha, min_length=min_length),
+    )
     for row, length in enumerate(mask[:, 0].sum(-1).tolist()):
         expected = reference_greedy(
             model, src[row : row + 1, :length], mask[row : row + 1, :, :length],
@@ -100,7 +110,7 @@ def test_beam_search_is_the_plain_one_batched(arch):
     model = tiny(arch)
     src, mask = source((7, 5, 3, 6))
     limits = torch.tensor([9, 8, 6, 9])
-    found = beam_search(model, src, mask, limits, BOS, EOS, beam=3, nbest=3, alpha=1.0)
+    found = loop.search(model, src, mask, limits, BeamSearch(3), SearchSettings(nbest=3, alpha=1.0))
     for row, length in enumerate(mask[:, 0].sum(-1).tolist()):
         expected = reference_beam(
             model, src[row : row + 1, :length], mask[row : row + 1, :, :length],
@@ -142,8 +152,13 @@ def test_an_exhaustive_beam_finds_the_best_sequences(arch, alpha):
     # Wide enough to keep every open prefix, and every candidate among the K best, so that
     # every EOS finishes.
     beam = vocab ** (limit - 1)
-    found = beam_search(
-        model, src, mask, torch.tensor([limit]), BOS, EOS, beam, 10, alpha, stopping="exact"
+    found = loop.search(
+        model,
+        src,
+        mask,
+        torch.tensor([limit]),
+        BeamSearch(beam),
+        SearchSettings(nbest=10, alpha=alpha, stopping="exact"),
     )[0]
     assert [h.tokens for h in found] == [seq for _, seq in scored[:10]]
     for hyp, (score, _) in zip(found, scored, strict=False):
@@ -157,8 +172,14 @@ def test_early_stopping_is_exact_without_a_length_penalty_and_never_beats_exact(
     limits = torch.tensor([12, 10, 8, 11])
 
     def search(alpha, stopping):
-        return beam_search(model, src, mask, limits, BOS, EOS, beam=4, nbest=2, alpha=alpha,
-                           stopping=stopping)  # fmt: skip
+        return loop.search(
+            model,
+            src,
+            mask,
+            limits,
+            BeamSearch(4),
+            SearchSettings(nbest=2, alpha=alpha, stopping=stopping),
+        )
 
     early, exact = search(0.0, "early"), search(0.0, "exact")
     assert [[h.tokens for h in s] for s in early] == [[h.tokens for h in s] for s in exact]
@@ -174,8 +195,9 @@ def test_nbest_lists_are_sorted_distinct_and_within_the_limits(arch):
     model = tiny(arch)
     src, mask = source()
     limits = torch.tensor([8, 6, 5])
-    found = beam_search(model, src, mask, limits, BOS, EOS, beam=5, nbest=5, alpha=0.6,
-                        min_length=2)  # fmt: skip
+    found = loop.search(
+        model, src, mask, limits, BeamSearch(5), SearchSettings(nbest=5, alpha=0.6, min_length=2)
+    )
     for row, hyps in enumerate(found):
         assert len(hyps) == 5
         scores = [h.score for h in hyps]
@@ -186,15 +208,15 @@ def test_nbest_lists_are_sorted_distinct_and_within_the_limits(arch):
             assert h.attention.shape[0] == len(h.tokens) + 1
             assert h.attention.shape[-1] == mask[row, 0].sum()
     with pytest.raises(ValueError, match="nbest"):
-        beam_search(model, src, mask, limits, BOS, EOS, beam=2, nbest=3)
+        loop.search(model, src, mask, limits, BeamSearch(2), SearchSettings(nbest=3))
 
 
 def test_a_wider_beam_never_scores_worse_on_log_probability():
     model = tiny("rnn")
     src, mask = source()
     limits = torch.tensor([10, 8, 6])
-    narrow = beam_search(model, src, mask, limits, BOS, EOS, beam=1)
-    wide = beam_search(model, src, mask, limits, BOS, EOS, beam=8)
+    narrow = loop.search(model, src, mask, limits, BeamSearch(1))
+    wide = loop.search(model, src, mask, limits, BeamSearch(8))
     # Not a theorem for every input, but with alpha 0 a beam of 8 over a greedy path
     # should not lose on this small case; a search bug typically breaks it. The same path
     # may score a few ulps apart: a batch of 8 rows rounds unlike a batch of 1.
@@ -206,7 +228,9 @@ def test_the_length_cap_wins_over_the_minimum_length():
     model = tiny("transformer")
     src, mask = source()
     limits = torch.tensor([3, 1, 2])
-    found = beam_search(model, src, mask, limits, BOS, EOS, beam=3, nbest=1, min_length=5)
+    found = loop.search(
+        model, src, mask, limits, BeamSearch(3), SearchSettings(nbest=1, min_length=5)
+    )
     assert [len(hyps[0].tokens) for hyps in found] == [2, 0, 1]
 
 
@@ -221,8 +245,9 @@ def test_the_exact_rule_searches_at_most_exact_longest_steps(monkeypatch):
 
     def search(limit):
         limits = torch.full((3,), limit)
-        found = beam_search(model, src, mask, limits, BOS, EOS, beam=3, alpha=1.0,
-                            stopping="exact")  # fmt: skip
+        found = loop.search(
+            model, src, mask, limits, BeamSearch(3), SearchSettings(alpha=1.0, stopping="exact")
+        )
         return [[h.tokens for h in s] for s in found]
 
     capped = search(EXACT_LONGEST)

@@ -9,10 +9,13 @@ import torch
 from cli_helpers import run_cli
 from test_search import ARCHS, BOS, EOS, source, tiny
 
-from seq2seq.decode.constraints import Constraints
-from seq2seq.decode.prefix import Prefix, Prefixes
-from seq2seq.decode.sampling import Sampler
-from seq2seq.decode.search import beam_search
+from seq2seq.decode.search import loop
+from seq2seq.decode.search.beams import SearchSettings
+from seq2seq.decode.search.constraints import ConstrainedBeamSearch
+from seq2seq.decode.search.phrases import Constraints
+from seq2seq.decode.search.prefix import Prefix, Prefixes
+from seq2seq.decode.search.sampling import Sampler
+from seq2seq.decode.search.strategy import BeamSearch
 from seq2seq.decode.translate import Translator
 
 
@@ -25,10 +28,10 @@ def forced_steps(model, src, mask, tokens) -> list[float]:
 
 
 SEARCHES = {
-    "greedy": {"beam": 1},
-    "beam": {"beam": 4, "nbest": 4, "alpha": 1.0},
-    "samples": {"beam": 3, "nbest": 3},
-    "constraints": {"beam": 4, "nbest": 2},
+    "greedy": (1, {}),
+    "beam": (4, {"nbest": 4, "alpha": 1.0}),
+    "samples": (3, {"nbest": 3}),
+    "constraints": (4, {"nbest": 2}),
 }
 
 
@@ -38,15 +41,16 @@ def test_token_scores_are_the_teacher_forced_log_probabilities(arch, search):
     model = tiny(arch)
     src, mask = source((6, 4, 2))
     limits = torch.tensor([9, 7, 5])
-    options = dict(SEARCHES[search])
+    beam, options = SEARCHES[search]
+    strategy = BeamSearch(beam)
     if search == "samples":
-        options["sampler"] = Sampler(
-            torch.rand(3, 3, 12, generator=torch.Generator().manual_seed(1))
-        )
+        strategy = Sampler(torch.rand(3, 3, 12, generator=torch.Generator().manual_seed(1)))
     if search == "constraints":
-        options["constraints"] = Constraints.of([[[7, 8]], [], [[9]]], torch.device("cpu"))
-    found = beam_search(model, src, mask, limits, BOS, EOS, token_scores=True, **options)
-    plain = beam_search(model, src, mask, limits, BOS, EOS, **options)
+        phrases = Constraints.of([[[7, 8]], [], [[9]]], torch.device("cpu"))
+        strategy = ConstrainedBeamSearch(beam, phrases)
+    scored = SearchSettings(token_scores=True, **options)
+    found = loop.search(model, src, mask, limits, strategy, scored)
+    plain = loop.search(model, src, mask, limits, strategy, SearchSettings(**options))
     for row, (hyps, without) in enumerate(zip(found, plain, strict=True)):
         length = int(mask[row, 0].sum())
         one = src[row : row + 1, :length], mask[row : row + 1, :, :length]
@@ -61,8 +65,13 @@ def test_a_prefix_s_pieces_have_their_scores_too():
     model = tiny("transformer")
     src, mask = source((5,))
     prefixes = Prefixes.of([Prefix("x", [11, 12])], torch.ones(30, dtype=torch.bool))
-    found = beam_search(
-        model, src, mask, torch.tensor([8]), BOS, EOS, 3, 1, prefixes=prefixes, token_scores=True
+    found = loop.search(
+        model,
+        src,
+        mask,
+        torch.tensor([8]),
+        BeamSearch(3),
+        SearchSettings(nbest=1, prefixes=prefixes, token_scores=True),
     )[0][0]
     assert found.tokens[:2] == [11, 12]
     assert found.token_scores == pytest.approx(

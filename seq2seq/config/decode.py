@@ -17,9 +17,9 @@ MAX_BEAM = 256
 SAMPLING_OPTIONS = ("temperature", "epsilon", "top_k", "top_p")  # what only sampling reads
 
 
-# When beam search ends a sentence (decode.stopping; seq2seq.decode.search).
+# When beam search ends a sentence (decode.stopping; seq2seq.decode.search.loop).
 Stopping = Literal["beam", "early", "exact"]
-# What minimum Bayes risk maximises (decode.mbr_utility; seq2seq.decode.mbr).
+# What minimum Bayes risk maximises (decode.mbr_utility; seq2seq.decode.search.mbr).
 Utility = Literal["chrf", "bleu"]
 
 

@@ -2,7 +2,7 @@
 same line handling as `Translator` (`LineTranslator`), so `seq2seq translate --engine
 ctranslate2` reads and writes exactly what the PyTorch engine does.
 
-The search is the one of `search.beam_search` with `stopping: beam` (CTranslate2's is the
+The search is `search.loop.search`'s beam search with `stopping: beam` (CTranslate2's is the
 model for it), but for a step that forbids tokens (CTranslate2 renormalises it) and the
 length limit (CTranslate2 ends a hypothesis there without EOS): docs/decoding.md. It
 returns no attention (`Translation.attention` is empty; word alignments need the PyTorch
@@ -21,10 +21,10 @@ from pydantic import BaseModel, PositiveInt, ValidationError
 
 from seq2seq.config import DecodeConfig, describe_validation_error
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decode.hypotheses import Hypothesis
 from seq2seq.decode.line_translator import LineTranslator, SearchRequest, decode_options
-from seq2seq.decode.prefix import Prefix, fitted_limits
-from seq2seq.decode.search import output_limits
+from seq2seq.decode.search.hypotheses import Hypothesis
+from seq2seq.decode.search.loop import output_limits
+from seq2seq.decode.search.prefix import Prefix, fitted_limits
 from seq2seq.errors import UserError
 from seq2seq.export import SETTINGS, TOKENIZER, require_ctranslate2
 

@@ -27,7 +27,7 @@ from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import Batch, make_batch, token_batches
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.line_translator import Translation
-from seq2seq.decode.search import length_penalty
+from seq2seq.decode.search.beams import length_penalty
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq
 

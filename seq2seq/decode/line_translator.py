@@ -16,8 +16,6 @@ from seq2seq.config import DecodeConfig, describe_validation_error
 from seq2seq.config.decode import SAMPLING_OPTIONS, call_problem
 from seq2seq.data.batching import token_batches
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
-from seq2seq.decode.constraints import verbatim_phrases
-from seq2seq.decode.hypotheses import Hypothesis
 from seq2seq.decode.inputs import (
     check_constraints,
     check_flag,
@@ -26,8 +24,10 @@ from seq2seq.decode.inputs import (
     check_option_kinds,
     check_prefixes,
 )
-from seq2seq.decode.mbr import mbr_order
-from seq2seq.decode.prefix import (
+from seq2seq.decode.search.hypotheses import Hypothesis
+from seq2seq.decode.search.mbr import mbr_order
+from seq2seq.decode.search.phrases import verbatim_phrases
+from seq2seq.decode.search.prefix import (
     Prefix,
     output_texts,
     read_prefixes,
@@ -201,8 +201,8 @@ class LineTranslator:
         first (fewer where the search finished fewer). `decode` sets fields of the decode
         section (beam, length_penalty, ...) for this call; `progress` shows a progress bar
         on stderr when it is a terminal; `prefixes`, one per line ("": none), are what each
-        translation of their line starts with, verbatim (decode/prefix.py); `constraints`,
-        a list per line ([]: none), the phrases each must contain (decode/constraints.py:
+        translation of their line starts with, verbatim (decode/search/prefix.py); `constraints`,
+        a list per line ([]: none), the phrases each must contain (decode/search/constraints.py:
         a line none of whose hypotheses held them is translated without them)."""
         found = self.hypotheses(
             lines, nbest=nbest, progress=progress, attention=False, prefixes=prefixes,

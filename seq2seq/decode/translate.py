@@ -12,14 +12,11 @@ import torch
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import make_batch
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
-from seq2seq.decode.constraints import Constraints
 from seq2seq.decode.cpu_weights import int8_weights, packed_weights
-from seq2seq.decode.diverse import BeamGroups
 from seq2seq.decode.ensemble import Ensemble, load_models
 from seq2seq.decode.forced import ForcedScore, forced_translations, score_pairs
-from seq2seq.decode.hypotheses import Hypothesis
 from seq2seq.decode.inputs import (
     check_flag,
     check_line,
@@ -35,13 +32,16 @@ from seq2seq.decode.line_translator import (
     decode_options,
 )
 from seq2seq.decode.loading import Origin
-from seq2seq.decode.prefix import (
+from seq2seq.decode.search.beams import SearchSettings
+from seq2seq.decode.search.hypotheses import Hypothesis
+from seq2seq.decode.search.loop import output_limits, search
+from seq2seq.decode.search.phrases import Constraints
+from seq2seq.decode.search.prefix import (
     Prefixes,
     fitted_limits,
     word_starts,
 )
-from seq2seq.decode.sampling import Sampler
-from seq2seq.decode.search import beam_search, output_limits
+from seq2seq.decode.search.strategies import BatchFacts, strategy_for
 from seq2seq.device import FreeCpuThreads, pick_device, use_threads
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq
@@ -228,45 +228,35 @@ class Translator(LineTranslator):
         return inspect_attention(self, sources, references)
 
     def search(self, request: SearchRequest) -> list[list[Hypothesis]]:
-        """Beam search, or sampling, over the request's batch, from its prefixes if any,
-        holding its phrases if any."""
-        src_ids, decode, nbest = request.sources, request.options, request.nbest
+        """The request's batch searched with the strategy its options ask for, from its
+        prefixes if any, holding its phrases if any."""
+        src_ids, decode, constraints = request.sources, request.options, request.constraints
         batch = make_batch(src_ids, None, list(range(len(src_ids)))).to(self.device)
         limits = output_limits(batch.src_lengths, decode.max_len_ratio, decode.max_len_offset)
-        prefixes, constraints, lines = request.prefixes, request.constraints, request.lines
+        prefixes = request.prefixes
         prefixed = Prefixes.of(prefixes, self.word_starts) if prefixes and any(prefixes) else None
-        if prefixed is not None:  # before the sampler, which draws for every step searched
+        if prefixed is not None:  # before a sampler, which draws for every step searched
             limits = fitted_limits(limits, prefixed.lengths)
-        sampler = None
-        if decode.sample:
-            sampler = Sampler.for_lines(
-                lines if lines is not None else list(range(len(src_ids))), nbest,
-                int(limits.max()), decode.seed, self.device, temperature=decode.temperature,
-                top_k=decode.top_k, top_p=decode.top_p, epsilon=decode.epsilon,
-            )  # fmt: skip
-        return beam_search(
-            self.model,
-            batch.src,
-            batch.src_mask,
-            limits,
-            BOS_ID,
-            EOS_ID,
-            beam=nbest if sampler else decode.beam,
-            nbest=nbest,
+        facts = BatchFacts(
+            nbest=request.nbest,
+            lines=request.lines if request.lines is not None else list(range(len(src_ids))),
+            steps=int(limits.max()),
+            device=self.device,
+            constraints=Constraints.of(constraints, self.device) if constraints else None,
+        )
+        settings = SearchSettings(
+            nbest=request.nbest,
             alpha=decode.length_penalty,
             min_length=decode.min_len,
-            attention=request.attention,
             stopping=decode.stopping,
             no_repeat_ngram=decode.no_repeat_ngram,
-            sampler=sampler,
-            prefixes=prefixed,
             coverage_penalty=decode.coverage_penalty,
-            constraints=Constraints.of(constraints, self.device) if constraints else None,
+            prefixes=prefixed,
+            attention=request.attention,
             token_scores=request.token_scores,
-            groups=BeamGroups(decode.beam_groups, decode.group_diversity)
-            if decode.beam_groups > 1
-            else None,
         )
+        strategy = strategy_for(decode, facts)
+        return search(self.model, batch.src, batch.src_mask, limits, strategy, settings)
 
     @cached_property
     def word_starts(self) -> torch.Tensor:

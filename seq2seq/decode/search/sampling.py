@@ -22,10 +22,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from seq2seq.config import DecodeConfig
+from seq2seq.decode.search.strategy import BatchFacts, Candidates, Strategy
+
+if TYPE_CHECKING:
+    from seq2seq.decode.search.beams import Beams
 
 
 def truncated(
@@ -60,16 +67,36 @@ def draw(logits: Tensor, uniforms: Tensor) -> Tensor:
     return token.clamp_(max=logits.size(-1) - 1)  # a row with nothing left (NaN): any token
 
 
-@dataclass
-class Sampler:
-    """How `search.beam_search` draws instead of searching: the options above and, for
-    each line of the batch, its samples' uniform numbers (B, N, steps) on the device."""
+DRAWING = ("temperature", "top_k", "top_p", "epsilon")  # the options that shape a draw
+
+
+@dataclass(frozen=True)
+class Sampler(Strategy):
+    """The strategy that draws instead of searching: the options above and, for each line
+    of the batch, its N samples' uniform numbers (B, N, steps) on the device. N samples of
+    a line are its N slots, each extending only its own row."""
 
     uniforms: Tensor
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     epsilon: float = 0.0
+
+    @property
+    def width(self) -> int:
+        return self.uniforms.size(1)
+
+    @classmethod
+    def applies(cls, decode: DecodeConfig, batch: BatchFacts) -> bool:
+        return decode.sample
+
+    @classmethod
+    def of(cls, decode: DecodeConfig, batch: BatchFacts) -> Sampler:
+        """`nbest` samples of each line, drawn as the options say."""
+        options = {name: getattr(decode, name) for name in DRAWING}
+        return cls.for_lines(
+            batch.lines, batch.nbest, batch.steps, decode.seed, batch.device, **options
+        )
 
     @classmethod
     def for_lines(
@@ -86,18 +113,16 @@ class Sampler:
         ]
         return cls(torch.from_numpy(np.stack(numbers)).transpose(1, 2).to(device), **options)
 
-    def expand(
-        self, scores: Tensor, log_probs: Tensor, sentences: Tensor, t: int, samples: int
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """As `search._expand`, with draws: each of a sentence's `samples` slots (A, N)
-        extends its own row (the first step: the sentence's one row) with a drawn token;
-        `sentences` (A,) are the batch's lines still searched, at step `t`."""
+    def candidates(self, beams: Beams, log_probs: Tensor, t: int) -> Candidates:
+        """Each of a sentence's N slots (A, N) extends its own row (the first step: the
+        sentence's one row) with a drawn token, at the model's summed log-probability."""
+        scores, samples = beams.scores, self.width
         active, width = scores.shape
         origin = torch.arange(active * width, device=scores.device)
         if width != samples:  # the first step: one row per sentence, N slots
             origin = origin.repeat_interleave(samples)
         log_probs = log_probs[origin] if width != samples else log_probs
         logits = truncated(log_probs, self.temperature, self.top_k, self.top_p, self.epsilon)
-        token = draw(logits, self.uniforms[sentences, :, t].reshape(-1))
+        token = draw(logits, self.uniforms[beams.sentences, :, t].reshape(-1))
         picked = log_probs.gather(1, token.unsqueeze(1)).squeeze(1)
         return (scores.view(-1)[origin] + picked).view(active, samples), origin, token

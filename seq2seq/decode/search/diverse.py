@@ -18,24 +18,57 @@ the first k of its own 2k that do not end.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seq2seq.config import DecodeConfig
+from seq2seq.decode.search.strategy import BatchFacts, Candidates, Strategy
+
+if TYPE_CHECKING:
+    from seq2seq.decode.search.beams import Beams
+
 
 @dataclass(frozen=True)
-class BeamGroups:
-    groups: int  # G
+class DiverseBeamSearch(Strategy):
+    beam: int  # K
+    groups: int  # G, which divides K
     diversity: float  # lambda
 
-    def expand(self, scores: Tensor, log_probs: Tensor, beam: int) -> tuple[Tensor, Tensor, Tensor]:
+    distinct: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if self.beam % self.groups:
+            raise ValueError(f"{self.groups} groups need a beam they divide, not {self.beam}")
+
+    @property
+    def width(self) -> int:
+        return self.beam
+
+    @classmethod
+    def applies(cls, decode: DecodeConfig, batch: BatchFacts) -> bool:
+        return decode.beam_groups > 1
+
+    @classmethod
+    def of(cls, decode: DecodeConfig, batch: BatchFacts) -> DiverseBeamSearch:
+        return cls(decode.beam, decode.beam_groups, decode.group_diversity)
+
+    def candidates(self, beams: Beams, log_probs: Tensor, t: int) -> Candidates:
+        return self.expand(beams.scores, log_probs)
+
+    def open_slots(self, beams: Beams, top_scores: Tensor, at_eos: Tensor) -> tuple[Tensor, Tensor]:
+        return self.group_slots(top_scores, at_eos)
+
+    def expand(self, scores: Tensor, log_probs: Tensor) -> Candidates:
         """Each sentence's 2K candidates (see the module) from its rows' `scores` (A, W) and
         their `log_probs` (A*W, V, made the summed scores in place): their summed
         log-probabilities (A, 2K), and the row each extends and its token (A*2K,). Before
         the first step (W = 1) every group extends the one row."""
         active, width = scores.shape
-        vocab, size = log_probs.size(-1), beam // self.groups
+        beam, vocab = self.beam, log_probs.size(-1)
+        size = beam // self.groups
         summed = log_probs.add_(scores.view(-1, 1)).view(active, width, vocab)
         chosen = summed.new_zeros(active, vocab)  # the earlier groups' choices of each token
         best, rest = [], []
@@ -57,11 +90,12 @@ class BeamGroups:
         first_row = (torch.arange(active, device=scores.device) * width).unsqueeze(1)
         return top, (origin + first_row).view(-1), token.reshape(-1)
 
-    def open_slots(self, top_scores: Tensor, at_eos: Tensor, beam: int) -> tuple[Tensor, Tensor]:
+    def group_slots(self, top_scores: Tensor, at_eos: Tensor) -> tuple[Tensor, Tensor]:
         """Each group's k slots: the first k of its 2k candidates, in their penalised rank,
         that do not end in EOS, at their summed log-probabilities (A, K; -inf: closed), and
         the candidate each one is (A*K,), an index into the step's A*2K."""
         active, width = top_scores.shape
+        beam = self.beam
         size = beam // self.groups
         starts = torch.arange(self.groups, device=top_scores.device).unsqueeze(1) * size
         within = torch.arange(size, device=top_scores.device)

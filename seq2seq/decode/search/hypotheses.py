@@ -27,13 +27,13 @@ class Trail:
 
     # Kept where the search computes them, and read back once at the end: a copy per step
     # would make a GPU's host wait for the device at every step.
-    # A step's slots are its candidates, C per sentence (search.py's `_choose`): the finished ones
-    # and those the next step's rows extend.
+    # A step's slots are its candidates, C per sentence (`strategy.Strategy.candidates`):
+    # the finished ones and those the next step's rows extend.
     tokens: list[Tensor]  # (slots,) the token of each slot
     origins: list[Tensor]  # (slots,) the input row each slot extends
     weights: list[Tensor | None]  # (input rows, [heads,] S) attention of each input row
     # (input rows,) each input row's slot at the step before; None: the same index, as no
-    # sentence left the batch and each slot went on in its own row (search.py's `_next_beams`)
+    # sentence left the batch and each slot went on in its own row (`loop._next_beams`)
     previous_slots: list[Tensor | None]
     # per sentence, (score, step, slot) of each hypothesis finished so far
     finished: list[list[tuple[float, int, int]]]

@@ -1,21 +1,51 @@
-"""The loop state of beam search (search.py): each sentence's open hypotheses, the rows of
+"""The loop state of a search (`loop.search`): each sentence's open hypotheses, the rows of
 the decoder batch that extend them, and what the search records of each row (its output
 for repeat blocking, its attention for the coverage penalty, its progress with lexical
-constraints); and how a step's candidates become the next step's open slots."""
+constraints); and the rules every strategy's candidates keep to (`Beams.allowed`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from seq2seq.config import Stopping
-from seq2seq.decode.constraints import ConstrainedBeams, Constraints
-from seq2seq.decode.diverse import BeamGroups
-from seq2seq.decode.prefix import Prefixes, fitted_limits
-from seq2seq.decode.repeats import block_repeats_
+from seq2seq.data.tokenizer import EOS_ID
+from seq2seq.decode.search.prefix import Prefixes
+from seq2seq.decode.search.repeats import block_repeats_
 from seq2seq.models.base import DecoderState, Memory, Seq2Seq, Step
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """What a search asks beyond its strategy: the rules every strategy's hypotheses keep
+    to and how they are scored and read back (`loop.search`)."""
+
+    nbest: int = 1  # hypotheses per sentence, best first
+    alpha: float = 0.0  # the length penalty's exponent
+    min_length: int = 0  # tokens before EOS may come
+    stopping: Stopping = "beam"
+    no_repeat_ngram: int = 0  # n > 0: no output repeats an n-gram (`repeats`)
+    coverage_penalty: float = 0.0  # beta of the coverage penalty
+    prefixes: Prefixes | None = None  # the outputs' starts (`prefix`)
+    attention: bool = True  # whether hypotheses keep their attention
+    token_scores: bool = False  # whether they keep each token's log-probability
+
+
+class RowRecords(Protocol):
+    """What a strategy keeps of each row itself (lexical constraints' progress): it moves
+    with the rows, and may forbid a row some tokens."""
+
+    def restrict_(self, log_probs: Tensor, row_sentences: Tensor) -> None:
+        """-inf in `log_probs` (rows, V) where a row may not go, in place."""
+
+    def moved(self, slots: Tensor) -> RowRecords:
+        """The records of the next step's rows, which go on from the candidates `slots`."""
+
+    def keep(self, rows: Tensor) -> RowRecords:
+        """Only the records of `rows`."""
 
 
 def length_penalty(lengths: Tensor | float, alpha: float) -> Tensor | float:
@@ -48,8 +78,7 @@ class Beams:
     # when penalising coverage
     coverage: Tensor | None = None
     prefixes: Prefixes | None = None  # by sentence (`sentences`), when outputs have prefixes
-    constrained: ConstrainedBeams | None = None  # when outputs have lexical constraints
-    groups: BeamGroups | None = None  # diverse beam search's groups, when asked
+    records: RowRecords | None = None  # the strategy's own records of each row, if any
 
     @property
     def width(self) -> int:
@@ -60,63 +89,31 @@ class Beams:
         state = self.state if self.origins is None else self.state.index_select(self.origins)
         return model.decode_step(self.memory, state, self.prev, need_weights)
 
-    def allowed(
-        self, step: Step, t: int, too_short: bool, eos_id: int, no_repeat_ngram: int
-    ) -> Tensor:
+    def allowed(self, step: Step, t: int, too_short: bool, no_repeat_ngram: int) -> Tensor:
         """(A*K, V) the step's log-probabilities, -inf where a row may not go: EOS before the
         minimum length, anything but EOS at the cap, a repeated n-gram, off its prefix, EOS
         before its phrases (in place). A prefix's piece is read before repeats are blocked:
         it stays, repeat or not."""
-        log_probs = _mask_eos_and_limits(step.log_probs.float(), self.at_cap(t), too_short, eos_id)
+        log_probs = _mask_eos_and_limits(step.log_probs.float(), self.at_cap(t), too_short)
         prefixes = self.prefixes
         prefix = None if prefixes is None else prefixes.at(t, self.sentences, self.width, log_probs)
         if self.history is not None:
             block_repeats_(log_probs, self.history, no_repeat_ngram)
         if prefix is not None:
             prefix.keep_to_(log_probs)
-        if self.constrained is not None:
-            self.constrained.mask_incomplete_eos_(log_probs, self.row_sentences(), eos_id)
+        if self.records is not None:
+            self.records.restrict_(log_probs, self.row_sentences())
         return log_probs
 
     def row_sentences(self) -> Tensor:
         """(A*K,) the input sentence of each row."""
         return self.sentences.repeat_interleave(self.width)
 
-    def widen(
-        self, log_probs: Tensor, beam: int, top_scores: Tensor, origin: Tensor, token: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """The step's candidates with those that place constraints (`ConstrainedBeams.widen`)."""
-        self.constrained, *candidates = self.constrained.widen(
-            log_probs, beam, top_scores, origin, token, self.row_sentences()
-        )
-        return tuple(candidates)
-
-    def open_slots(
-        self, top_scores: Tensor, at_eos: Tensor, beam: int
-    ) -> tuple[Tensor, Tensor | None]:
-        """`open_slots`; with constraints their allocation to banks, with groups each group's."""
-        if self.constrained is not None:
-            return self.constrained.allocate(top_scores, at_eos, beam)
-        if self.groups is not None:
-            return self.groups.open_slots(top_scores, at_eos, beam)
-        return open_slots(top_scores, at_eos, beam)
-
-    def track(
-        self,
-        src: Tensor,
-        no_repeat_ngram: int,
-        coverage_penalty: float,
-        groups: BeamGroups | None,
-        beam: int,
-    ) -> None:
+    def track(self, src: Tensor, no_repeat_ngram: int, coverage_penalty: float) -> None:
         """Start the records of each row that the search needs: its output so far, to
-        block repeats, and the attention it has paid, for the coverage penalty; and the
-        groups of diverse beam search, which must divide the `beam`."""
+        block repeats, and the attention it has paid, for the coverage penalty."""
         self.history = src.new_empty(src.size(0), 0) if no_repeat_ngram else None
         self.coverage = src.new_zeros(src.shape, dtype=torch.float) if coverage_penalty else None
-        if groups is not None and (self.constrained is not None or beam % groups.groups):
-            raise ValueError(f"{groups.groups} groups need a beam they divide, and no constraints")
-        self.groups = groups
 
     def cover(self, step: Step, origin: Tensor, beta: float) -> Tensor | None:
         """Add the step's attention to each row's `coverage`, and return the coverage
@@ -166,75 +163,21 @@ class Beams:
             None if self.history is None else self.history[rows],
             None if self.coverage is None else self.coverage[rows],
             self.prefixes,
-            None if self.constrained is None else self.constrained.keep(rows),
-            self.groups,
+            None if self.records is None else self.records.keep(rows),
         )
 
 
-def first_beams(
-    model: Seq2Seq,
-    src: Tensor,
-    src_mask: Tensor,
-    max_lengths: Tensor,
-    bos_id: int,
-    widths: tuple[int, int, float],
-    prefixes: Prefixes | None,
-    constraints: Constraints | None,
-) -> Beams:
-    """The beams before the first step: every sentence with one slot, at score 0, and its
-    output limit raised where its prefix and constraints would not fit. `widths`: the
-    beam, the n-best list's length and the length penalty's alpha."""
-    beam, nbest, alpha = widths
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
-    batch, device = src.size(0), src.device
-    memory = model.encode(src, src_mask)
-    max_lengths = max_lengths.to(device)
-    forced = torch.zeros_like(max_lengths) if prefixes is None else prefixes.lengths
-    if constraints is not None:
-        forced = forced + constraints.totals
-    max_lengths = fitted_limits(max_lengths, forced)
-    return Beams(
-        sentences=torch.arange(batch, device=device),
-        max_lengths=max_lengths,
-        longest=length_penalty(max_lengths.float(), alpha),
-        best_finished=torch.full((batch, nbest), float("-inf"), device=device),
-        count=torch.zeros(batch, dtype=torch.long, device=device),
-        scores=torch.zeros(batch, 1, device=device),
-        memory=memory,
-        state=model.init_state(memory),
-        origins=None,
-        prev=torch.full((batch,), bos_id, dtype=torch.long, device=device),
-        prefixes=prefixes,
-        constrained=None if constraints is None else ConstrainedBeams.start(constraints),
-    )
-
-
-def _mask_eos_and_limits(log_probs: Tensor, at_cap: Tensor, too_short: bool, eos_id: int) -> Tensor:
+def _mask_eos_and_limits(log_probs: Tensor, at_cap: Tensor, too_short: bool) -> Tensor:
     """(rows, V) log-probabilities with the rows `at_cap` only able to end, at EOS's own
     probability, and, when `too_short`, the others unable to end; changed in place (the
     step's own tensor: a copy per step would cost as much as the masking), and only in
     the rows at their cap (few, at few steps), not in a pass over every row."""
-    eos = log_probs[:, eos_id].clone()
+    eos = log_probs[:, EOS_ID].clone()
     if too_short:
         eos = eos.masked_fill(~at_cap, float("-inf"))
     if log_probs.is_cuda:  # a pass over every row costs a GPU less than waiting for nonzero()
         log_probs.masked_fill_(at_cap.unsqueeze(1), float("-inf"))
     else:
         log_probs.index_fill_(0, at_cap.nonzero().squeeze(1), float("-inf"))
-    log_probs[:, eos_id] = eos
+    log_probs[:, EOS_ID] = eos
     return log_probs
-
-
-def open_slots(top_scores: Tensor, at_eos: Tensor, beam: int) -> tuple[Tensor, Tensor | None]:
-    """The next step's K = `beam` slots of each sentence, from its C candidates (A, C): the
-    best that do not end in EOS, at their summed log-probabilities (A, K; -inf: closed),
-    and the candidate each one is (A*K,), an index into the step's A*C; None where the
-    candidates are the slots (samples, greedy search)."""
-    scores = top_scores.masked_fill(at_eos, float("-inf"))
-    active, width = scores.shape
-    if width == beam:
-        return scores, None
-    scores, index = scores.topk(beam, dim=1)
-    first = (torch.arange(active, device=scores.device) * width).unsqueeze(1)
-    return scores, (index + first).view(-1)

@@ -1,4 +1,5 @@
-"""Beam search over the `Seq2Seq` contract, batched over sentences and beams at once.
+"""The search over the `Seq2Seq` contract, batched over sentences and beams at once: beam
+search, written here, and the strategies that vary how it chooses (`strategy`).
 
 The B sentences x K beams of a batch are B*K rows of one decoder batch (the first step,
 from BOS alone, has one row per sentence), which share their sentence's encoded source
@@ -24,9 +25,9 @@ where `exact` would stop. With alpha = 0 the three are one rule; for alpha > 0 `
 may miss a hypothesis that would only win by growing much longer, and `beam` one that
 would finish after K others. Rows reorder their decoder state by index (`index_select`);
 done sentences leave the batch at once; finished hypotheses are read back through
-back-pointers at the end. The loop's state is `beams.Beams`; lexical constraints widen
-each step's candidates and share its slots among banks (`constraints`); diverse beam
-search ranks them group by group (`diverse`).
+back-pointers at the end. The loop's state is `beams.Beams`; each step's candidates and
+open slots are the strategy's (`strategy.Strategy`): the best continuations of plain beam
+search, samples, diverse beam search's groups, or lexical constraints' banks.
 """
 
 from __future__ import annotations
@@ -34,16 +35,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from seq2seq.config import Stopping
-from seq2seq.decode.beams import Beams, first_beams, length_penalty
-from seq2seq.decode.constraints import Constraints
-from seq2seq.decode.diverse import BeamGroups
-from seq2seq.decode.hypotheses import Hypothesis, Trail
-from seq2seq.decode.prefix import Prefixes
-from seq2seq.decode.sampling import Sampler
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+from seq2seq.decode.search.beams import Beams, SearchSettings, length_penalty
+from seq2seq.decode.search.hypotheses import Hypothesis, Trail
+from seq2seq.decode.search.prefix import fitted_limits
+from seq2seq.decode.search.strategy import Strategy
 from seq2seq.models.base import DecoderState, Seq2Seq
 
 # The `exact` rule's longest output: its bound waits for lp at the limit, so a limit of
@@ -58,91 +56,78 @@ def output_limits(src_lengths: Tensor, ratio: float, offset: int) -> Tensor:
 
 
 @torch.inference_mode()
-def beam_search(
+def search(
     model: Seq2Seq,
     src: Tensor,
     src_mask: Tensor,
     max_lengths: Tensor,
-    bos_id: int,
-    eos_id: int,
-    beam: int = 1,
-    nbest: int = 1,
-    alpha: float = 0.0,
-    min_length: int = 0,
-    attention: bool = True,
-    stopping: Stopping = "beam",
-    no_repeat_ngram: int = 0,
-    sampler: Sampler | None = None,
-    prefixes: Prefixes | None = None,
-    coverage_penalty: float = 0.0,
-    constraints: Constraints | None = None,
-    token_scores: bool = False,
-    groups: BeamGroups | None = None,
+    strategy: Strategy,
+    settings: SearchSettings | None = None,
 ) -> list[list[Hypothesis]]:
-    """The `nbest` best hypotheses of each sentence, best first. `max_lengths` (B,) caps each
-    output (EOS included, forced at the cap); `min_length` tokens come before EOS may. Without
-    `attention`, no step forms or keeps weights it need not; with `token_scores`, each has its
-    tokens' log-probabilities. `stopping`, `coverage_penalty` (beta of cp): the module's
-    docstring. `no_repeat_ngram` n > 0: no output repeats an n-gram (`repeats`). A `sampler`
-    draws the `beam` slots; `prefixes` start the outputs (`prefix`); `constraints` hold
-    phrases (`constraints`); `groups` split the beam (`diverse`)."""
-    max_lengths = max_lengths.clamp(max=EXACT_LONGEST) if stopping == "exact" else max_lengths
-    beams = first_beams(
-        model, src, src_mask, max_lengths, bos_id, (beam, nbest, alpha), prefixes, constraints
-    )
-    beams.track(src, no_repeat_ngram, coverage_penalty, groups, beam)
-    trail, previous_slots = Trail.start(src.size(0), attention, token_scores), None
+    """The `settings.nbest` best hypotheses of each sentence, best first, as the `strategy`
+    chooses them. `max_lengths` (B,) caps each output (EOS included, forced at the cap);
+    `settings.min_length` tokens come before EOS may. Without `settings.attention`, no step
+    forms or keeps weights it need not; with `token_scores`, each has its tokens'
+    log-probabilities. `stopping`, `coverage_penalty` (beta of cp): the module's docstring."""
+    s = settings or SearchSettings()
+    max_lengths = max_lengths.clamp(max=EXACT_LONGEST) if s.stopping == "exact" else max_lengths
+    beams = first_beams(model, src, src_mask, max_lengths, strategy, s)
+    trail, previous_slots = Trail.start(src.size(0), s.attention, s.token_scores), None
+    width = strategy.width
     for t in range(int(beams.max_lengths.max())):
-        step = beams.decode(model, attention or beams.coverage is not None)
-        log_probs = beams.allowed(step, t, t < min_length, eos_id, no_repeat_ngram)
-        top_scores, origin, token = _choose(beams, log_probs, t, beam, sampler)
-        at_eos = (token == eos_id).view_as(top_scores)
-        cp = beams.cover(step, origin, coverage_penalty)
-        _record_finished(trail.finished, beams, top_scores, at_eos, beam, t, alpha, cp)
+        step = beams.decode(model, s.attention or beams.coverage is not None)
+        log_probs = beams.allowed(step, t, t < s.min_length, s.no_repeat_ngram)
+        top_scores, origin, token = strategy.candidates(beams, log_probs, t)
+        at_eos = (token == EOS_ID).view_as(top_scores)
+        cp = beams.cover(step, origin, s.coverage_penalty)
+        _record_finished(trail.finished, beams, top_scores, at_eos, width, t, s.alpha, cp)
         trail.append(token, origin, step.attention, previous_slots, top_scores)
-        beams.scores, slots = beams.open_slots(top_scores, at_eos, beam)
-        done, all_done, any_done = beams.done(t, alpha, stopping)
+        beams.scores, slots = strategy.open_slots(beams, top_scores, at_eos)
+        done, all_done, any_done = beams.done(t, s.alpha, s.stopping)
         if all_done:
             break
         beams, previous_slots = _next_beams(
-            beams, step.state, origin, token, slots, done, any_done, beam
+            beams, step.state, origin, token, slots, done, any_done, width
         )
-    return trail.read_back(src_mask, nbest, distinct=groups is not None)
+    return trail.read_back(src_mask, s.nbest, distinct=strategy.distinct)
 
 
-def _choose(
-    beams: Beams, log_probs: Tensor, t: int, beam: int, sampler: Sampler | None
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Each sentence's candidates for step `t`: its 2K best continuations (`_expand`; at
-    most K end, one per row, so K that go on are among them), its one best in greedy
-    search, the sampler's K draws, or each group's 2k best (`diverse`); with constraints,
-    those that place them too."""
-    if sampler is not None:
-        if beams.constrained is not None:
-            raise ValueError("lexical constraints need beam search, not samples")
-        return sampler.expand(beams.scores, log_probs, beams.sentences, t, beam)
-    if beams.groups is not None:
-        return beams.groups.expand(beams.scores, log_probs, beam)
-    best = _expand(beams.scores, log_probs, 2 * beam if beam > 1 else 1)
-    return best if beams.constrained is None else beams.widen(log_probs, beam, *best)
-
-
-def _expand(scores: Tensor, log_probs: Tensor, beam: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Each sentence's `beam` best continuations of its W*V (W rows each): their summed
-    log-probabilities (A, beam), best first, and for each candidate (A*beam,) the row it
-    extends and its token. `log_probs` (A*W, V) becomes the candidates' scores, in place."""
-    active, width = scores.shape
-    vocab = log_probs.size(-1)
-    candidates = log_probs.add_(scores.view(-1, 1)).view(active, width * vocab)
-    top_scores, top_index = candidates.topk(min(beam, width * vocab), dim=1)
-    if top_scores.size(1) < beam:  # fewer candidates than slots: the rest stay closed
-        closed = beam - top_scores.size(1)
-        top_scores = F.pad(top_scores, (0, closed), value=float("-inf"))
-        top_index = F.pad(top_index, (0, closed))
-    first_row = (torch.arange(active, device=scores.device) * width).unsqueeze(1)
-    origin = (top_index // vocab + first_row).view(-1)
-    token = (top_index % vocab).view(-1)
-    return top_scores, origin, token
+def first_beams(
+    model: Seq2Seq,
+    src: Tensor,
+    src_mask: Tensor,
+    max_lengths: Tensor,
+    strategy: Strategy,
+    settings: SearchSettings,
+) -> Beams:
+    """The beams before the first step: every sentence with one slot, at score 0, and its
+    output limit raised where its prefix and the pieces the `strategy` forces would not fit."""
+    nbest, alpha, prefixes = settings.nbest, settings.alpha, settings.prefixes
+    if not 1 <= nbest <= strategy.width:
+        raise ValueError(f"nbest must be between 1 and the beam size {strategy.width}, got {nbest}")
+    batch, device = src.size(0), src.device
+    memory = model.encode(src, src_mask)
+    max_lengths = max_lengths.to(device)
+    forced = torch.zeros_like(max_lengths) if prefixes is None else prefixes.lengths
+    if (pieces := strategy.forced_pieces()) is not None:
+        forced = forced + pieces
+    max_lengths = fitted_limits(max_lengths, forced)
+    beams = Beams(
+        sentences=torch.arange(batch, device=device),
+        max_lengths=max_lengths,
+        longest=length_penalty(max_lengths.float(), alpha),
+        best_finished=torch.full((batch, nbest), float("-inf"), device=device),
+        count=torch.zeros(batch, dtype=torch.long, device=device),
+        scores=torch.zeros(batch, 1, device=device),
+        memory=memory,
+        state=model.init_state(memory),
+        origins=None,
+        prev=torch.full((batch,), BOS_ID, dtype=torch.long, device=device),
+        prefixes=prefixes,
+    )
+    beams.track(src, settings.no_repeat_ngram, settings.coverage_penalty)
+    strategy.start(beams)
+    return beams
 
 
 def _record_finished(
@@ -203,13 +188,13 @@ def _next_beams(
     # With one beam every slot extends its own row: nothing to move.
     origins = origin if beam > 1 else None
     memory = beams.memory if beams.memory.beam == beam else beams.memory.widened(beam)
-    history, coverage, constrained = beams.history, beams.coverage, beams.constrained
+    history, coverage, records = beams.history, beams.coverage, beams.records
     if history is not None:
         history = torch.cat([history[origin], token.unsqueeze(1)], dim=1)
     if coverage is not None:
         coverage = coverage[origin]
-    if constrained is not None:
-        constrained = constrained.moved(slots)
+    if records is not None:
+        records = records.moved(slots)
     beams = replace(
         beams,
         memory=memory,
@@ -218,7 +203,7 @@ def _next_beams(
         prev=token,
         history=history,
         coverage=coverage,
-        constrained=constrained,
+        records=records,
     )
     if not any_done:
         return beams, slots

@@ -25,42 +25,19 @@ for an unknown piece.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seq2seq.data.tokenizer import UNK_ID, Tokenizer
+from seq2seq.config import DecodeConfig
+from seq2seq.data.tokenizer import EOS_ID
+from seq2seq.decode.search.phrases import NONE, Constraints
+from seq2seq.decode.search.strategy import BatchFacts, BeamSearch, Candidates
 
-NONE = -1  # in `Constraints.tokens`: padding; in `Progress.next_pieces`: no piece
-
-
-@dataclass(frozen=True)
-class Constraints:
-    """The phrases of a batch's sentences as piece ids."""
-
-    tokens: Tensor  # (B, C, L) phrase c of sentence b, NONE after its pieces
-    lengths: Tensor  # (B, C) its pieces; 0: no phrase (a sentence with fewer than C)
-    most: int  # the most pieces of a sentence's phrases (read once, not at every step)
-
-    @classmethod
-    def of(cls, phrases: list[list[list[int]]], device: torch.device) -> Constraints:
-        """From each sentence's phrases (lists of piece ids; an empty list: none)."""
-        count = max(1, max(map(len, phrases)))
-        longest = max([1, *(len(p) for sentence in phrases for p in sentence)])
-        tokens = torch.full((len(phrases), count, longest), NONE, dtype=torch.long)
-        lengths = torch.zeros(len(phrases), count, dtype=torch.long)
-        for b, sentence in enumerate(phrases):
-            for c, phrase in enumerate(sentence):
-                tokens[b, c, : len(phrase)] = torch.tensor(phrase)
-                lengths[b, c] = len(phrase)
-        most = max(sum(map(len, sentence)) for sentence in phrases)
-        return cls(tokens.to(device), lengths.to(device), most)
-
-    @property
-    def totals(self) -> Tensor:
-        """(B,) constraint pieces of each sentence."""
-        return self.lengths.sum(1)
+if TYPE_CHECKING:
+    from seq2seq.decode.search.beams import Beams
 
 
 @dataclass(frozen=True)
@@ -124,10 +101,10 @@ class ConstrainedBeams:
         rows, phrases = constraints.lengths.shape
         return cls(constraints, Progress.start(rows, phrases, constraints.lengths.device))
 
-    def mask_incomplete_eos_(self, log_probs: Tensor, row_sentences: Tensor, eos_id: int) -> None:
+    def restrict_(self, log_probs: Tensor, row_sentences: Tensor) -> None:
         """No row ends (EOS) before it has met every phrase of its sentence."""
         lengths = self.constraints.lengths[row_sentences]
-        log_probs[:, eos_id].masked_fill_(~self.progress.complete(lengths), float("-inf"))
+        log_probs[:, EOS_ID].masked_fill_(~self.progress.complete(lengths), float("-inf"))
 
     def widen(
         self,
@@ -190,6 +167,40 @@ class ConstrainedBeams:
         return ConstrainedBeams(self.constraints, self.progress.select(rows))
 
 
+@dataclass(frozen=True)
+class ConstrainedBeamSearch(BeamSearch):
+    """Beam search whose outputs hold each sentence's phrases (see the module): the rows'
+    progress rides with the beams (`Beams.records`), whose rules keep a row from
+    ending before it has met them."""
+
+    constraints: Constraints
+
+    @classmethod
+    def applies(cls, decode: DecodeConfig, batch: BatchFacts) -> bool:
+        return batch.constraints is not None
+
+    @classmethod
+    def of(cls, decode: DecodeConfig, batch: BatchFacts) -> ConstrainedBeamSearch:
+        return cls(decode.beam, batch.constraints)
+
+    def forced_pieces(self) -> Tensor:
+        return self.constraints.totals
+
+    def start(self, beams: Beams) -> None:
+        beams.records = ConstrainedBeams.start(self.constraints)
+
+    def candidates(self, beams: Beams, log_probs: Tensor, t: int) -> Candidates:
+        """Beam search's candidates and those that place phrases (`ConstrainedBeams.widen`)."""
+        best = super().candidates(beams, log_probs, t)
+        beams.records, *widened = beams.records.widen(
+            log_probs, self.beam, *best, beams.row_sentences()
+        )
+        return tuple(widened)
+
+    def open_slots(self, beams: Beams, top_scores: Tensor, at_eos: Tensor) -> tuple[Tensor, Tensor]:
+        return beams.records.allocate(top_scores, at_eos, self.beam)
+
+
 def _bank_order(eligible: Tensor, bank: Tensor, totals: Tensor, most: int, beam: int) -> Tensor:
     """(A, N) each sentence's candidates (A, N, best first) in the order in which they take
     its K = `beam` slots: of those `eligible`, the best K // banks (at least one) of each
@@ -211,20 +222,3 @@ def _without_repeats(scores: Tensor, keys: Tensor) -> Tensor:
     repeated[:, 1:] = sorted_keys[:, 1:] == sorted_keys[:, :-1]
     again = torch.zeros_like(repeated).scatter_(1, order, repeated)
     return scores.masked_fill(again, -torch.inf)
-
-
-def verbatim_phrases(
-    texts: list[str], phrases: list[str], ids: list[list[int]], tokenizer: Tokenizer
-) -> list[str]:
-    """`texts`, outputs that hold `phrases` (their piece ids `ids`), with each phrase that
-    has an unknown piece written as given: such a phrase's pieces, which the output holds
-    in a row, decode to its text with the unknown mark (⁇) in place of the characters the
-    vocabulary lacks, and that text is replaced by the phrase's own."""
-    pairs = zip(phrases, ids, strict=True)
-    marked = [(phrase, pieces) for phrase, pieces in pairs if UNK_ID in pieces]
-    if not marked:
-        return texts
-    surfaces = tokenizer.decode_tgt([pieces for _, pieces in marked])
-    for (phrase, _), surface in zip(marked, surfaces, strict=True):
-        texts = [text.replace(surface, phrase.strip()) for text in texts]
-    return texts
