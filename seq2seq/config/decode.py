@@ -15,6 +15,12 @@ from seq2seq.config.section import Section
 # proportion: a beam of 100,000 took 5 GB for one line.
 MAX_BEAM = 256
 SAMPLING_OPTIONS = ("temperature", "epsilon", "top_k", "top_p")  # what only sampling reads
+# The options only the PyTorch engine follows, other than at their defaults: name -> what
+# it asks for (CTranslate2 has no such thing; `pytorch_only`).
+PYTORCH_ONLY = {
+    "sample": "sampling that draws the same whatever the batch",
+    "beam_groups": "diverse beam search",
+}
 
 
 # When beam search ends a sentence (decode.stopping; seq2seq.decode.search.loop).
@@ -213,6 +219,14 @@ def call_problem(
             "lexical constraints need a beam of at least 2 (5 or more place them well); set "
             f"{spell('beam', 5)}"
         )
+    return None
+
+
+def pytorch_only(options: DecodeConfig) -> str | None:
+    """What of `options` only the PyTorch engine does (`PYTORCH_ONLY`), or None."""
+    for name, what in PYTORCH_ONLY.items():
+        if getattr(options, name) != DecodeConfig.model_fields[name].default:
+            return what
     return None
 
 

@@ -20,6 +20,7 @@ import torch
 from pydantic import BaseModel, PositiveInt, ValidationError
 
 from seq2seq.config import DecodeConfig, describe_validation_error
+from seq2seq.config.decode import pytorch_only
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.line_translator import LineTranslator, SearchRequest, decode_options
 from seq2seq.decode.search.hypotheses import Hypothesis
@@ -144,15 +145,9 @@ class CTranslate2Translator(LineTranslator):
 
     def _refuse_what_it_cannot(self, decode: DecodeConfig) -> None:
         """One line for the decoding options this engine cannot follow as the PyTorch one does."""
-        if decode.sample:
+        if what := pytorch_only(decode):
             raise UserError(
-                "sampling draws with the PyTorch engine only (its draws do not depend on the "
-                "batch); translate the run directory with --engine torch"
-            )
-        if decode.beam_groups > 1:
-            raise UserError(
-                "CTranslate2 has no diverse beam search; translate the run directory with "
-                "--engine torch, or set beam_groups 1"
+                f"CTranslate2 has no {what}; translate the run directory with --engine torch"
             )
         if decode.coverage_penalty and not self.every_head:
             raise UserError(

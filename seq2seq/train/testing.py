@@ -17,7 +17,7 @@ from seq2seq.checkpoint import (
 from seq2seq.config import Config
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decode.cpu_weights import packed_weights
-from seq2seq.decode.loading import max_source_pieces
+from seq2seq.decode.loading import Origin, max_source_pieces
 from seq2seq.decode.translate import Translator
 from seq2seq.device import out_of_memory_reported
 from seq2seq.errors import UserError
@@ -82,16 +82,17 @@ def score_test(trainer: Trainer) -> dict:
         StopSignals(at_once=f"during the test decode; {finish}"),
     ):
         if rule != "last":  # beside the chosen one, so a reader sees how much the rule matters
-            _load_test_weights(trainer, "last")
+            translator.origin = _load_test_weights(trainer, "last")
             score_test_sets(cfg, run.test / "last", translator, log, "last")
         else:  # what an earlier rule left there would read as this run's other scores
             shutil.rmtree(run.test / "last", ignore_errors=True)
-        _load_test_weights(trainer, rule)  # its scores.json, written last, ends the run
+        translator.origin = _load_test_weights(trainer, rule)  # its scores.json ends the run
         return score_test_sets(cfg, run.test, translator, log, rule)
 
 
-def _load_test_weights(trainer: Trainer, rule: str) -> None:
-    """Load the weights that `train.test_checkpoint` names into the trained model."""
+def _load_test_weights(trainer: Trainer, rule: str) -> Origin:
+    """Load the weights that `train.test_checkpoint` names into the trained model, and
+    say where they come from (the run directory, as a loaded translator knows it)."""
     run = trainer.run
     if rule == "average":
         kept = step_checkpoints(run)
@@ -107,3 +108,5 @@ def _load_test_weights(trainer: Trainer, rule: str) -> None:
         state = load_checkpoint(path)
         trainer.log.info("testing %s (%s)", rule, path.name)
     load_model_weights(trainer.model, state, trainer.cfg.model, path)
+    step = state.get("step")
+    return Origin(run.root, trainer.cfg, path, step if isinstance(step, int) else None)
