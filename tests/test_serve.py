@@ -22,7 +22,7 @@ pytest.importorskip("httpx2", reason="the serve extra is not installed: pip inst
 import httpx2  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from seq2seq.config import ModelConfig  # noqa: E402
+from seq2seq.config import DecodeConfig, ModelConfig  # noqa: E402
 from seq2seq.data.tokenizer import PAD_ID  # noqa: E402
 from seq2seq.decode.translate import Translator  # noqa: E402
 from seq2seq.models import build_model  # noqa: E402
@@ -253,11 +253,9 @@ def test_a_body_not_sent_as_json_is_415_saying_so(client, content_type):
         (
             {"text": ["a"], "x" * 5000: 1, "y": 2},
             422,
-            f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, beam, length_penalty, "
-            "coverage_penalty, beam_groups, group_diversity, min_len, max_len_ratio, "
-            "max_len_offset, batch_tokens, stopping, no_repeat_ngram, sample, temperature, "
-            "epsilon, top_k, top_p, tag, seed, mbr, mbr_utility, nbest, attention, "
-            "token_scores, prefix, constraints",
+            f"unknown field '{'x' * 39}…' (and 1 more); allowed: text, "
+            + ", ".join([*DecodeConfig.model_fields, "nbest", "attention", "token_scores"])
+            + ", prefix, constraints",
         ),
     ],
     ids=["8 wrong lines", "1,000 lines", "a 5,000-character field"],

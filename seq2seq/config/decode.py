@@ -20,6 +20,7 @@ SAMPLING_OPTIONS = ("temperature", "epsilon", "top_k", "top_p")  # what only sam
 PYTORCH_ONLY = {
     "sample": "sampling that draws the same whatever the batch",
     "beam_groups": "diverse beam search",
+    "shortlist": "vocabulary shortlist",
 }
 
 
@@ -132,6 +133,13 @@ class DecodeConfig(Section):
         "N samples), output the one of highest mean mbr_utility against all N; 0: off",
     )
     mbr_utility: Utility = Field("chrf", description="mbr: the sentence-level metric it uses")
+    shortlist: bool = Field(
+        False,
+        description="a vocabulary shortlist: each batch's output layer computes only the target "
+        "pieces its source pieces translate to (IBM model 1 on the training pairs, built into "
+        "the run directory the first time), the most frequent ones, and those of its prefixes "
+        "and phrases; faster, with outputs that may move (docs/decoding.md)",
+    )
 
     @model_validator(mode="after")
     def _mbr_has_its_candidates(self) -> DecodeConfig:
@@ -174,6 +182,11 @@ class DecodeConfig(Section):
         changed = [n for n in SAMPLING_OPTIONS if getattr(self, n) != defaults[n].default]
         if changed and not self.sample:
             raise ValueError(f"{changed[0]} shapes sampling; set sample true, or leave it out")
+        if self.sample and self.shortlist:
+            raise ValueError(
+                "shortlist narrows a search's vocabulary, and sample draws from all of it; set "
+                "shortlist false, or sample false"
+            )
         return self
 
 
@@ -265,7 +278,7 @@ def field_problem(name: str, value: Any) -> str | None:
 # What makes a run's decoding greedy search, as validation and the heatmaps of sweep reports
 # translate: beam 1, and no sampling, MBR or groups, their options at their defaults (a
 # run that tests with them must still validate).
-GREEDY_SEARCH = {"beam": 1, "sample": False, "mbr": 0, "beam_groups": 1} | {
+GREEDY_SEARCH = {"beam": 1, "sample": False, "mbr": 0, "beam_groups": 1, "shortlist": False} | {
     name: DecodeConfig.model_fields[name].default
     for name in ("mbr_utility", "group_diversity", *SAMPLING_OPTIONS)
 }

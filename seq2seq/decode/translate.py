@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from seq2seq.decode.search.prefix import (
     word_starts,
 )
 from seq2seq.decode.search.strategies import BatchFacts, strategy_for
+from seq2seq.decode.shortlist import Shortlist, restricted_output
 from seq2seq.device import FreeCpuThreads, pick_device, use_threads
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq
@@ -72,6 +73,7 @@ class Translator(LineTranslator):
         self.device = device
         # set by `load`: the run and checkpoint the model comes from (an ensemble's first)
         self.origin = origin
+        self._shortlist: Shortlist | None = None  # read from the run when first asked
 
     @classmethod
     def load(
@@ -256,7 +258,27 @@ class Translator(LineTranslator):
             token_scores=request.token_scores,
         )
         strategy = strategy_for(decode, facts)
-        return search(self.model, batch.src, batch.src_mask, limits, strategy, settings)
+        with self._shortlisted(decode.shortlist, batch.src, request):
+            return search(self.model, batch.src, batch.src_mask, limits, strategy, settings)
+
+    def _shortlisted(
+        self, shortlist: bool, src: torch.Tensor, request: SearchRequest
+    ) -> AbstractContextManager:
+        """The block with the output layer restricted to the batch's shortlist, if asked."""
+        if not shortlist:
+            return nullcontext()
+        if self.origin is None:
+            raise UserError(
+                "decode.shortlist is kept in the run directory; load the translator from it "
+                "(Translator.load)"
+            )
+        if self._shortlist is None:
+            origin = self.origin
+            self._shortlist = Shortlist.of_run(origin.run, origin.config, self.tokenizer)
+        forced = [p.ids for p in request.prefixes or () if p is not None]
+        forced += [phrase for phrases in request.constraints or () for phrase in phrases]
+        pieces = self._shortlist.pieces(src, forced)
+        return restricted_output(self.model, pieces, self.tokenizer.tgt_vocab_size)
 
     @cached_property
     def word_starts(self) -> torch.Tensor:

@@ -1,0 +1,208 @@
+"""A vocabulary shortlist (`decode.shortlist`; Marian's `--shortlist`, Sockeye's
+`--restrict-lexicon`): each batch's output layer computes only the target pieces that its
+sources' pieces make likely, which makes the output projection, a large share of a
+decoding step on a CPU, several times cheaper.
+
+The table holds, for each source piece s, its `TRANSLATIONS` best target pieces by IBM
+model 1's translation probability p(t | s) (Brown et al., 1993), estimated on the run's
+training pairs by `ITERATIONS` rounds of expectation-maximisation from uniform, a NULL
+source piece explaining what no source piece does:
+
+    E:  c(s, t) = sum over pairs, over each t of the target, of p(t | s) / sum_s' p(t | s')
+        (s and s' over the pair's source pieces and NULL)
+    M:  p(t | s) = c(s, t) / sum_t' c(s, t')
+
+and the `FREQUENT` most frequent target pieces. A batch's shortlist is the frequent pieces,
+the translations of every piece of its sources, EOS, and the pieces of its prefixes and
+phrases (the search must be able to take them); every other piece gets log-probability
+-inf, so the softmax is over the shortlist alone. Built once, from the first `MAX_PAIRS`
+training pairs, into the run directory (`FILE`), with the tokenizer's fingerprint.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seq2seq.config import Config
+from seq2seq.data.corpus import read_pairs
+from seq2seq.data.preparation import source_files
+from seq2seq.data.tokenizer import EOS_ID, Tokenizer
+from seq2seq.errors import UserError
+from seq2seq.files import atomic_write
+
+FILE = "shortlist.pt"
+TRANSLATIONS = 50  # target pieces kept per source piece
+FREQUENT = 100  # the most frequent target pieces, always in
+ITERATIONS = 5
+MAX_PAIRS = 100_000  # Multi30k's 29,000 take 4 s; time and memory grow with every pair's pieces
+SETTINGS = [TRANSLATIONS, FREQUENT, ITERATIONS, MAX_PAIRS]  # a table of others is built anew
+_NONE = -1  # in `Shortlist.translations`: no piece
+
+
+@dataclass(frozen=True)
+class Shortlist:
+    translations: Tensor  # (source vocabulary, TRANSLATIONS) target pieces, _NONE: none
+    frequent: Tensor  # (FREQUENT,) the most frequent target pieces
+
+    def pieces(self, src: Tensor, forced: Sequence[Sequence[int]] = ()) -> Tensor:
+        """The sorted target pieces a batch of sources (B, S) may produce, with EOS and the
+        `forced` pieces (its prefixes' and phrases')."""
+        found = self.translations.to(src.device)[src.flatten()].flatten()
+        extra = [EOS_ID, *(piece for pieces in forced for piece in pieces)]
+        extra_ids = torch.tensor(extra, dtype=torch.long, device=src.device)
+        kept = torch.cat([found[found != _NONE], self.frequent.to(src.device), extra_ids])
+        return kept.unique()
+
+    @classmethod
+    def of_run(cls, run: Path, config: Config, tokenizer: Tokenizer) -> Shortlist:
+        """The run's table, built and kept in the run directory the first time it is asked."""
+        path = Path(run) / FILE
+        if path.exists():
+            state = torch.load(path, weights_only=True)
+            if (
+                state.get("tokenizer") == tokenizer.fingerprint
+                and state.get("settings") == SETTINGS
+            ):
+                return cls(state["translations"], state["frequent"])
+        print(f"building the vocabulary shortlist of {run} (once)", file=sys.stderr)
+        built = build_shortlist(training_pairs(config, tokenizer), tokenizer)
+        state = {
+            "tokenizer": tokenizer.fingerprint,
+            "settings": SETTINGS,
+            "translations": built.translations,
+            "frequent": built.frequent,
+        }
+        atomic_write(path, lambda handle: torch.save(state, handle))
+        return built
+
+
+def training_pairs(config: Config, tokenizer: Tokenizer) -> Iterator[tuple[list, list]]:
+    """The piece ids of the run's first `MAX_PAIRS` training pairs."""
+    data, left = config.data, MAX_PAIRS
+    for prefix in data.train_prefixes:
+        paths = source_files(prefix, data.src, data.tgt)
+        missing = [str(p) for p in paths.values() if not p.exists()]
+        if missing:
+            raise UserError(
+                f"decode.shortlist is built from the training pairs, and {missing[0]} is not "
+                "there; translate from the directory the run was trained in"
+            )
+        for chunk in read_pairs(paths["src"], paths["tgt"], 10_000):
+            chunk_src, chunk_tgt = chunk.src[:left], chunk.tgt[:left]
+            src, tgt = tokenizer.encode_src(chunk_src), tokenizer.encode_tgt(chunk_tgt)
+            yield from zip(src, tgt, strict=True)
+            left -= len(chunk_src)
+            if not left:
+                return
+
+
+def build_shortlist(pairs: Iterator[tuple[list, list]], tokenizer: Tokenizer) -> Shortlist:
+    """The table of the module from `pairs` of source and target piece ids."""
+    sources, targets = tokenizer.src_vocab_size, tokenizer.tgt_vocab_size
+    keys, groups, counts = [], [], np.zeros(targets, np.int64)
+    first_group = 0
+    for src, tgt in pairs:
+        src_ids = np.array([*src, sources], np.int64)  # sources: NULL's id
+        tgt_ids = np.array(tgt, np.int64)
+        keys.append((src_ids[:, None] * targets + tgt_ids[None, :]).ravel())
+        groups.append(np.tile(np.arange(first_group, first_group + len(tgt_ids)), len(src_ids)))
+        first_group += len(tgt_ids)
+        np.add.at(counts, tgt_ids, 1)
+    if not keys:
+        raise UserError("decode.shortlist: the run has no training pairs to build it from")
+    pair_keys, probability = _ibm1(
+        torch.from_numpy(np.concatenate(keys)), torch.from_numpy(np.concatenate(groups)), targets
+    )
+    translations = _best_translations(pair_keys, probability, sources, targets)
+    frequent = torch.from_numpy(counts).topk(min(FREQUENT, targets)).indices
+    return Shortlist(translations, frequent)
+
+
+def _ibm1(keys: Tensor, groups: Tensor, targets: int) -> tuple[Tensor, Tensor]:
+    """IBM model 1's p(t | s) (the module's EM) of each (s, t) that co-occurs, keyed
+    s * `targets` + t: the keys and their probabilities. `keys` has one entry per source
+    piece (NULL included) and target piece of each pair; `groups`, the target piece's
+    number among all pairs' target pieces."""
+    pair_keys, pair_of = keys.unique(return_inverse=True)
+    source_of = pair_keys // targets
+    probability = torch.ones(len(pair_keys), dtype=torch.float64)  # uniform: any constant
+    for _ in range(ITERATIONS):
+        weight = probability[pair_of]
+        explained = torch.zeros(int(groups.max()) + 1, dtype=weight.dtype)
+        explained.index_add_(0, groups, weight)
+        counts = torch.zeros_like(probability).index_add_(0, pair_of, weight / explained[groups])
+        per_source = torch.zeros(int(source_of.max()) + 1, dtype=counts.dtype)
+        per_source.index_add_(0, source_of, counts)
+        probability = counts / per_source[source_of]
+    return pair_keys, probability
+
+
+def _best_translations(keys: Tensor, probability: Tensor, sources: int, targets: int) -> Tensor:
+    """(sources, TRANSLATIONS) each source piece's most probable target pieces, best first,
+    _NONE where it has fewer; NULL's are left out."""
+    source, target = keys // targets, keys % targets
+    order = torch.argsort(source.double() * 2 + (1 - probability))  # by source, best first
+    source, target = source[order], target[order]
+    first = torch.searchsorted(source, source)  # where each one's source starts
+    rank = torch.arange(len(source)) - first
+    kept = (rank < TRANSLATIONS) & (source < sources)
+    table = torch.full((sources, TRANSLATIONS), _NONE, dtype=torch.long)
+    table[source[kept], rank[kept]] = target[kept]
+    return table
+
+
+def _output_layers(model: nn.Module, vocab: int) -> Iterator[tuple[nn.Module, nn.Module]]:
+    """(parent, layer) of each layer named `output` that gives `vocab` logits: the model
+    step's output projection (every member's, in an ensemble)."""
+    for parent in list(model.modules()):
+        layer = getattr(parent, "output", None)
+        if isinstance(layer, nn.Module) and getattr(layer, "out_features", None) == vocab:
+            yield parent, layer
+
+
+@contextmanager
+def restricted_output(model: nn.Module, pieces: Tensor, vocab: int) -> Iterator[None]:
+    """`model`'s output projections computing only `pieces` (sorted target ids) of the
+    `vocab`, every other logit -inf, for the block."""
+    swapped = list(_output_layers(model, vocab))
+    if not swapped:
+        raise TypeError("the model has no output layer named `output` to shortlist")
+    for parent, layer in swapped:
+        parent.output = ShortlistOutput(layer, pieces)
+    try:
+        yield
+    finally:
+        for parent, layer in swapped:
+            parent.output = layer
+
+
+class ShortlistOutput(nn.Module):
+    """An output projection restricted to some pieces: x W[pieces]^T (+ b[pieces]) in their
+    columns, -inf in the others."""
+
+    def __init__(self, full: nn.Module, pieces: Tensor) -> None:
+        super().__init__()
+        weight = full.weight() if callable(full.weight) else full.weight  # int8's is a method
+        weight = weight.dequantize() if weight.is_quantized else weight
+        bias = full.bias() if callable(full.bias) else full.bias
+        self.weight = weight.index_select(0, pieces)
+        self.bias = None if bias is None else bias.index_select(0, pieces)
+        self.pieces, self.in_features, self.out_features = (
+            pieces,
+            full.in_features,
+            full.out_features,
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        logits = F.linear(x, self.weight, self.bias)
+        full = logits.new_full((*logits.shape[:-1], self.out_features), float("-inf"))
+        return full.index_copy_(-1, self.pieces, logits)
