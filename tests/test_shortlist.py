@@ -12,11 +12,13 @@ from cli_helpers import run_cli
 from test_search import source, tiny
 
 from seq2seq.config import DecodeConfig
-from seq2seq.data.tokenizer import EOS_ID
 from seq2seq.decode import shortlist as shortlist_module
+from seq2seq.decode.line_translator import SearchRequest
+from seq2seq.decode.search.hypotheses import Hypothesis
 from seq2seq.decode.search.loop import search
+from seq2seq.decode.search.prefix import Prefix
 from seq2seq.decode.search.strategy import BeamSearch
-from seq2seq.decode.shortlist import FILE, Shortlist, build_shortlist, restricted_output
+from seq2seq.decode.shortlist import FILE, Narrowing, Shortlist, build_shortlist
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 
@@ -41,30 +43,29 @@ def test_ibm1_finds_each_source_pieces_translation():
     assert table.frequent[0].item() == 5
 
 
-def test_a_batchs_pieces_are_its_sources_translations_frequent_pieces_eos_and_forced_ones():
+def test_a_batchs_pieces_are_its_sources_translations_frequent_special_and_forced_ones():
     translations = torch.full((20, 2), -1)
     translations[3] = torch.tensor([7, 8])
     translations[4, 0] = 9
-    table = Shortlist(translations, torch.tensor([1, 2]))
+    table = Shortlist(translations, torch.tensor([1, 12]))
     pieces = table.pieces(torch.tensor([[3, 0], [4, 4]]), forced=[[15, 16], [17]])
-    assert pieces.tolist() == sorted({1, 2, 7, 8, 9, EOS_ID, 15, 16, 17})
+    assert pieces.tolist() == [0, 1, 2, 3, 7, 8, 9, 12, 15, 16, 17]  # specials keep their ids
 
 
 @pytest.mark.parametrize("arch", ["rnn", "transformer"])
-def test_the_restricted_output_is_the_full_one_on_its_pieces(arch):
+def test_the_narrowed_step_is_the_full_one_on_the_shortlist(arch):
+    """Its log-probabilities are the full step's over the shortlist, renormalised; it reads
+    each token as the piece it numbers; the full layer is back after the block."""
     model = tiny(arch)
     src, mask = source()
     memory = model.encode(src, mask)
-    state, prev = model.init_state(memory), torch.full((3,), 2)
-    full = model.decode_step(memory, state, prev).log_probs
-    pieces = torch.tensor([EOS_ID, 4, 9, 17, 25])
-    with restricted_output(model, pieces, 30):
-        narrow = model.decode_step(memory, state, prev).log_probs
-    outside = torch.ones(30, dtype=torch.bool).index_fill_(0, pieces, False)
-    assert narrow[:, outside].isneginf().all()
-    expected = full[:, pieces].log_softmax(-1)  # renormalised over the shortlist
-    torch.testing.assert_close(narrow[:, pieces], expected, atol=1e-5, rtol=1e-5)
-    again = model.decode_step(memory, state, prev).log_probs  # the full layer is back
+    state = model.init_state(memory)
+    pieces = torch.tensor([0, 1, 2, 3, 9, 17, 25])
+    full = model.decode_step(memory, state, torch.tensor([2, 17, 25])).log_probs
+    with Narrowing(pieces).model(model) as narrowed:
+        narrow = narrowed.decode_step(memory, state, torch.tensor([2, 5, 6])).log_probs
+    torch.testing.assert_close(narrow, full[:, pieces].log_softmax(-1), atol=1e-5, rtol=1e-5)
+    again = model.decode_step(memory, state, torch.tensor([2, 17, 25])).log_probs
     torch.testing.assert_close(again, full)
 
 
@@ -74,9 +75,21 @@ def test_a_shortlist_of_every_piece_searches_as_without(arch):
     src, mask = source()
     limits = torch.tensor([9, 7, 5])
     plain = search(model, src, mask, limits, BeamSearch(3))
-    with restricted_output(model, torch.arange(30), 30):
-        narrow = search(model, src, mask, limits, BeamSearch(3))
+    narrowing = Narrowing(torch.arange(30))
+    with narrowing.model(model) as narrowed:
+        narrow = narrowing.found(search(narrowed, src, mask, limits, BeamSearch(3)))
     assert [[h.tokens for h in s] for s in narrow] == [[h.tokens for h in s] for s in plain]
+
+
+def test_a_narrowing_numbers_prefixes_and_phrases_in_and_hypotheses_back():
+    narrowing = Narrowing(torch.tensor([0, 1, 2, 3, 10, 20, 30]))
+    prefixes, phrases = [Prefix("a", [20, 10]), None], [[[30]], [[10, 30], [20]]]
+    request = SearchRequest([[5], [6]], DecodeConfig(), prefixes=prefixes, constraints=phrases)
+    numbered = narrowing.request(request)
+    assert numbered.prefixes == [Prefix("a", [5, 4]), None]
+    assert numbered.constraints == [[[6]], [[4, 6], [5]]]
+    found = narrowing.found([[Hypothesis([6, 4, 3], 0.0, None)], []])
+    assert found[0][0].tokens == [30, 10, 3] and found[1] == []
 
 
 @pytest.fixture
@@ -103,7 +116,7 @@ def test_a_shortlist_keeps_prefixes_and_phrases(run, monkeypatch):
     translator = Translator.load(run, shortlist=True)
     tokenizer, line = translator.tokenizer, "toto tape"
     table = Shortlist.of_run(run, translator.origin.config, tokenizer)
-    listed = set(table.pieces(torch.tensor(tokenizer.encode_src([line]))).tolist())
+    listed = set(table.pieces(torch.tensor(tokenizer.encode_src([line])[0])).tolist())
     words = {p.lstrip("▁") for p in tokenizer.tgt_vocabulary() if p.startswith("▁") and len(p) > 3}
     rare = next(w for w in sorted(words) if not set(tokenizer.encode_tgt([w])[0]) <= listed)
     found = translator.translate([line], beam=4, constraints=[[rare]])[0]

@@ -12,11 +12,17 @@ source piece explaining what no source piece does:
         (s and s' over the pair's source pieces and NULL)
     M:  p(t | s) = c(s, t) / sum_t' c(s, t')
 
-and the `FREQUENT` most frequent target pieces. A batch's shortlist is the frequent pieces,
-the translations of every piece of its sources, EOS, and the pieces of its prefixes and
-phrases (the search must be able to take them); every other piece gets log-probability
--inf, so the softmax is over the shortlist alone. Built once, from the first `MAX_PAIRS`
+and the `FREQUENT` most frequent target pieces. Built once, from the first `MAX_PAIRS`
 training pairs, into the run directory (`FILE`), with the tokenizer's fingerprint.
+
+A batch's shortlist is the frequent pieces, the translations of every piece of its
+sources, the special pieces and those of its prefixes and phrases (the search must be able
+to take them). The batch is searched in the shortlist's own numbering (`Narrowing`): the
+output layers compute its V' pieces alone, so the softmax, and every step of the search
+over the vocabulary, is V' wide instead of V. Sorted, the shortlist keeps the special
+pieces (PAD, UNK, BOS, EOS: ids 0 to 3) at their own numbers, so the search's EOS and BOS
+are the same; the decoder reads each token as the piece it numbers, and the hypotheses
+are numbered back at the end.
 """
 
 from __future__ import annotations
@@ -24,28 +30,33 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.config import Config
 from seq2seq.data.corpus import read_pairs
 from seq2seq.data.preparation import source_files
-from seq2seq.data.tokenizer import EOS_ID, Tokenizer
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from seq2seq.decode.cpu_weights import PackedLinear
+from seq2seq.decode.line_translator import SearchRequest
+from seq2seq.decode.search.hypotheses import Hypothesis
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write
+from seq2seq.models.base import DecoderState, Memory, Step
 
 FILE = "shortlist.pt"
-TRANSLATIONS = 50  # target pieces kept per source piece
+TRANSLATIONS = 20  # target pieces kept per source piece
 FREQUENT = 100  # the most frequent target pieces, always in
 ITERATIONS = 5
 MAX_PAIRS = 100_000  # Multi30k's 29,000 take 4 s; time and memory grow with every pair's pieces
 SETTINGS = [TRANSLATIONS, FREQUENT, ITERATIONS, MAX_PAIRS]  # a table of others is built anew
 _NONE = -1  # in `Shortlist.translations`: no piece
+# PAD, UNK, BOS and EOS (ids 0 to 3): in every shortlist, at their own numbers
+SPECIAL_PIECES = max(PAD_ID, UNK_ID, BOS_ID, EOS_ID) + 1
 
 
 @dataclass(frozen=True)
@@ -54,10 +65,10 @@ class Shortlist:
     frequent: Tensor  # (FREQUENT,) the most frequent target pieces
 
     def pieces(self, src: Tensor, forced: Sequence[Sequence[int]] = ()) -> Tensor:
-        """The sorted target pieces a batch of sources (B, S) may produce, with EOS and the
-        `forced` pieces (its prefixes' and phrases')."""
+        """The sorted target pieces a batch of sources (B, S) may produce: with the special
+        pieces and the `forced` ones (its prefixes' and phrases')."""
         found = self.translations.to(src.device)[src.flatten()].flatten()
-        extra = [EOS_ID, *(piece for pieces in forced for piece in pieces)]
+        extra = [*range(SPECIAL_PIECES), *(piece for pieces in forced for piece in pieces)]
         extra_ids = torch.tensor(extra, dtype=torch.long, device=src.device)
         kept = torch.cat([found[found != _NONE], self.frequent.to(src.device), extra_ids])
         return kept.unique()
@@ -160,49 +171,92 @@ def _best_translations(keys: Tensor, probability: Tensor, sources: int, targets:
     return table
 
 
-def _output_layers(model: nn.Module, vocab: int) -> Iterator[tuple[nn.Module, nn.Module]]:
-    """(parent, layer) of each layer named `output` that gives `vocab` logits: the model
-    step's output projection (every member's, in an ensemble)."""
-    for parent in list(model.modules()):
-        layer = getattr(parent, "output", None)
-        if isinstance(layer, nn.Module) and getattr(layer, "out_features", None) == vocab:
-            yield parent, layer
+@dataclass(frozen=True)
+class Narrowing:
+    """A batch searched in its shortlist's numbering (see the module): what the search
+    reads, numbered into it, and what it finds, numbered back."""
 
+    pieces: Tensor  # (V',) the shortlist, sorted: its number n is piece pieces[n]
 
-@contextmanager
-def restricted_output(model: nn.Module, pieces: Tensor, vocab: int) -> Iterator[None]:
-    """`model`'s output projections computing only `pieces` (sorted target ids) of the
-    `vocab`, every other logit -inf, for the block."""
-    swapped = list(_output_layers(model, vocab))
-    if not swapped:
-        raise TypeError("the model has no output layer named `output` to shortlist")
-    for parent, layer in swapped:
-        parent.output = ShortlistOutput(layer, pieces)
-    try:
-        yield
-    finally:
+    def numbers(self, ids: list[int]) -> list[int]:
+        """The shortlist's numbers of pieces it holds."""
+        wanted = torch.tensor(ids, dtype=torch.long, device=self.pieces.device)
+        return torch.searchsorted(self.pieces, wanted).tolist()
+
+    def request(self, request: SearchRequest) -> SearchRequest:
+        """The request with its prefixes' and phrases' pieces numbered into the shortlist."""
+        prefixes = request.prefixes and [
+            None if p is None else replace(p, ids=self.numbers(p.ids)) for p in request.prefixes
+        ]
+        constraints = request.constraints and [
+            [self.numbers(phrase) for phrase in phrases] for phrases in request.constraints
+        ]
+        return replace(request, prefixes=prefixes, constraints=constraints)
+
+    def found(self, hypotheses: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
+        """The hypotheses with their tokens numbered back into the vocabulary."""
+        pieces = self.pieces.tolist()
+        for sentence in hypotheses:
+            for hypothesis in sentence:
+                hypothesis.tokens = [pieces[n] for n in hypothesis.tokens]
+        return hypotheses
+
+    @contextmanager
+    def model(self, model: nn.Module) -> Iterator[NarrowedModel]:
+        """`model` as the search reads it in the shortlist's numbering, for the block: its
+        output layers compute the shortlist alone."""
+        swapped = _output_layers(model)
         for parent, layer in swapped:
-            parent.output = layer
+            parent.output = narrow_layer(layer, self.pieces)
+        try:
+            yield NarrowedModel(model, self.pieces)
+        finally:
+            for parent, layer in swapped:
+                parent.output = layer
 
 
-class ShortlistOutput(nn.Module):
-    """An output projection restricted to some pieces: x W[pieces]^T (+ b[pieces]) in their
-    columns, -inf in the others."""
+@dataclass(frozen=True)
+class NarrowedModel:
+    """The model step (`Seq2Seq`'s encode, init_state, decode_step) whose tokens are
+    shortlist numbers: each is read as the piece it numbers."""
 
-    def __init__(self, full: nn.Module, pieces: Tensor) -> None:
-        super().__init__()
-        weight = full.weight() if callable(full.weight) else full.weight  # int8's is a method
-        weight = weight.dequantize() if weight.is_quantized else weight
-        bias = full.bias() if callable(full.bias) else full.bias
-        self.weight = weight.index_select(0, pieces)
-        self.bias = None if bias is None else bias.index_select(0, pieces)
-        self.pieces, self.in_features, self.out_features = (
-            pieces,
-            full.in_features,
-            full.out_features,
-        )
+    model: nn.Module
+    pieces: Tensor
 
-    def forward(self, x: Tensor) -> Tensor:
-        logits = F.linear(x, self.weight, self.bias)
-        full = logits.new_full((*logits.shape[:-1], self.out_features), float("-inf"))
-        return full.index_copy_(-1, self.pieces, logits)
+    def encode(self, src: Tensor, src_mask: Tensor) -> Memory:
+        return self.model.encode(src, src_mask)
+
+    def init_state(self, memory: Memory) -> DecoderState:
+        return self.model.init_state(memory)
+
+    def decode_step(
+        self, memory: Memory, state: DecoderState, prev_tokens: Tensor, need_weights: bool = True
+    ) -> Step:
+        return self.model.decode_step(memory, state, self.pieces[prev_tokens], need_weights)
+
+
+def _output_layers(model: nn.Module) -> list[tuple[nn.Module, nn.Module]]:
+    """(parent, layer) of each child named `output`: the model step's output projection
+    (every member's, in an ensemble; docs/architecture.md)."""
+    found = [
+        (parent, layer)
+        for parent in model.modules()
+        if (layer := dict(parent.named_children()).get("output")) is not None
+    ]
+    if not found:
+        raise TypeError("the model has no output layer named `output` to shortlist")
+    return found
+
+
+def narrow_layer(full: nn.Module, pieces: Tensor) -> nn.Linear:
+    """An output projection restricted to some pieces, x W[pieces]^T (+ b[pieces]), packed
+    for oneDNN where the full one was (`PackedLinear`). An int8 layer's weight is read back
+    as float32: the shortlist's product is the small one."""
+    weight = full.weight() if callable(full.weight) else full.weight  # int8's is a method
+    weight = weight.dequantize() if weight.is_quantized else weight
+    bias = full.bias() if callable(full.bias) else full.bias
+    layer = nn.Linear(weight.size(1), len(pieces), bias=bias is not None, device="meta")
+    layer.weight = nn.Parameter(weight.index_select(0, pieces), requires_grad=False)
+    if bias is not None:
+        layer.bias = nn.Parameter(bias.index_select(0, pieces), requires_grad=False)
+    return PackedLinear.of(layer) if isinstance(full, PackedLinear) else layer

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from seq2seq.decode.search.prefix import (
     word_starts,
 )
 from seq2seq.decode.search.strategies import BatchFacts, strategy_for
-from seq2seq.decode.shortlist import Shortlist, restricted_output
+from seq2seq.decode.shortlist import Narrowing, Shortlist
 from seq2seq.device import FreeCpuThreads, pick_device, use_threads
 from seq2seq.errors import UserError
 from seq2seq.models import Seq2Seq
@@ -73,7 +73,6 @@ class Translator(LineTranslator):
         self.device = device
         # set by `load`: the run and checkpoint the model comes from (an ensemble's first)
         self.origin = origin
-        self._shortlist: Shortlist | None = None  # read from the run when first asked
 
     @classmethod
     def load(
@@ -231,12 +230,23 @@ class Translator(LineTranslator):
 
     def search(self, request: SearchRequest) -> list[list[Hypothesis]]:
         """The request's batch searched with the strategy its options ask for, from its
-        prefixes if any, holding its phrases if any."""
+        prefixes if any, holding its phrases if any; with `decode.shortlist`, in the batch's
+        shortlist (`shortlist.Narrowing`)."""
+        if not request.options.shortlist:
+            return self._search(self.model, request, self.word_starts)
+        narrowing = Narrowing(self.shortlist.pieces(*_shortlist_inputs(request, self.device)))
+        with narrowing.model(self.model) as model:
+            starts = self.word_starts[narrowing.pieces]
+            return narrowing.found(self._search(model, narrowing.request(request), starts))
+
+    def _search(
+        self, model: Seq2Seq, request: SearchRequest, word_starts: torch.Tensor
+    ) -> list[list[Hypothesis]]:
         src_ids, decode, constraints = request.sources, request.options, request.constraints
         batch = make_batch(src_ids, None, list(range(len(src_ids)))).to(self.device)
         limits = output_limits(batch.src_lengths, decode.max_len_ratio, decode.max_len_offset)
         prefixes = request.prefixes
-        prefixed = Prefixes.of(prefixes, self.word_starts) if prefixes and any(prefixes) else None
+        prefixed = Prefixes.of(prefixes, word_starts) if prefixes and any(prefixes) else None
         if prefixed is not None:  # before a sampler, which draws for every step searched
             limits = fitted_limits(limits, prefixed.lengths)
         facts = BatchFacts(
@@ -258,32 +268,33 @@ class Translator(LineTranslator):
             token_scores=request.token_scores,
         )
         strategy = strategy_for(decode, facts)
-        with self._shortlisted(decode.shortlist, batch.src, request):
-            return search(self.model, batch.src, batch.src_mask, limits, strategy, settings)
+        return search(model, batch.src, batch.src_mask, limits, strategy, settings)
 
-    def _shortlisted(
-        self, shortlist: bool, src: torch.Tensor, request: SearchRequest
-    ) -> AbstractContextManager:
-        """The block with the output layer restricted to the batch's shortlist, if asked."""
-        if not shortlist:
-            return nullcontext()
+    @cached_property
+    def shortlist(self) -> Shortlist:
+        """The run's vocabulary shortlist (`shortlist.Shortlist.of_run`), read when first asked."""
         if self.origin is None:
             raise UserError(
                 "decode.shortlist is kept in the run directory; load the translator from it "
                 "(Translator.load)"
             )
-        if self._shortlist is None:
-            origin = self.origin
-            self._shortlist = Shortlist.of_run(origin.run, origin.config, self.tokenizer)
-        forced = [p.ids for p in request.prefixes or () if p is not None]
-        forced += [phrase for phrases in request.constraints or () for phrase in phrases]
-        pieces = self._shortlist.pieces(src, forced)
-        return restricted_output(self.model, pieces, self.tokenizer.tgt_vocab_size)
+        return Shortlist.of_run(self.origin.run, self.origin.config, self.tokenizer)
 
     @cached_property
     def word_starts(self) -> torch.Tensor:
         """`prefix.word_starts` on the device: read once, when a prefix first needs it."""
         return word_starts(self.tokenizer).to(self.device)
+
+
+def _shortlist_inputs(
+    request: SearchRequest, device: torch.device
+) -> tuple[torch.Tensor, list[list[int]]]:
+    """What a batch's shortlist is made of: its sources' pieces (flat), and the pieces its
+    prefixes and phrases force."""
+    sources = torch.tensor([i for ids in request.sources for i in ids], dtype=torch.long)
+    forced = [p.ids for p in request.prefixes or () if p is not None]
+    forced += [phrase for phrases in request.constraints or () for phrase in phrases]
+    return sources.to(device), forced
 
 
 def _check_head(head: int | None, attention: torch.Tensor) -> None:
