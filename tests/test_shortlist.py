@@ -40,16 +40,23 @@ def test_ibm1_finds_each_source_pieces_translation():
     assert best[10:18].tolist() == list(range(40, 48))  # not piece 5, which is everywhere
     assert best[5].item() == 5  # the piece in every pair is its own best translation
     assert (table.translations[30:40] == -1).all()  # pieces never seen translate to nothing
-    assert table.frequent[0].item() == 5
+    assert table.by_frequency[0].item() == 5
 
 
 def test_a_batchs_pieces_are_its_sources_translations_frequent_special_and_forced_ones():
     translations = torch.full((20, 2), -1)
     translations[3] = torch.tensor([7, 8])
     translations[4, 0] = 9
-    table = Shortlist(translations, torch.tensor([1, 12]))
-    pieces = table.pieces(torch.tensor([[3, 0], [4, 4]]), forced=[[15, 16], [17]])
-    assert pieces.tolist() == [0, 1, 2, 3, 7, 8, 9, 12, 15, 16, 17]  # specials keep their ids
+    by_frequency = torch.tensor([1, 12, *range(13, 300), 0, *range(2, 12)])
+    table = Shortlist(translations, by_frequency)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shortlist_module, "FREQUENT", 2)
+        patch.setattr(shortlist_module, "WIDTH_STEP", 1)
+        pieces = table.pieces(torch.tensor([[3, 0], [4, 4]]), forced=[[15, 16], [17]])
+        assert pieces.tolist() == [0, 1, 2, 3, 7, 8, 9, 12, 15, 16, 17]  # specials: own ids
+        patch.setattr(shortlist_module, "WIDTH_STEP", 16)  # rounded up with the next frequent
+        rounded = table.pieces(torch.tensor([[3]])).tolist()
+        assert rounded == [0, 1, 2, 3, 7, 8, 12, *range(13, 22)]
 
 
 @pytest.mark.parametrize("arch", ["rnn", "transformer"])
@@ -113,6 +120,7 @@ def test_translating_with_a_shortlist_builds_it_once(run, toy, tmp_path, capsys,
 def test_a_shortlist_keeps_prefixes_and_phrases(run, monkeypatch):
     monkeypatch.setattr(shortlist_module, "TRANSLATIONS", 2)  # a short list: rare pieces out
     monkeypatch.setattr(shortlist_module, "FREQUENT", 2)
+    monkeypatch.setattr(shortlist_module, "WIDTH_STEP", 1)
     translator = Translator.load(run, shortlist=True)
     tokenizer, line = translator.tokenizer, "toto tape"
     table = Shortlist.of_run(run, translator.origin.config, tokenizer)

@@ -1,7 +1,7 @@
 """A vocabulary shortlist (`decode.shortlist`; Marian's `--shortlist`, Sockeye's
 `--restrict-lexicon`): each batch's output layer computes only the target pieces that its
-sources' pieces make likely, which makes the output projection, a large share of a
-decoding step on a CPU, several times cheaper.
+sources' pieces make likely, which makes the output projection, the softmax and the
+search's work over the vocabulary cheaper.
 
 The table holds, for each source piece s, its `TRANSLATIONS` best target pieces by IBM
 model 1's translation probability p(t | s) (Brown et al., 1993), estimated on the run's
@@ -12,17 +12,18 @@ source piece explaining what no source piece does:
         (s and s' over the pair's source pieces and NULL)
     M:  p(t | s) = c(s, t) / sum_t' c(s, t')
 
-and the `FREQUENT` most frequent target pieces. Built once, from the first `MAX_PAIRS`
+and the target pieces in order of frequency. Built once, from the first `MAX_PAIRS`
 training pairs, into the run directory (`FILE`), with the tokenizer's fingerprint.
 
-A batch's shortlist is the frequent pieces, the translations of every piece of its
-sources, the special pieces and those of its prefixes and phrases (the search must be able
-to take them). The batch is searched in the shortlist's own numbering (`Narrowing`): the
-output layers compute its V' pieces alone, so the softmax, and every step of the search
-over the vocabulary, is V' wide instead of V. Sorted, the shortlist keeps the special
-pieces (PAD, UNK, BOS, EOS: ids 0 to 3) at their own numbers, so the search's EOS and BOS
-are the same; the decoder reads each token as the piece it numbers, and the hypotheses
-are numbered back at the end.
+A batch's shortlist is the `FREQUENT` most frequent pieces, the translations of every
+piece of its sources, the special pieces and those of its prefixes and phrases (the search
+must be able to take them), and the next most frequent up to a multiple of `WIDTH_STEP`.
+The batch is searched in the shortlist's own numbering (`Narrowing`): the output layers
+compute its V' pieces alone, so the softmax, and every step of the search over the
+vocabulary, is V' wide instead of V. Sorted, the shortlist keeps the special pieces (PAD,
+UNK, BOS, EOS: ids 0 to 3) at their own numbers, so the search's EOS and BOS are the same;
+the decoder reads each token as the piece it numbers, and the hypotheses are numbered
+back at the end.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ TRANSLATIONS = 20  # target pieces kept per source piece
 FREQUENT = 100  # the most frequent target pieces, always in
 ITERATIONS = 5
 MAX_PAIRS = 100_000  # Multi30k's 29,000 take 4 s; time and memory grow with every pair's pieces
-SETTINGS = [TRANSLATIONS, FREQUENT, ITERATIONS, MAX_PAIRS]  # a table of others is built anew
+WIDTH_STEP = 128  # a batch's shortlist is a multiple of it (`_rounded`)
+SETTINGS = [2, TRANSLATIONS, ITERATIONS, MAX_PAIRS]  # (format 2) a table of others is built anew
 _NONE = -1  # in `Shortlist.translations`: no piece
 # PAD, UNK, BOS and EOS (ids 0 to 3): in every shortlist, at their own numbers
 SPECIAL_PIECES = max(PAD_ID, UNK_ID, BOS_ID, EOS_ID) + 1
@@ -62,7 +64,7 @@ SPECIAL_PIECES = max(PAD_ID, UNK_ID, BOS_ID, EOS_ID) + 1
 @dataclass(frozen=True)
 class Shortlist:
     translations: Tensor  # (source vocabulary, TRANSLATIONS) target pieces, _NONE: none
-    frequent: Tensor  # (FREQUENT,) the most frequent target pieces
+    by_frequency: Tensor  # (target vocabulary,) its pieces, the most frequent first
 
     def pieces(self, src: Tensor, forced: Sequence[Sequence[int]] = ()) -> Tensor:
         """The sorted target pieces a batch of sources (B, S) may produce: with the special
@@ -70,8 +72,9 @@ class Shortlist:
         found = self.translations.to(src.device)[src.flatten()].flatten()
         extra = [*range(SPECIAL_PIECES), *(piece for pieces in forced for piece in pieces)]
         extra_ids = torch.tensor(extra, dtype=torch.long, device=src.device)
-        kept = torch.cat([found[found != _NONE], self.frequent.to(src.device), extra_ids])
-        return kept.unique()
+        frequent = self.by_frequency.to(src.device)
+        kept = torch.cat([found[found != _NONE], frequent[:FREQUENT], extra_ids]).unique()
+        return _rounded(kept, frequent)
 
     @classmethod
     def of_run(cls, run: Path, config: Config, tokenizer: Tokenizer) -> Shortlist:
@@ -83,14 +86,14 @@ class Shortlist:
                 state.get("tokenizer") == tokenizer.fingerprint
                 and state.get("settings") == SETTINGS
             ):
-                return cls(state["translations"], state["frequent"])
+                return cls(state["translations"], state["by_frequency"])
         print(f"building the vocabulary shortlist of {run} (once)", file=sys.stderr)
         built = build_shortlist(training_pairs(config, tokenizer), tokenizer)
         state = {
             "tokenizer": tokenizer.fingerprint,
             "settings": SETTINGS,
             "translations": built.translations,
-            "frequent": built.frequent,
+            "by_frequency": built.by_frequency,
         }
         atomic_write(path, lambda handle: torch.save(state, handle))
         return built
@@ -134,8 +137,19 @@ def build_shortlist(pairs: Iterator[tuple[list, list]], tokenizer: Tokenizer) ->
         torch.from_numpy(np.concatenate(keys)), torch.from_numpy(np.concatenate(groups)), targets
     )
     translations = _best_translations(pair_keys, probability, sources, targets)
-    frequent = torch.from_numpy(counts).topk(min(FREQUENT, targets)).indices
-    return Shortlist(translations, frequent)
+    by_frequency = torch.from_numpy(counts).argsort(descending=True, stable=True)
+    return Shortlist(translations, by_frequency)
+
+
+def _rounded(pieces: Tensor, by_frequency: Tensor) -> Tensor:
+    """The sorted `pieces` with the next most frequent ones added up to a multiple of
+    `WIDTH_STEP` (at most all): an output layer of a width seen before reuses the kernels
+    oneDNN compiled for it, where one of a new width per batch compiles its own."""
+    wanted = min(len(by_frequency), -(-len(pieces) // WIDTH_STEP) * WIDTH_STEP)
+    present = torch.zeros(len(by_frequency), dtype=torch.bool, device=pieces.device)
+    present[pieces] = True
+    added = by_frequency[~present[by_frequency]][: wanted - len(pieces)]
+    return torch.cat([pieces, added]).sort().values
 
 
 def _ibm1(keys: Tensor, groups: Tensor, targets: int) -> tuple[Tensor, Tensor]:
