@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from seq2seq.config.attention import ATTENTION_TYPES
+from seq2seq.config.schema import POSITION_TYPES
 from seq2seq.version import VERSION
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ def _register_attention_types() -> None:
     import seq2seq.attention  # noqa: F401  (its classes register themselves)
 
 
-ATTENTION_TYPES.load = _register_attention_types
+ATTENTION_TYPES.load = POSITION_TYPES.load = _register_attention_types
 __all__ = ["Translation", "Translator", "__version__"]
 
 

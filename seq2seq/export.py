@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from seq2seq.attention import Attention, attention_names, build_attention
+from seq2seq.attention.positions import position_type
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import AttentionConfig, Config
 from seq2seq.data.preparation import DERIVED
@@ -55,7 +56,7 @@ def unexportable(cfg: Config) -> str | None:
     model = cfg.model
     if not issubclass(ARCHITECTURES[model.arch], TransformerSeq2Seq):
         return f"model.arch is {model.arch}; CTranslate2 runs Transformer models only"
-    if model.positions != "sinusoidal":
+    if not position_type(model.positions).exportable:
         return (
             f"model.positions is {model.positions}; the exported Transformer adds sinusoidal "
             "positions: translate with the PyTorch engine instead"

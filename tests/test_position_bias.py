@@ -13,16 +13,18 @@ from test_models import batch, steps_checked_against_teacher_forcing, tiny
 from seq2seq.attention import build_attention
 from seq2seq.attention.positions import (
     DistanceBias,
+    Positions,
     RelativeBias,
     Rotation,
     alibi_slopes,
     relative_buckets,
 )
-from seq2seq.config import AttentionConfig, config_from_dict
+from seq2seq.config import POSITION_TYPES, AttentionConfig, ModelConfig, config_from_dict
 from seq2seq.decode.search.beams import SearchSettings
 from seq2seq.decode.search.loop import output_limits, search
 from seq2seq.decode.search.strategy import BeamSearch
 from seq2seq.export import unexportable
+from seq2seq.models import build_model
 
 
 def test_the_slopes_of_the_paper() -> None:
@@ -164,3 +166,31 @@ def test_the_rnn_export_and_non_dot_types_refuse_them_in_one_line(toy, capsys) -
     model = {"arch": "transformer", "positions": "alibi"}
     problem = unexportable(config_from_dict({"data": data, "model": model}))
     assert problem.startswith("model.positions is alibi")
+
+
+def test_a_new_encoding_is_one_registered_class(monkeypatch) -> None:
+    """Registered, an encoding is a config value whose check the schema runs, a model the
+    Transformer builds with its bias on every self-attention, and one the export refuses."""
+
+    class Nearest(Positions):
+        @classmethod
+        def problem(cls, model: ModelConfig) -> str | None:
+            return "nearest needs 2 heads" if model.heads(model.self_attention) != 2 else None
+
+        @classmethod
+        def bias(cls, heads: int, bidirectional: bool) -> DistanceBias:
+            return DistanceBias(heads)
+
+    monkeypatch.setitem(POSITION_TYPES, "nearest", Nearest)
+    section = {"type": "multihead", "heads": 2}
+    cfg = ModelConfig(arch="transformer", positions="nearest", self_attention=section)
+    model = build_model(cfg, 30, 30, pad_id=0)
+    scorers = [layer.self_attention.inner for layer in model.encoder_layers]
+    assert all(isinstance(s.position_bias, DistanceBias) for s in scorers)
+    with pytest.raises(ValueError, match="nearest needs 2 heads"):
+        ModelConfig(arch="transformer", positions="nearest", self_attention={"heads": 4})
+    data = {"src": "de", "tgt": "en", "train": "t", "valid": "v"}
+    problem = unexportable(config_from_dict({"data": data, "model": cfg.model_dump()}))
+    assert problem.startswith("model.positions is nearest")
+    with pytest.raises(ValueError, match="'far' is none of the positional encodings: alibi"):
+        ModelConfig(arch="transformer", positions="far")

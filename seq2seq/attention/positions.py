@@ -15,14 +15,21 @@ T5 (Raffel et al., 2020): head h adds b_h(bucket(j - i)), a learned scalar per h
 bucket of the relative position: exact for small distances, logarithmic up to 128 (the
 same bucket beyond), in both directions in the encoder and towards the past in the
 decoder; one table per stack, shared by its layers, as T5 does.
+
+Each encoding is a `Positions` subclass registered by name (`@register_positions`), which
+says what the Transformer builds for it (`bias`, `rotation`, or sinusoids `in_embeddings`)
+and what the config and the export ask of it (`problem`, `exportable`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
+
+from seq2seq.config import POSITION_TYPES, ModelConfig
 
 
 def frequencies(dim: int) -> Tensor:
@@ -123,3 +130,86 @@ class Rotation(nn.Module):
         even, odd = x[..., 0::2].float(), x[..., 1::2].float()
         rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
         return rotated.flatten(-2).to(x.dtype)
+
+
+class Positions:
+    """A positional encoding (`model.positions`): the base reads positions in the
+    self-attention with neither a bias nor a rotation; a subclass says what it adds."""
+
+    in_embeddings: ClassVar[bool] = False  # sinusoids added to the embeddings instead
+    exportable: ClassVar[bool] = False  # CTranslate2 adds sinusoids, and nothing else
+
+    @classmethod
+    def problem(cls, model: ModelConfig) -> str | None:
+        """Why `model` cannot read positions this way, or None."""
+        return None
+
+    @classmethod
+    def bias(cls, heads: int, bidirectional: bool) -> PositionBias | None:
+        """What a stack's self-attention adds to its energies (one module per stack)."""
+        return None
+
+    @classmethod
+    def rotation(cls, head_dim: int) -> Rotation | None:
+        """How the self-attention rotates its queries and keys."""
+        return None
+
+
+register_positions = POSITION_TYPES.add
+
+
+def position_type(name: str) -> type[Positions]:
+    """The encoding registered as `name` (names are validated by the config)."""
+    return POSITION_TYPES[name]  # type: ignore[return-value]
+
+
+@register_positions("sinusoidal")
+class Sinusoidal(Positions):
+    """Sinusoids added to the embeddings (Vaswani et al.)."""
+
+    in_embeddings = exportable = True
+
+
+@register_positions("alibi")
+class ALiBi(Positions):
+    @classmethod
+    def bias(cls, heads: int, bidirectional: bool) -> PositionBias:
+        return DistanceBias(heads)
+
+
+@register_positions("relative")
+class T5Relative(Positions):
+    @classmethod
+    def bias(cls, heads: int, bidirectional: bool) -> PositionBias:
+        return RelativeBias(heads, bidirectional)
+
+
+@register_positions("rotary")
+class RoPE(Positions):
+    # The self-attention types whose energies are dot products of the query and the
+    # prepared key, which it rotates.
+    ROTATABLE: ClassVar[frozenset[str]] = frozenset(
+        {"dot", "scaled-dot", "multihead", "cosine", "general"}
+    )
+
+    @classmethod
+    def problem(cls, model: ModelConfig) -> str | None:
+        kind = model.self_attention.type
+        if kind not in cls.ROTATABLE:
+            return (
+                f"positions=rotary rotates queries and keys that a dot product compares; "
+                f"self_attention.type {kind} does not: use one of "
+                f"{', '.join(sorted(cls.ROTATABLE))}, or positions alibi or relative"
+            )
+        heads = model.heads(model.self_attention)
+        head = model.hidden_dim // heads
+        if head % 2 and not model.hidden_dim % heads:  # (heads that do not divide: the schema)
+            return (
+                f"positions=rotary rotates pairs of dimensions; a self-attention head has "
+                f"{head} (hidden_dim / heads): make it even"
+            )
+        return None
+
+    @classmethod
+    def rotation(cls, head_dim: int) -> Rotation:
+        return Rotation(head_dim)

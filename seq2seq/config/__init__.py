@@ -10,7 +10,6 @@ overrides are applied, and the result is validated by the schema's pydantic mode
 from seq2seq.config.attention import (
     ATTENTION_TYPES,
     AttentionConfig,
-    AttentionRegistry,
     AttentionType,
     HardAttentionConfig,
     SelfAttentionConfig,
@@ -24,7 +23,14 @@ from seq2seq.config.loading import (
     load_config,
     read_yaml,
 )
-from seq2seq.config.schema import Config, ModelConfig, config_differences, flatten
+from seq2seq.config.schema import (
+    POSITION_TYPES,
+    Config,
+    ModelConfig,
+    PositionType,
+    config_differences,
+    flatten,
+)
 from seq2seq.config.training import (
     VALIDATION_AER,
     VALIDATION_LOSS,
@@ -37,10 +43,10 @@ from seq2seq.config.training import (
 
 __all__ = [
     "ATTENTION_TYPES",
+    "POSITION_TYPES",
     "VALIDATION_AER",
     "VALIDATION_LOSS",
     "AttentionConfig",
-    "AttentionRegistry",
     "AttentionType",
     "Config",
     "DataConfig",
@@ -49,6 +55,7 @@ __all__ = [
     "HardAttentionConfig",
     "ModelConfig",
     "OptimizerConfig",
+    "PositionType",
     "ScheduleConfig",
     "Stopping",
     "SelfAttentionConfig",

@@ -3,11 +3,11 @@ the registry of attention types they are validated against."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar, Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
+from seq2seq.config.registry import Registry
 from seq2seq.config.section import Section
 
 
@@ -19,25 +19,9 @@ class AttentionType(Protocol):
     content_based: ClassVar[bool]  # whether local attention may wrap it as its score
 
 
-class AttentionRegistry(dict[str, type[AttentionType]]):
-    """Attention types by name. The attention package registers each class here as it is
-    imported (`@register_attention`): the schema sits below it and validates against it.
-
-    `load` imports that package on first use. The top floor (`seq2seq/__init__.py`, which
-    Python runs before any seq2seq module) installs it, so a config loads in any import
-    order without the schema importing the floor above it."""
-
-    load: Callable[[], object] | None = None
-
-    def registered(self) -> AttentionRegistry:
-        if not self and self.load is not None:
-            self.load()
-        if not self:
-            raise RuntimeError("no attention types registered: import seq2seq.attention first")
-        return self
-
-
-ATTENTION_TYPES = AttentionRegistry()
+# Attention types by name: the attention package registers each class as it is imported
+# (`@register_attention`), and the schema validates against it.
+ATTENTION_TYPES: Registry[type[AttentionType]] = Registry("attention types")
 
 
 def _content_scores() -> list[str]:
@@ -138,15 +122,13 @@ class HardAttentionConfig(Section):
         return None
 
 
-def _type_names(schema: dict[str, Any]) -> None:
-    schema.update(enum=sorted(ATTENTION_TYPES.registered()))
-
-
 class AttentionConfig(Section):
     """The attention type and its options; a type's unused options must keep their defaults."""
 
     type: str = Field(
-        "bahdanau", description="a registered attention type", json_schema_extra=_type_names
+        "bahdanau",
+        description="a registered attention type",
+        json_schema_extra=ATTENTION_TYPES.names_in,
     )
     heads: PositiveInt | None = Field(
         None,
@@ -291,5 +273,7 @@ class SelfAttentionConfig(AttentionConfig):
     absent, empty or partly written."""
 
     type: str = Field(
-        "scaled-dot", description="a registered attention type", json_schema_extra=_type_names
+        "scaled-dot",
+        description="a registered attention type",
+        json_schema_extra=ATTENTION_TYPES.names_in,
     )

@@ -3,12 +3,13 @@ and the one home of defaults. Unknown keys, inf and NaN are errors in every sect
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import yaml
 from pydantic import (
     Field,
     PositiveInt,
+    field_validator,
     model_validator,
 )
 
@@ -19,8 +20,25 @@ from seq2seq.config.attention import (
 )
 from seq2seq.config.data import DataConfig, TokenizerConfig
 from seq2seq.config.decode import DecodeConfig
+from seq2seq.config.registry import Registry
 from seq2seq.config.section import Section
 from seq2seq.config.training import VALIDATION_AER, TrainConfig
+
+
+class PositionType(Protocol):
+    """What the schema and the export read of a registered positional encoding
+    (`seq2seq.attention.positions`)."""
+
+    in_embeddings: ClassVar[bool]  # sinusoids added to the embeddings, none in the attention
+    exportable: ClassVar[bool]  # whether CTranslate2 (which adds sinusoids) runs it
+
+    @classmethod
+    def problem(cls, model: ModelConfig) -> str | None:
+        """Why `model` cannot read positions this way, or None."""
+
+
+# Positional encodings by name, registered by `seq2seq.attention.positions`.
+POSITION_TYPES: Registry[type[PositionType]] = Registry("positional encodings")
 
 
 class ModelConfig(Section):
@@ -38,18 +56,13 @@ class ModelConfig(Section):
     bidirectional: bool = Field(True, description="rnn: a bidirectional encoder")
     ff_dim: PositiveInt = Field(512, description="transformer: feed-forward inner size")
     norm: Literal["pre", "post"] = Field("pre", description="transformer: layer-norm placement")
-    positions: Literal["sinusoidal", "alibi", "relative", "rotary"] = Field(
+    positions: str = Field(
         "sinusoidal",
-        description="transformer: sinusoidal: sinusoids added to the embeddings (Vaswani et "
-        "al.); alibi: none there, each self-attention head's energies biased by -m_h |i - j| "
-        "instead (Press et al., 2022); relative: by a learned bias per relative-position "
-        "bucket (T5); rotary: its queries and keys rotated by position (RoPE; dot-product "
-        "self-attention types) (docs/attention.md)",
-    )
-    # The self-attention types whose energies are dot products of the query and the
-    # prepared key, which rotary positions rotate.
-    ROTATABLE: ClassVar[frozenset[str]] = frozenset(
-        {"dot", "scaled-dot", "multihead", "cosine", "general"}
+        description="transformer: how it reads where its tokens are, a registered positional "
+        "encoding: sinusoids added to the embeddings (Vaswani et al.), or in the "
+        "self-attention, ALiBi's bias, T5's relative bias or RoPE's rotation "
+        "(docs/attention.md)",
+        json_schema_extra=POSITION_TYPES.names_in,
     )
     dropout: float = Field(0.3, ge=0, lt=1, description="dropout probability")
     tied_embeddings: bool = Field(False, description="share target embedding and output layer")
@@ -133,33 +146,24 @@ class ModelConfig(Section):
             )
         return self
 
+    @field_validator("positions")
+    @classmethod
+    def _registered_positions(cls, value: str) -> str:
+        if problem := POSITION_TYPES.problem(value):
+            raise ValueError(problem)
+        return value
+
     @model_validator(mode="after")
-    def _positions_are_the_transformers(self) -> ModelConfig:
-        if self.arch == "rnn" and self.positions != "sinusoidal":
+    def _positions_fit(self) -> ModelConfig:
+        """The RNN reads positions through its recurrence; an encoding's own checks."""
+        default = type(self).model_fields["positions"].default
+        if self.arch == "rnn" and self.positions != default:
             raise ValueError(
                 f"positions={self.positions} is the Transformer's; the RNN reads positions "
                 "through its recurrence: remove it or set arch: transformer"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _rotary_fits_the_self_attention(self) -> ModelConfig:
-        if self.positions != "rotary":
-            return self
-        kind = self.self_attention.type
-        if kind not in self.ROTATABLE:
-            raise ValueError(
-                f"positions=rotary rotates queries and keys that a dot product compares; "
-                f"self_attention.type {kind} does not: use one of "
-                f"{', '.join(sorted(self.ROTATABLE))}, or positions alibi or relative"
-            )
-        heads = self.heads(self.self_attention)
-        head = self.hidden_dim // heads
-        if head % 2 and not self.hidden_dim % heads:  # (heads that do not divide: below)
-            raise ValueError(
-                f"positions=rotary rotates pairs of dimensions; a self-attention head has "
-                f"{head} (hidden_dim / heads): make it even"
-            )
+        if problem := POSITION_TYPES.registered()[self.positions].problem(self):
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

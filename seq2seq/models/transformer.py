@@ -30,13 +30,7 @@ from torch import Tensor, nn
 
 from seq2seq.attention import Attention, MultiHead, build_attention
 from seq2seq.attention.hard import attending_softly, choice_loss
-from seq2seq.attention.positions import (
-    DistanceBias,
-    PositionBias,
-    RelativeBias,
-    Rotation,
-    frequencies,
-)
+from seq2seq.attention.positions import Positions, frequencies, position_type
 from seq2seq.config import ModelConfig
 from seq2seq.models.base import Memory, Seq2Seq, Step
 from seq2seq.models.dropout import Dropout
@@ -261,7 +255,8 @@ class DecoderLayer(nn.Module):
 class TransformerSeq2Seq(Seq2Seq):
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int) -> None:
         super().__init__()
-        dim, sinusoidal = cfg.hidden_dim, cfg.positions == "sinusoidal"
+        dim, positions = cfg.hidden_dim, position_type(cfg.positions)
+        sinusoidal = positions.in_embeddings
         self.src_embed = Embedding(src_vocab, dim, pad_id, cfg.dropout, sinusoidal)
         self.tgt_embed = Embedding(tgt_vocab, dim, pad_id, cfg.dropout, sinusoidal)
         if cfg.shared_embeddings:
@@ -281,8 +276,8 @@ class TransformerSeq2Seq(Seq2Seq):
                     nn.init.xavier_uniform_(module.weight)
         if cfg.tied_embeddings:
             self.output.weight = self.tgt_embed.tokens.weight
-        if cfg.positions != "sinusoidal":
-            self.set_position_bias(cfg)
+        if not sinusoidal:
+            self.set_position_bias(cfg, positions)
         self.dim = dim
         # An attention that reads tensors on the host (sparsemax's backward) is not captured.
         self.graph_capturable = all(
@@ -290,18 +285,14 @@ class TransformerSeq2Seq(Seq2Seq):
         )
         self.choice_loss = choice_loss(cfg.attention, reaches_later=True)
 
-    def set_position_bias(self, cfg: ModelConfig) -> None:
-        """ALiBi's or T5's bias on the self-attention energies of every layer (T5's table
-        shared by the layers of a stack; ALiBi's holds no parameter), or RoPE's rotation
-        of its queries and keys."""
+    def set_position_bias(self, cfg: ModelConfig, positions: type[Positions]) -> None:
+        """The encoding's bias on the self-attention energies of every layer (one module
+        per stack, shared by its layers: T5's table; ALiBi's holds no parameter), or its
+        rotation of the queries and keys."""
         heads = cfg.heads(cfg.self_attention)
-        rotation = Rotation(cfg.hidden_dim // heads) if cfg.positions == "rotary" else None
+        rotation = positions.rotation(cfg.hidden_dim // heads)
         for layers, bidirectional in ((self.encoder_layers, True), (self.decoder_layers, False)):
-            bias: PositionBias | None = None
-            if cfg.positions == "alibi":
-                bias = DistanceBias(heads)
-            elif cfg.positions == "relative":
-                bias = RelativeBias(heads, bidirectional)
+            bias = positions.bias(heads, bidirectional)
             for layer in layers:
                 attention = layer.self_attention
                 scorer = attention.inner if isinstance(attention, MultiHead) else attention
