@@ -162,9 +162,14 @@ def line_grid_figure(
         dict.fromkeys(n for panels in rows.values() for ls in panels.values() for n in ls)
     )
     figure, grid = plt.subplots(
-        len(rows), len(columns), figsize=(4.2 * len(columns), 0.8 + 1.9 * len(rows)),
-        squeeze=False, sharex=True, sharey="col", layout="constrained",
-    )  # fmt: skip
+        len(rows),
+        len(columns),
+        figsize=(4.2 * len(columns), 0.8 + 1.9 * len(rows)),
+        squeeze=False,
+        sharex=True,
+        sharey="col",
+        layout="constrained",
+    )
     for axes_row, (title, panels) in zip(grid, rows.items(), strict=True):
         axes_row[0].set_ylabel(title, fontsize=9)
         for axes, column in zip(axes_row, columns, strict=True):

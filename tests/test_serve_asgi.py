@@ -37,8 +37,9 @@ class HeldSearch:
         self.answered = threading.Event()
         self.answered_in_time = False
 
-    def hypotheses(self, lines, nbest, attention, skip, **options) -> list[list[Translation]]:
+    def hypotheses(self, lines, nbest, attention, served, **options) -> list[list[Translation]]:
         self.searched.append(lines)
+        skip = served.skip
         if self.held in lines:
             self.started.set()
             for _ in range(500):  # at most 5 s

@@ -256,9 +256,13 @@ class Attention(nn.Module):
         need_weights: bool = True,
     ) -> AttentionOutput:
         return self.attend(
-            query, self.prepare_keys(keys), self.prepare_values(values), mask, positions,
+            query,
+            self.prepare_keys(keys),
+            self.prepare_values(values),
+            mask,
+            positions,
             need_weights,
-        )  # fmt: skip
+        )
 
     def attend(
         self,

@@ -290,9 +290,8 @@ def serve(
     from seq2seq.serve.server import Served
     from seq2seq.serve.server import serve as run_server
 
-    limits = ServeLimits(
-        max_lines=max_lines, max_chars=max_chars, timeout=timeout, max_queue=max_queue,
-        batch_lines=batch_lines, batch_wait=batch_wait_ms / 1000, read_timeout=read_timeout,
-    )  # fmt: skip
+    waits = {"timeout": timeout, "read_timeout": read_timeout, "batch_wait": batch_wait_ms / 1000}
+    sizes = {"max_lines": max_lines, "max_chars": max_chars, "max_queue": max_queue}
+    limits = ServeLimits(**sizes, **waits, batch_lines=batch_lines)
     served = Served(run, checkpoint, device_name(device), threads, decode)
     run_server(served, host, port, limits, allowed_host or ())

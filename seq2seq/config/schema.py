@@ -91,9 +91,14 @@ class ModelConfig(Section):
     # Fields that do not change what the trained weights compute (they shape training, or
     # which weights are read): a checkpoint loads, and a run fine-tunes, under other values.
     TRAINING_ONLY: ClassVar[frozenset[str]] = frozenset(
-        {"dropout", "attention.dropout", "self_attention.dropout", "alignment_layer",
-         "alignment_heads"}
-    )  # fmt: skip
+        {
+            "dropout",
+            "attention.dropout",
+            "self_attention.dropout",
+            "alignment_layer",
+            "alignment_heads",
+        }
+    )
     # The attention sections each architecture reads (the others are not used).
     ATTENTION_SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
         "rnn": ("attention",),

@@ -124,8 +124,9 @@ def prepare_corpus(
             return PreparedCorpus.open(target, tokenizer.fingerprint, sources, sample)
         except Stale as why:
             if log:
-                log.warning("the prepared corpus %s cannot be used (%s); preparing it again",
-                            target, why)  # fmt: skip
+                log.warning(
+                    "the prepared corpus %s cannot be used (%s); preparing it again", target, why
+                )
     _remove_leftovers(target)
     if log:
         log.info("preparing %s in %s", " and ".join(map(str, sources.values())), target)
@@ -135,8 +136,12 @@ def prepare_corpus(
     corpus = PreparedCorpus.open(target, tokenizer.fingerprint, sources, sample)
     if log:
         seconds = time.monotonic() - started
-        log.info("prepared %d pairs in %.0f s (%.0f pairs/s)", corpus.pairs, seconds,
-                 corpus.pairs / max(seconds, 1e-9))  # fmt: skip
+        log.info(
+            "prepared %d pairs in %.0f s (%.0f pairs/s)",
+            corpus.pairs,
+            seconds,
+            corpus.pairs / max(seconds, 1e-9),
+        )
     return corpus
 
 

@@ -79,8 +79,11 @@ class AlignmentScores:
     def to_dict(self) -> dict[str, float | int]:
         rates = {"aer": self.aer, "precision": self.precision, "recall": self.recall}
         return {k: round(100 * v, 2) for k, v in rates.items()} | {
-            "pairs": self.pairs, "links": self.links, "sure": self.sure, "possible": self.possible,
-        }  # fmt: skip
+            "pairs": self.pairs,
+            "links": self.links,
+            "sure": self.sure,
+            "possible": self.possible,
+        }
 
     def __str__(self) -> str:
         return (

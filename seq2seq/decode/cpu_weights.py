@@ -109,9 +109,14 @@ class PackedLSTM(_PackedWeights, StepLSTM):
     def of(cls, lstm: nn.LSTM) -> PackedLSTM:
         """A packed LSTM sharing `lstm`'s parameters (unidirectional, no projection)."""
         layer = cls(
-            lstm.input_size, lstm.hidden_size, lstm.num_layers, lstm.bias, lstm.batch_first,
-            lstm.dropout, device="meta",
-        )  # fmt: skip
+            lstm.input_size,
+            lstm.hidden_size,
+            lstm.num_layers,
+            lstm.bias,
+            lstm.batch_first,
+            lstm.dropout,
+            device="meta",
+        )
         for name in lstm._flat_weights_names:
             setattr(layer, name, getattr(lstm, name))
         layer.train(lstm.training)

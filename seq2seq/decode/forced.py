@@ -188,6 +188,6 @@ def score_pairs(
             total / float(length_penalty(len(ids) + 1.0, options.length_penalty)),
             row,
             ids if token_scores else None,
-        )  # fmt: skip
+        )
         for total, row, ids in zip(totals, steps, tgt_ids, strict=True)
     ]

@@ -154,9 +154,14 @@ def translate_file(
     check_constraints(constraints, len(lines), constraint_file)
     weighted = records.alignments is not None or records.attention is not None
     found = translator.hypotheses(
-        lines, nbest=nbest, progress=True, attention=weighted, prefixes=prefixes,
-        constraints=constraints, token_scores=records.token_scores is not None,
-    )  # fmt: skip
+        lines,
+        nbest=nbest,
+        progress=True,
+        attention=weighted,
+        prefixes=prefixes,
+        constraints=constraints,
+        token_scores=records.token_scores is not None,
+    )
     text = "".join(format_output(i, hyps, nbest) for i, hyps in enumerate(found))
     best = list(zip(lines, [hyps[0] if hyps else None for hyps in found], strict=True))
     write_records(translator, records, best)

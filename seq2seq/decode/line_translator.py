@@ -60,6 +60,16 @@ class Translation:
     tag: str | None = None  # the tag put before the source (decode.tag), its first piece
 
 
+@dataclass(frozen=True)
+class ServedLines:
+    """How the server's batch, the lines of several requests, is searched: each line's
+    number within its own request (what seeds its samples), and which lines to skip when
+    their batch comes (`skip(i)`: line i's request gave up; they get [])."""
+
+    numbers: list[int]
+    skip: Callable[[int], bool]
+
+
 # decode.batch_tokens where a config leaves it null, by device.
 CPU_BATCH_TOKENS = 4_000
 GPU_BATCH_TOKENS = 64_000
@@ -205,9 +215,14 @@ class LineTranslator:
         a list per line ([]: none), the phrases each must contain (decode/search/constraints.py:
         a line none of whose hypotheses held them is translated without them)."""
         found = self.hypotheses(
-            lines, nbest=nbest, progress=progress, attention=False, prefixes=prefixes,
-            constraints=constraints, **decode,
-        )  # fmt: skip
+            lines,
+            nbest=nbest,
+            progress=progress,
+            attention=False,
+            prefixes=prefixes,
+            constraints=constraints,
+            **decode,
+        )
         if nbest == 1:
             return [hyps[0].text if hyps else "" for hyps in found]
         return [[h.text for h in hyps] for hyps in found]
@@ -218,12 +233,11 @@ class LineTranslator:
         *,
         nbest: int = 1,
         progress: bool = False,
-        skip: Callable[[int], bool] | None = None,
         attention: bool = True,
         prefixes: list[str] | None = None,
-        line_numbers: list[int] | None = None,
         constraints: list[list[str]] | None = None,
         token_scores: bool = False,
+        served: ServedLines | None = None,
         **decode: Any,
     ) -> list[list[Translation]]:
         """The `nbest` best hypotheses of each line with their scores, tokens and, if
@@ -231,15 +245,14 @@ class LineTranslator:
         (with `decode.mbr`, distinct and in the order of minimum Bayes risk, `mbr`);
         [] for a blank line (whatever its prefix). `decode`, `progress`, `prefixes` and
         `constraints` as in `translate`; `token_scores`: each translation's tokens'
-        log-probabilities (`Translation.token_scores`). `skip`: lines `i` for which
-        `skip(i)` holds when their batch comes are not searched (they get []): how the
-        server stops decoding a request that gave up.
-        `line_numbers`: what seeds each line's samples (default: its index; the server
-        numbers a line within its own request)."""
+        log-probabilities (`Translation.token_scores`). `served`: the server's numbers of
+        the lines (what seeds their samples; default: each line's index) and the lines it
+        no longer wants, which are not searched."""
         options = self._options(lines, nbest, (prefixes, constraints, token_scores), decode)
         given = read_prefixes(self.tokenizer, prefixes, len(lines))
         phrases = self._phrases(constraints, len(lines))
-        numbers = range(len(lines)) if line_numbers is None else line_numbers
+        numbers = range(len(lines)) if served is None else served.numbers
+        skip = None if served is None else served.skip
         outputs: list[list[Translation]] = [[] for _ in lines]
         keep = [i for i, line in enumerate(lines) if line.strip()]
         src_ids, cut = self.source_ids([lines[i] for i in keep], options.tag)
@@ -354,11 +367,17 @@ class LineTranslator:
             texts = verbatim_phrases(texts, *held, self.tokenizer)
         translations = [
             Translation(
-                text, h.score, h.tokens, h.attention, cut, unconstrained, h.token_scores,
+                text,
+                h.score,
+                h.tokens,
+                h.attention,
+                cut,
+                unconstrained,
+                h.token_scores,
                 options.tag,
             )
             for text, h in zip(texts, found, strict=True)
-        ]  # fmt: skip
+        ]
         if options.mbr:
             translations = [translations[i] for i in mbr_order(texts, options.mbr_utility)]
         return translations

@@ -106,19 +106,16 @@ class Translator(LineTranslator):
         model, cfg = loaded.model, loaded.origin.config
         decode_cfg = decode_options(cfg.decode, decode)
         target = pick_device(device or ("cpu" if int8 else cfg.train.device))
-        if int8:
-            if target.type != "cpu":
-                raise UserError(
-                    f"int8 decoding runs on the CPU only, not {target.type}; drop int8 or the "
-                    "device"
-                )
-            model = int8_weights(model)
-        elif target.type == "cpu":
-            model = packed_weights(model)
+        model = _decoding_weights(model, target, int8)
         translator = cls(
-            model, loaded.tokenizer, decode_cfg, target, loaded.max_source, loaded.origin,
+            model,
+            loaded.tokenizer,
+            decode_cfg,
+            target,
+            loaded.max_source,
+            loaded.origin,
             cfg.data.tag_names,
-        )  # fmt: skip
+        )
         if threads is None and target.type == "cpu":
             translator.cpu_threads = FreeCpuThreads()
         return translator
@@ -187,8 +184,13 @@ class Translator(LineTranslator):
         options = decode_options(self.decode, decode)
         with _evaluating(self.model):
             return score_pairs(
-                self, sources, references, options, progress, token_scores,
-            )  # fmt: skip
+                self,
+                sources,
+                references,
+                options,
+                progress,
+                token_scores,
+            )
 
     def forced(
         self, sources: list[str], references: list[str], *, progress: bool = False, **decode: Any
@@ -284,6 +286,18 @@ class Translator(LineTranslator):
     def word_starts(self) -> torch.Tensor:
         """`prefix.word_starts` on the device: read once, when a prefix first needs it."""
         return word_starts(self.tokenizer).to(self.device)
+
+
+def _decoding_weights(model: Seq2Seq, target: torch.device, int8: bool) -> Seq2Seq:
+    """The model's weights as it decodes on `target`: int8 if asked (the CPU only), packed
+    for oneDNN on the CPU, as they are elsewhere."""
+    if int8:
+        if target.type != "cpu":
+            raise UserError(
+                f"int8 decoding runs on the CPU only, not {target.type}; drop int8 or the device"
+            )
+        return int8_weights(model)
+    return packed_weights(model) if target.type == "cpu" else model
 
 
 def _shortlist_inputs(

@@ -71,9 +71,11 @@ class Memory:
         With beam > 1 (one step, Tq = 1) the beams of a source are its Tq = beam queries:
         one attention over each source instead of one over each of beam copies.
         """
-        keys, values = (self.keys, self.values) if layer is None else (
-            self.keys[:, layer], self.values[:, layer]
-        )  # fmt: skip
+        keys, values = (
+            (self.keys, self.values)
+            if layer is None
+            else (self.keys[:, layer], self.values[:, layer])
+        )
         if self.beam == 1:
             return attention.attend(query, keys, values, self.mask, positions, need_weights)
         sources = self.mask.size(0)

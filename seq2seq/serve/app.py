@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
-from seq2seq.decode.line_translator import LineTranslator, Translation
+from seq2seq.decode.line_translator import LineTranslator, ServedLines, Translation
 from seq2seq.device import out_of_memory
 from seq2seq.serve.batcher import MicroBatcher, QueueFull, ShuttingDown
 from seq2seq.serve.guards import AllowedHosts, AnswerFailures, BodyLimit
@@ -96,8 +96,8 @@ def _searcher(translator: LineTranslator) -> Callable[..., list[list[Translation
         options: SearchOptions,
         skip: Callable[[int], bool],
     ) -> list[list[Translation]]:
-        asked = {"nbest": options.nbest, "attention": options.attention, "skip": skip}
-        asked |= {"token_scores": options.token_scores, "line_numbers": numbers}
+        asked = {"nbest": options.nbest, "attention": options.attention}
+        asked |= {"token_scores": options.token_scores, "served": ServedLines(numbers, skip)}
         return translator.hypotheses(
             lines, prefixes=prefixes, constraints=constraints, **asked, **options.decode()
         )
@@ -119,9 +119,13 @@ def _bare_app(
     # No /docs, /redoc or /openapi.json: the API is docs/serve.md, and /docs loads scripts
     # from a CDN.
     app = FastAPI(
-        title="seq2seq", version=version, lifespan=lifespan,
-        docs_url=None, redoc_url=None, openapi_url=None,
-    )  # fmt: skip
+        title="seq2seq",
+        version=version,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     app.add_middleware(BodyLimit, limit=limits.max_body, read_timeout=limits.read_timeout)
     app.add_middleware(AllowedHosts, hosts=allowed_hosts)
     app.add_middleware(AnswerFailures)  # the outermost: it sees every failure

@@ -128,9 +128,10 @@ def check_constraints(request: TranslateRequest, limits: ServeLimits) -> None:
         size = sum(len(phrase) + 1 for phrase in phrases)
         if size > limits.max_chars:
             raise HTTPException(
-                413, f"constraints.{number} has {size} characters (one more a phrase); send at "
-                f"most {limits.max_chars}"
-            )  # fmt: skip
+                413,
+                f"constraints.{number} has {size} characters (one more a phrase); send at "
+                f"most {limits.max_chars}",
+            )
         for phrase in phrases:
             problem = verbatim_problem(phrase) or (None if phrase.strip() else "an empty phrase")
             if problem is not None:
@@ -158,9 +159,10 @@ def check_search(
     if options.sample and max(nbest, options.mbr) > limits.max_beam:
         field, samples = ("mbr", options.mbr) if options.mbr > nbest else ("nbest", nbest)
         raise HTTPException(
-            422, f"{field}: {samples} samples per line are more than this server allows "
-            f"({limits.max_beam})"
-        )  # fmt: skip
+            422,
+            f"{field}: {samples} samples per line are more than this server allows "
+            f"({limits.max_beam})",
+        )
     constrained = request.constraints is not None and any(request.constraints)
     problem = call_problem(options, nbest, constrained, json_spelling)
     if problem is not None:

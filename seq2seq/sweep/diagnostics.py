@@ -153,9 +153,7 @@ def _chart(points: dict[str, Points]) -> bytes | None:
             found = [(s, _spread(v[name])) for s, v in sorted(steps.items()) if v[name]]
             if found:
                 xs = [s for s, _ in found]
-                panels[title][cell] = (
-                    xs, [m for _, (m, _) in found], [d for _, (_, d) in found]
-                )  # fmt: skip
+                panels[title][cell] = (xs, [m for _, (m, _) in found], [d for _, (_, d) in found])
     drawn = {title: bands for title, bands in panels.items() if bands}
     return figure_png(band_panels_figure(drawn, "update")) if drawn else None
 

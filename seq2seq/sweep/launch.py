@@ -64,9 +64,11 @@ def submit_sweep(
     threads = None if launcher == "slurm" else slots[0].threads  # Slurm's: its cpus_per_task
     with _same_code():
         jobs = executor.map_array(
-            RunJob(), [str(directory.root.absolute())] * len(todo), [r.name for r in todo],
+            RunJob(),
+            [str(directory.root.absolute())] * len(todo),
+            [r.name for r in todo],
             [threads] * len(todo),
-        )  # fmt: skip
+        )
     pairs = zip(todo, jobs, strict=True)
     lines = [f"{run.name}: job {job.job_id}, output {job.paths.stdout}" for run, job in pairs]
     _record(folder, lines)

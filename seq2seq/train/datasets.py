@@ -38,9 +38,14 @@ def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
     pairs = TrainingPairs(prepared.corpora, prepared.tags)
     samples = [TrainingPairs(corpora, prepared.tags) for corpora in prepared.samples]
     batches = TrainBatches(
-        pairs, data.max_len, cfg.train.batch_tokens, cfg.seed, data.weights, samples,
+        pairs,
+        data.max_len,
+        cfg.train.batch_tokens,
+        cfg.seed,
+        data.weights,
+        samples,
         data.max_len_ratio,
-    )  # fmt: skip
+    )
     if not len(batches):
         also, fix = "", "raise data.max_len"
         if data.max_len_ratio is not None:
@@ -67,6 +72,11 @@ def _say_what_is_kept(
     log.info(
         "train: %d pairs kept (%d with an empty side dropped, %s)%s; valid: %d pairs; "
         "vocabulary: %d source, %d target",
-        len(batches), empty, dropped, mixed, valid,
-        prepared.tokenizer.src_vocab_size, prepared.tokenizer.tgt_vocab_size,
-    )  # fmt: skip
+        len(batches),
+        empty,
+        dropped,
+        mixed,
+        valid,
+        prepared.tokenizer.src_vocab_size,
+        prepared.tokenizer.tgt_vocab_size,
+    )

@@ -98,13 +98,15 @@ class TensorBoardLog:
                     self.writer.add_scalar(f"attention_{name}/{site}/head{head}", value, step)
         if not self.attention_layout:
             self.attention_layout = True
-            self.writer.add_custom_scalars({
-                f"attention {name}": {
-                    "sites": ["Multiline", [rf"^attention_{name}/[^/]+$"]],
-                    "heads": ["Multiline", [rf"^attention_{name}/.+/head\d+$"]],
+            self.writer.add_custom_scalars(
+                {
+                    f"attention {name}": {
+                        "sites": ["Multiline", [rf"^attention_{name}/[^/]+$"]],
+                        "heads": ["Multiline", [rf"^attention_{name}/.+/head\d+$"]],
+                    }
+                    for name in sorted(names)
                 }
-                for name in sorted(names)
-            })  # fmt: skip
+            )
 
     def add_png(self, step: int, tag: str, png: bytes) -> None:
         """An image already drawn as PNG (drawing a figure again would cost as much)."""
@@ -121,8 +123,10 @@ class TensorBoardLog:
 
         text = yaml.safe_dump(config, sort_keys=False)
         self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)
-        flat = {k: v if isinstance(v, int | float | str | bool) else str(v)
-                for k, v in flatten(config).items()}  # fmt: skip
+        flat = {
+            k: v if isinstance(v, int | float | str | bool) else str(v)
+            for k, v in flatten(config).items()
+        }
         writer = self.writer._get_file_writer()
         for summary in hparams(flat, dict.fromkeys(metrics, 0.0)):
             writer.add_summary(summary)

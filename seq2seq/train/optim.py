@@ -21,9 +21,13 @@ def build_optimizer(
     loop over them in Python, and the result is the same to the bit), or `fused` (one
     kernel on a GPU, which can skip a step on the device: `found_inf`)."""
     return _OPTIMIZERS[cfg.name](
-        params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
-        foreach=None if fused else True, fused=fused or None,
-    )  # fmt: skip
+        params,
+        lr=cfg.lr,
+        betas=cfg.betas,
+        weight_decay=cfg.weight_decay,
+        foreach=None if fused else True,
+        fused=fused or None,
+    )
 
 
 class LearningRate:

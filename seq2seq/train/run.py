@@ -53,10 +53,20 @@ from seq2seq.version import VERSION
 # threads, which change speed and at most the float rounding of sums, and recomputed
 # activations, which are the same); never the model, the training data or the arithmetic.
 RESUMABLE_CHANGES = {
-    "name", "train.max_time", "train.max_steps", "train.max_epochs", "train.patience",
-    "train.log_every", "train.keep_best", "train.max_skipped_updates", "train.test_checkpoint",
-    "train.threads", "train.checkpoint_activations", "train.heatmaps", "data.valid_alignments",
-}  # fmt: skip
+    "name",
+    "train.max_time",
+    "train.max_steps",
+    "train.max_epochs",
+    "train.patience",
+    "train.log_every",
+    "train.keep_best",
+    "train.max_skipped_updates",
+    "train.test_checkpoint",
+    "train.threads",
+    "train.checkpoint_activations",
+    "train.heatmaps",
+    "data.valid_alignments",
+}
 RESUMABLE_SECTIONS = ("decode.",)
 ONEDNN_KERNEL_CACHE = 64
 
@@ -286,14 +296,21 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     if moved is not None:
         log.warning(
             "resumed %s: it goes on from the same weights, but its sums round differently "
-            "here, so not float for float as it would have there", moved,
-        )  # fmt: skip
+            "here, so not float for float as it would have there",
+            moved,
+        )
     log.info(
         "model: %s, %d parameters; %s; source/target length ratio %.3f; "
         "device %s, %d CPU threads; %d process(es); precision %s",
-        cfg.model.arch, count_parameters(model), cfg.model.describe_attention(), data.length_ratio,
-        device, torch.get_num_threads(), world.size, cfg.train.precision,
-    )  # fmt: skip
+        cfg.model.arch,
+        count_parameters(model),
+        cfg.model.describe_attention(),
+        data.length_ratio,
+        device,
+        torch.get_num_threads(),
+        world.size,
+        cfg.train.precision,
+    )
     return trainer
 
 

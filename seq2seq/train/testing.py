@@ -64,9 +64,13 @@ def score_test(trainer: Trainer) -> dict:
     # Training is over: on the CPU the test sets decode as `seq2seq evaluate` would.
     model = packed_weights(trainer.model) if trainer.device.type == "cpu" else trainer.model
     translator = Translator(
-        model, trainer.data.tokenizer, cfg.decode, trainer.device, max_source_pieces(cfg),
+        model,
+        trainer.data.tokenizer,
+        cfg.decode,
+        trainer.device,
+        max_source_pieces(cfg),
         tags=cfg.data.tag_names,
-    )  # fmt: skip
+    )
     finish = "training is finished and saved: run the same command again to score the test sets"
 
     def exhausted() -> str:

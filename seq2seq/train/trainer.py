@@ -71,12 +71,7 @@ class Trainer:
         graphs = deferred and device.type == "cuda" and captures_graphs(cfg, model)
         model.checkpoint_activations = cfg.train.checkpoint_activations
         self.optimizer = build_optimizer(cfg.train.optimizer, model.parameters(), fused=deferred)
-        setup = UpdateSetup(
-            self.network, self.optimizer, self.scaler, self.world, device, self.precision,
-            cfg.train.label_smoothing, cfg.train.alignment_weight, cfg.train.clip_grad_norm,
-            deferred, graphs,
-        )  # fmt: skip
-        self.update = Update(setup, in_a_row=0)
+        self.update = Update(self._update_setup(deferred, graphs), in_a_row=0)
         decay = cfg.train.ema_decay
         self.average = None if decay is None else WeightAverage(model, decay)
         # What validation scores and checkpoints keep for translation: the average, if any.
@@ -93,6 +88,23 @@ class Trainer:
         self.last_is_loadable = True  # whether `last.pt` may become `previous.pt`
         self.signals: StopSignals | None = None
         self.stopped_by: int | None = None  # the signal that stopped training, on every rank
+
+    def _update_setup(self, deferred: bool, graphs: bool) -> UpdateSetup:
+        """What every update does its work with (update.py)."""
+        train = self.cfg.train
+        return UpdateSetup(
+            self.network,
+            self.optimizer,
+            self.scaler,
+            self.world,
+            self.device,
+            self.precision,
+            train.label_smoothing,
+            train.alignment_weight,
+            train.clip_grad_norm,
+            deferred,
+            graphs,
+        )
 
     def elapsed(self) -> float:
         """Seconds of training over all sessions of this run, up to now."""
@@ -170,8 +182,9 @@ class Trainer:
             self.log.warning(
                 "resuming %d processes from a checkpoint of %d: the data order is kept, "
                 "the random numbers (dropout) are not those of an uninterrupted run",
-                self.world.size, len(ranks),
-            )  # fmt: skip
+                self.world.size,
+                len(ranks),
+            )
         rng = ranks[self.world.rank % len(ranks)]
         torch.set_rng_state(rng["torch"])
         random.setstate(rng["python"])
@@ -345,17 +358,24 @@ class Trainer:
         if graphs is not None and graphs.graphs:
             self.log.info(
                 "CUDA graphs: %d batch shapes captured in %.1f s this session",
-                len(graphs.graphs), graphs.capture_seconds, extra=FILE_ONLY,
-            )  # fmt: skip
+                len(graphs.graphs),
+                graphs.capture_seconds,
+                extra=FILE_ONLY,
+            )
 
     def log_train(self, window: TrainWindow, board: TensorBoardLog) -> None:
         lr = self.schedule.at(self.progress.step)
         guided = any(self.cfg.data.aligned)
         aligned = f"  alignment {window.mean_alignment:.4f}" if guided else ""
         self.log.info(
-            "step %d  epoch %d  loss %.4f%s  lr %.2e  %.0f target tokens/s", self.progress.step,
-            self.progress.epoch + 1, window.mean_loss, aligned, lr, window.speed,
-        )  # fmt: skip
+            "step %d  epoch %d  loss %.4f%s  lr %.2e  %.0f target tokens/s",
+            self.progress.step,
+            self.progress.epoch + 1,
+            window.mean_loss,
+            aligned,
+            lr,
+            window.speed,
+        )
         values = {
             "loss": window.mean_loss,
             "perplexity": perplexity(window.mean_loss),

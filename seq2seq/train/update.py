@@ -88,7 +88,7 @@ class Tally:
                 self.last_loss.double(),
                 self.last_norm.double(),
                 self.alignment.double(),
-            ]  # fmt: skip
+            ]
         ).tolist()
         for tensor in (self.loss, self.updates, self.skipped, self.skipped_tokens, self.alignment):
             tensor.zero_()
@@ -106,9 +106,17 @@ class Tally:
             aligned,
         ) = values
         return Settled(
-            loss, int(updates), int(skipped), int(skipped_tokens), int(in_a_row), int(longest),
-            int(last), last_loss, norm, aligned,
-        )  # fmt: skip
+            loss,
+            int(updates),
+            int(skipped),
+            int(skipped_tokens),
+            int(in_a_row),
+            int(longest),
+            int(last),
+            last_loss,
+            norm,
+            aligned,
+        )
 
 
 @dataclass
@@ -229,9 +237,14 @@ class Update:
             quiet = s.network.no_sync() if s.world.distributed and not last else nullcontext()
             with quiet:
                 loss = self.backward(
-                    batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, tokens,
-                    prepared.weight, batch.alignment,
-                )  # fmt: skip
+                    batch.src,
+                    batch.src_lengths,
+                    batch.tgt_in,
+                    batch.tgt_out,
+                    tokens,
+                    prepared.weight,
+                    batch.alignment,
+                )
             losses.append(loss.detach())
         return self.finish(losses[0] if len(losses) == 1 else torch.stack(losses).sum(0), tokens)
 

@@ -145,10 +145,13 @@ def report_validation(
     aligned = result.alignment
     log.info(
         "validation at step %d: %s  loss %.4f  ppl %.2f%s%s",
-        step, scores_line(result.scores), result.loss, result.perplexity,
+        step,
+        scores_line(result.scores),
+        result.loss,
+        result.perplexity,
         "" if aligned is None else f"  AER {100 * aligned.aer:.2f}",
         "  (new best)" if is_best else "",
-    )  # fmt: skip
+    )
     locked = locked_sites(result.attention)
     if locked:
         sites = ", ".join(f"{name} {mass:.2f}" for name, mass in locked.items())
@@ -156,8 +159,9 @@ def report_validation(
             "attention locked onto the source's end of sentence at step %d (sink mass: %s): "
             "the weight the target positions put on it, not on words; early in training "
             "it may pass (docs/attention.md#looking-inside-attention-diagnostics)",
-            step, sites,
-        )  # fmt: skip
+            step,
+            sites,
+        )
     shown = SHOWN_TRANSLATIONS
     board.add_translations(step, data.valid_src[:shown], data.valid_ref[:shown], result.hypotheses)
     for i, amap in enumerate(result.attention_maps):
