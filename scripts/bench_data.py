@@ -268,7 +268,8 @@ def measure_data(args) -> None:
     run = args.work / f"run-{args.pairs}-{args.code.name}"
     if not args.prepared:
         shutil.rmtree(run, ignore_errors=True)
-    if (args.code / "seq2seq/data/prepared.py").is_file():
+    data = args.code / "seq2seq/data"
+    if (data / "prepared_corpus.py").is_file() or (data / "prepared.py").is_file():  # (older)
         if not args.prepared:
             show(prepare_line(args, run, overrides))
         show(data_line(args, run, overrides))

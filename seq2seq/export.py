@@ -25,7 +25,7 @@ from seq2seq.attention import Attention, attention_names, build_attention
 from seq2seq.attention.positions import position_type
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import AttentionConfig, Config
-from seq2seq.data.preparation import DERIVED
+from seq2seq.data.corpus_encoder import DERIVED
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.loading import load_trained_model, max_source_pieces
 from seq2seq.errors import UserError

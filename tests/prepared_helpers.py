@@ -6,8 +6,8 @@ import json
 import random
 from pathlib import Path
 
-from seq2seq.data.prepared import MANIFEST, CorpusWriter, PreparedCorpus
-from seq2seq.data.training_batches import TrainingPairs
+from seq2seq.data.epoch_batches import TrainingPairs
+from seq2seq.data.prepared_corpus import MANIFEST, CorpusWriter, PreparedCorpus
 
 
 def write_prepared(

@@ -14,7 +14,7 @@ from seq2seq.attention import (
 )
 from seq2seq.attention.scores import DotAttention, ScaledDotAttention
 from seq2seq.config import ATTENTION_TYPES, AttentionConfig, ModelConfig, config_from_dict
-from seq2seq.data.batching import padding_mask
+from seq2seq.data.padded_batches import padding_mask
 from seq2seq.errors import UserError
 from seq2seq.models import build_model
 

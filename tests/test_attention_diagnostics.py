@@ -10,7 +10,7 @@ from torch import nn
 from seq2seq.attention import attention_names, build_attention
 from seq2seq.attention.diagnostics import DIAGNOSTICS, attention_sites, measure_attention
 from seq2seq.config import AttentionConfig, ModelConfig
-from seq2seq.data.batching import make_batch
+from seq2seq.data.padded_batches import make_batch
 from seq2seq.models import build_model
 
 

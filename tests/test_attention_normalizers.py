@@ -15,7 +15,7 @@ from seq2seq.attention.diagnostics import measure_attention
 from seq2seq.attention.normalizers import NORMALIZERS, build_normalizer
 from seq2seq.config import AttentionConfig, ModelConfig, config_from_dict
 from seq2seq.config.attention import Normalizer
-from seq2seq.data.batching import padding_mask
+from seq2seq.data.padded_batches import padding_mask
 from seq2seq.errors import UserError
 from seq2seq.export import unexportable
 from seq2seq.models import build_model

@@ -8,7 +8,7 @@ from test_attention_diagnostics import measure
 
 from seq2seq.attention import build_attention
 from seq2seq.config import AttentionConfig, config_from_dict
-from seq2seq.data.batching import padding_mask
+from seq2seq.data.padded_batches import padding_mask
 from seq2seq.errors import UserError
 from seq2seq.export import unexportable
 

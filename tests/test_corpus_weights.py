@@ -12,7 +12,7 @@ from cli_helpers import run_cli, train, train_straight_and_resumed
 from prepared_helpers import fake_ids, pairs_of, varied_lengths, write_prepared
 from test_cli import parameters
 
-from seq2seq.data.training_batches import TrainBatches, TrainingPairs
+from seq2seq.data.epoch_batches import TrainBatches, TrainingPairs
 
 SIZES = (300, 200, 7)  # three corpora; the last too small for a share of 0.01 to round up
 

@@ -19,7 +19,7 @@ from seq2seq.config import load_config
 from seq2seq.data.alignments import PieceLinks, gold_attention
 from seq2seq.data.corpus import read_lines, read_pairs
 from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.data.training_corpus import prepare_training_data
+from seq2seq.data.training_data import prepare_training_data
 from seq2seq.decode.alignment import alignment_error_rate
 from seq2seq.decode.forced import forced_steps
 from seq2seq.decode.loading import load_trained_model

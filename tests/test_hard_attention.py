@@ -15,7 +15,7 @@ from torch import nn
 from seq2seq.attention.diagnostics import SIGNAL_SEED, measure_attention
 from seq2seq.attention.hard import ChoiceLoss, PositionChoice, entropy, one_hot
 from seq2seq.config import HardAttentionConfig, ModelConfig, config_from_dict
-from seq2seq.data.batching import padding_mask
+from seq2seq.data.padded_batches import padding_mask
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.errors import UserError
 from seq2seq.export import unexportable

@@ -5,7 +5,7 @@ import torch
 
 from seq2seq.attention import attention_class, attention_names
 from seq2seq.config import ModelConfig
-from seq2seq.data.batching import padding_mask
+from seq2seq.data.padded_batches import padding_mask
 from seq2seq.decode.search.beams import SearchSettings
 from seq2seq.decode.search.loop import output_limits, search
 from seq2seq.decode.search.strategy import BeamSearch

@@ -6,7 +6,7 @@ import torch
 from cli_helpers import run_cli
 from test_search import ARCHS, EOS, source, tiny
 
-from seq2seq.data.batching import make_batch
+from seq2seq.data.padded_batches import make_batch
 from seq2seq.decode.forced import forced_log_probs
 from seq2seq.decode.search import loop
 from seq2seq.decode.search.beams import SearchSettings, length_penalty

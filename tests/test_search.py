@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from seq2seq.config import ModelConfig
-from seq2seq.data.batching import padding_mask
+from seq2seq.data.padded_batches import padding_mask
 from seq2seq.decode.search import loop
 from seq2seq.decode.search.beams import SearchSettings, length_penalty
 from seq2seq.decode.search.loop import EXACT_LONGEST

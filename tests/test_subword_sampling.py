@@ -14,13 +14,13 @@ import torch
 from cli_helpers import run_cli, train
 from prepared_helpers import fake_ids, pairs_of
 from test_cli import parameters
-from test_preparation import Log
+from test_corpus_encoder import Log
 
 from seq2seq.config import DataConfig, SubwordSamplingConfig, TokenizerConfig
-from seq2seq.data import corpus, preparation
+from seq2seq.data import corpus, corpus_encoder
+from seq2seq.data.epoch_batches import TrainBatches
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, SegmentationSample, train_tokenizer
-from seq2seq.data.training_batches import TrainBatches
-from seq2seq.data.training_corpus import prepare_training_data
+from seq2seq.data.training_data import prepare_training_data
 from seq2seq.errors import UserError
 
 ALPHA = {"bpe": 0.2, "unigram": 0.1}
@@ -58,7 +58,7 @@ def test_a_sample_spells_the_same_text_and_its_calls_draw_apart(toy, tmp_path, m
 
 
 def test_every_segmentation_is_prepared_once_in_a_process_of_its_own(text, tmp_path, monkeypatch):
-    monkeypatch.setattr(preparation, "cores", lambda: 2)  # what the machine has aside
+    monkeypatch.setattr(corpus_encoder, "cores", lambda: 2)  # what the machine has aside
     tokenizer_cfg = TokenizerConfig(vocab_size=120, model_type="unigram")
     log = Log()
     made = prepare_training_data(text, tokenizer_cfg, tmp_path / "a", seed=4, log=log)
@@ -84,14 +84,14 @@ def test_a_sampling_process_s_error_is_its_one_line(text, tmp_path):
     samples = [SegmentationSample(0.3, -1, number) for number in range(2)]
     jobs = [(text.train, False, sample) for sample in samples]
     with pytest.raises(UserError, match=r"^no tokenizer in .*/none: expected joint.model"):
-        preparation._draw_in_processes(tmp_path / "none", ("src", "tgt"), jobs, workers=2)
+        corpus_encoder._draw_in_processes(tmp_path / "none", ("src", "tgt"), jobs, workers=2)
 
 
 def test_each_chunk_draws_from_a_seed_of_its_own(toy, tmp_path, monkeypatch):
     line = corpus.read_lines(toy / "data/train.src")[0]
     for side in ("src", "tgt"):
         (tmp_path / f"same.{side}").write_text(f"{line}\n" * 60)
-    monkeypatch.setattr(preparation, "CHUNK_PAIRS", 10)
+    monkeypatch.setattr(corpus_encoder, "CHUNK_PAIRS", 10)
     sampling = SubwordSamplingConfig(alpha=0.3, segmentations=1)
     data = DataConfig(
         src="src", tgt="tgt", train=str(tmp_path / "same"), valid="v", subword_sampling=sampling

@@ -14,7 +14,7 @@ from prepared_helpers import fake_ids, write_prepared
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import config_from_dict, load_config
 from seq2seq.data.corpus import read_lines
-from seq2seq.data.training_batches import TrainBatches, TrainingPairs
+from seq2seq.data.epoch_batches import TrainBatches, TrainingPairs
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 from seq2seq.train.datasets import load_datasets

@@ -22,7 +22,7 @@ from seq2seq.data.tokenizer import (
     trained_settings,
 )
 from seq2seq.data.toy import make_toy_corpus
-from seq2seq.data.training_corpus import prepare_training_data
+from seq2seq.data.training_data import prepare_training_data
 from seq2seq.errors import UserError
 
 SPECIALS = {PAD_ID, BOS_ID, EOS_ID}

@@ -8,7 +8,7 @@ import torch
 from seq2seq.attention import MultiHead
 from seq2seq.attention.scores import GeneralAttention, ScaledDotAttention
 from seq2seq.config import ModelConfig
-from seq2seq.data.batching import padding_mask
+from seq2seq.data.padded_batches import padding_mask
 from seq2seq.models import build_model, transformer
 from seq2seq.models.transformer import sinusoids
 

@@ -11,8 +11,8 @@ from prepared_helpers import pairs_of
 from test_models import tiny
 from test_resilience import blow_up_on_update, checkpoint, nan_on_calls
 
-from seq2seq.data.batching import make_batch, padding_mask
-from seq2seq.data.training_batches import TrainBatches
+from seq2seq.data.epoch_batches import TrainBatches
+from seq2seq.data.padded_batches import make_batch, padding_mask
 from seq2seq.train import trainer
 from seq2seq.train.distributed import World
 from seq2seq.train.feed import BatchFeed, pad_to_shape

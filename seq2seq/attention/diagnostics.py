@@ -47,7 +47,7 @@ from torch import Tensor, nn
 
 from seq2seq.attention.base import Attention
 from seq2seq.attention.multihead import MultiHead
-from seq2seq.data.batching import Batch
+from seq2seq.data.padded_batches import Batch
 from seq2seq.data.tokenizer import PAD_ID
 
 Side = Literal["source", "target"]

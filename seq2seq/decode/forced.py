@@ -24,7 +24,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from seq2seq.config import DecodeConfig
-from seq2seq.data.batching import Batch, make_batch, token_batches
+from seq2seq.data.padded_batches import Batch, make_batch, token_batches
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.line_translator import Translation
 from seq2seq.decode.search.beams import length_penalty

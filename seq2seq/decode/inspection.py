@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from seq2seq.attention.diagnostics import DIAGNOSTICS, measure_attention
-from seq2seq.data.batching import make_batch, token_batches
+from seq2seq.data.padded_batches import make_batch, token_batches
 from seq2seq.decode.forced import TeacherForcing
 from seq2seq.errors import UserError
 

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from seq2seq.config import DecodeConfig, describe_validation_error
 from seq2seq.config.decode import SAMPLING_OPTIONS, call_problem
-from seq2seq.data.batching import token_batches
+from seq2seq.data.padded_batches import token_batches
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
 from seq2seq.decode.inputs import (
     check_constraints,

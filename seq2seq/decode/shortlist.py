@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from seq2seq.config import Config
 from seq2seq.data.corpus import read_pairs
-from seq2seq.data.preparation import source_files
+from seq2seq.data.corpus_encoder import source_files
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from seq2seq.decode.cpu_weights import PackedLinear
 from seq2seq.decode.line_translator import SearchRequest

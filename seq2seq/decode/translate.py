@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from seq2seq.config import DecodeConfig
-from seq2seq.data.batching import make_batch
+from seq2seq.data.padded_batches import make_batch
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
 from seq2seq.decode.cpu_weights import int8_weights, packed_weights

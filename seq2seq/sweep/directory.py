@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config, config_from_dict, describe_validation_error, flatten
 from seq2seq.data.corpus import corpus_path, read_lines
-from seq2seq.data.training_corpus import prepare_training_data
+from seq2seq.data.training_data import prepare_training_data
 from seq2seq.device import machine_label
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text, publish_directory

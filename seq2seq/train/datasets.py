@@ -10,9 +10,9 @@ from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config, DataConfig
 from seq2seq.data.alignments import read_gold_alignments
 from seq2seq.data.corpus import corpus_path, read_parallel
+from seq2seq.data.epoch_batches import TrainBatches, TrainingPairs
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.data.training_batches import TrainBatches, TrainingPairs
-from seq2seq.data.training_corpus import TrainingData, prepare_training_data
+from seq2seq.data.training_data import TrainingData, prepare_training_data
 from seq2seq.errors import UserError
 
 
@@ -24,7 +24,7 @@ class Datasets:
     valid_ref: list[str]
     valid_alignments: list[str] | None  # gold Pharaoh lines, where data.valid_alignments
     length_ratio: float  # source pieces per target piece over the kept training pairs
-    corpus_key: str  # the training data's identity (see data.training_corpus.TrainingData)
+    corpus_key: str  # the training data's identity (see data.training_data.TrainingData)
 
 
 def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:

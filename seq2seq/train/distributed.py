@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from seq2seq.data.training_batches import TrainBatches
+from seq2seq.data.epoch_batches import TrainBatches
 from seq2seq.errors import UserError
 
 # Rank 0 validates and writes checkpoints while the others wait at the next collective;

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from seq2seq.data.batching import Batch
+from seq2seq.data.epoch_batches import TrainBatches
+from seq2seq.data.padded_batches import Batch
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.data.training_batches import TrainBatches
 from seq2seq.train.distributed import World
 
 # Padded shapes under CUDA graphs: lengths to multiples of 8 and rows to multiples of 16

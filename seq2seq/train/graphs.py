@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from seq2seq.data.batching import Batch
+from seq2seq.data.padded_batches import Batch
 from seq2seq.train.logs import LOGGER_NAME
 
 # compute(src, src_lengths, tgt_in, tgt_out, tokens, weight) -> ok (a bool tensor)

@@ -16,7 +16,7 @@ import torch
 
 from seq2seq.checkpoint import RunDir, load_checkpoint, load_model_weights
 from seq2seq.config import Config, ModelConfig, config_differences
-from seq2seq.data.preparation import DERIVED
+from seq2seq.data.corpus_encoder import DERIVED
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.loading import check_tokenizer
 from seq2seq.errors import UserError

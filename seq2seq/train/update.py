@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from seq2seq.data.batching import Batch, padding_mask
+from seq2seq.data.padded_batches import Batch, padding_mask
 from seq2seq.train.distributed import World
 from seq2seq.train.feed import PreparedBatch
 from seq2seq.train.graphs import GraphedUpdates

@@ -15,7 +15,7 @@ import torch
 from seq2seq.attention.diagnostics import locked_sites, measure_attention
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import GREEDY_SEARCH, VALIDATION_AER, VALIDATION_LOSS, Config, DecodeConfig
-from seq2seq.data.batching import Batch, make_batch, token_batches
+from seq2seq.data.padded_batches import Batch, make_batch, token_batches
 from seq2seq.decode.alignment import AlignmentScores, alignment_error_rate
 from seq2seq.decode.line_translator import AttentionMap, LineTranslator
 from seq2seq.decode.translate import Translator

@@ -1,5 +1,5 @@
 """The training data of a tokenizer directory made ready: the tokenizer trained on the
-training corpora (or copied, or loaded), and each corpus prepared (preparation.py).
+training corpora (or copied, or loaded), and each corpus prepared (corpus_encoder.py).
 
 `seq2seq prepare`, a run's start and a sweep's shared tokenizers all come through
 `prepare_training_data`; whatever is already there and still right is used as it is.
@@ -16,14 +16,14 @@ from pathlib import Path
 
 from seq2seq.config import DataConfig, TokenizerConfig
 from seq2seq.data.corpus import PairChunk, read_pairs
-from seq2seq.data.preparation import (
+from seq2seq.data.corpus_encoder import (
     CHUNK_PAIRS,
     preparation_lock,
     prepare_corpus,
     prepare_samples,
     source_files,
 )
-from seq2seq.data.prepared import PreparedCorpus
+from seq2seq.data.prepared_corpus import PreparedCorpus
 from seq2seq.data.tokenizer import (
     SegmentationSample,
     Tokenizer,

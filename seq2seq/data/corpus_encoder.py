@@ -1,5 +1,5 @@
 """Preparing a training corpus: its text streamed in chunks, encoded on every core, written
-as a prepared corpus (prepared.py) under a temporary name and renamed into place whole.
+as a prepared corpus (prepared_corpus.py) under a temporary name and renamed into place whole.
 
 A tokenizer directory holds one prepared corpus per training prefix, in `corpora/`; every
 run that uses the tokenizer (a resumed run, the runs of a sweep, each torchrun rank) reads
@@ -29,7 +29,14 @@ import numpy as np
 
 from seq2seq.data.alignments import PieceLinks, word_starts
 from seq2seq.data.corpus import PairChunk, corpus_path, read_pairs
-from seq2seq.data.prepared import ALIGN, SIDES, CorpusWriter, PreparedCorpus, Stale, file_record
+from seq2seq.data.prepared_corpus import (
+    ALIGN,
+    SIDES,
+    CorpusWriter,
+    PreparedCorpus,
+    Stale,
+    file_record,
+)
 from seq2seq.data.tokenizer import SegmentationSample, Tokenizer
 from seq2seq.errors import ResourceError, UserError
 from seq2seq.files import publish_directory, write_problem
@@ -228,7 +235,7 @@ def _draw_in_processes(
 
 
 def main(argv: list[str]) -> int:
-    """`python -m seq2seq.data.preparation TOKENIZER_DIR PREFIX SRC TGT SAMPLE [aligned]`:
+    """`python -m seq2seq.data.corpus_encoder TOKENIZER_DIR PREFIX SRC TGT SAMPLE [aligned]`:
     prepare the corpus of PREFIX in the sampled segmentation SAMPLE (its record, JSON),
     with its alignments if `aligned`."""
     directory, prefix, src, tgt, record, *aligned = argv

@@ -5,7 +5,7 @@ which is what the padded tensors hold; sorting by that length keeps padding smal
 
 The sort and the batching work on numpy arrays of lengths, with no Python object per
 example: a training corpus of tens of millions of pairs is batched in seconds, in a few
-bytes per pair (see training_batches.py).
+bytes per pair (see epoch_batches.py).
 """
 
 from __future__ import annotations

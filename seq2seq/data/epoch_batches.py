@@ -23,14 +23,14 @@ import torch
 from torch import Tensor
 
 from seq2seq.data.alignments import gold_attention
-from seq2seq.data.batching import (
+from seq2seq.data.padded_batches import (
     Batch,
     ShapeKeys,
     batch_bounds,
     random_order,
     stable_sort,
 )
-from seq2seq.data.prepared import PreparedCorpus
+from seq2seq.data.prepared_corpus import PreparedCorpus
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.errors import UserError
 

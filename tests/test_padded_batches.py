@@ -7,8 +7,8 @@ import pytest
 import torch
 from prepared_helpers import varied_lengths
 
-from seq2seq.data import batching
-from seq2seq.data.batching import make_batch, token_batches
+from seq2seq.data import padded_batches
+from seq2seq.data.padded_batches import make_batch, token_batches
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -128,7 +128,7 @@ def test_batches_equal_the_list_algorithm_they_replace(seed) -> None:
 
 def test_the_chunked_counting_sort_equals_one_pass(monkeypatch) -> None:
     src, tgt = varied_lengths(1000, seed=3)
-    monkeypatch.setattr(batching, "SORT_CHUNK", 7)  # many chunks, keys split across them
+    monkeypatch.setattr(padded_batches, "SORT_CHUNK", 7)  # many chunks, keys split across them
     new, old = (torch.Generator().manual_seed(5) for _ in range(2))
     assert token_batches(src, tgt, 300, new) == list_batches(src, tgt, 300, old)
 
@@ -137,9 +137,9 @@ def test_the_chunked_counting_sort_equals_one_pass(monkeypatch) -> None:
 def test_width_counts_from_keys_count_the_padded_widths(longest) -> None:
     rng = random.Random(longest)
     src, tgt = (np.array([rng.randint(0, longest) for _ in range(3000)]) for _ in range(2))
-    shape = batching.ShapeKeys(int(src.max()), int(tgt.max()))
+    shape = padded_batches.ShapeKeys(int(src.max()), int(tgt.max()))
     assert (shape.table is None) == (longest == 5000)
     picked = rng.choices(range(3000), k=4000)  # some twice, some not at all
     counts = shape.width_counts(shape(src[picked], tgt[picked]))
-    expected = np.bincount(batching.padded_widths(src[picked], tgt[picked]))
+    expected = np.bincount(padded_batches.padded_widths(src[picked], tgt[picked]))
     assert np.array_equal(counts[: len(expected)], expected) and not counts[len(expected) :].any()

@@ -20,12 +20,12 @@ import pytest
 from cli_helpers import run_cli
 
 from seq2seq.config import DataConfig, TokenizerConfig
-from seq2seq.data import corpus, preparation, prepared
-from seq2seq.data.preparation import CORPORA, preparation_lock
-from seq2seq.data.prepared import MANIFEST
+from seq2seq.data import corpus, corpus_encoder, prepared_corpus
+from seq2seq.data.corpus_encoder import CORPORA, preparation_lock
+from seq2seq.data.epoch_batches import TrainBatches, TrainingPairs
+from seq2seq.data.prepared_corpus import MANIFEST
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizer
-from seq2seq.data.training_batches import TrainBatches, TrainingPairs
-from seq2seq.data.training_corpus import prepare_training_data
+from seq2seq.data.training_data import prepare_training_data
 from seq2seq.errors import ResourceError, UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +77,7 @@ def test_a_prepared_corpus_is_opened_without_reading_or_hashing(text, tmp_path, 
         raise AssertionError("read or hashed again")
 
     monkeypatch.setattr(corpus, "raw_lines", forbidden)
-    monkeypatch.setattr(prepared, "file_sha256", forbidden)
+    monkeypatch.setattr(prepared_corpus, "file_sha256", forbidden)
     log = Log()
     again = prepare(text, tmp_path / "tok", log)
     assert ids(again.corpora[0]) == ids(first.corpora[0]) and again.key == first.key
@@ -147,7 +147,7 @@ def test_another_tokenizer_prepares_the_corpus_again(text, tmp_path):
         TokenizerConfig(vocab_size=80), ["aa bb cc"] * 50, ["dd ee"] * 50, tmp_path / "other"
     )
     log = Log()
-    corpus_again = preparation.prepare_corpus(
+    corpus_again = corpus_encoder.prepare_corpus(
         other, tmp_path / "tok", text.train, (text.src, text.tgt), log
     )
     assert log.said("prepared with another tokenizer")
@@ -156,7 +156,7 @@ def test_another_tokenizer_prepares_the_corpus_again(text, tmp_path):
 
 def test_a_full_disk_leaves_nothing_and_the_next_start_prepares(text, tmp_path, monkeypatch):
     tokenizer_dir = tmp_path / "tok"
-    monkeypatch.setattr(preparation, "CHUNK_PAIRS", 100)
+    monkeypatch.setattr(corpus_encoder, "CHUNK_PAIRS", 100)
     written = []
 
     def fill_up(self, array):
@@ -166,7 +166,7 @@ def test_a_full_disk_leaves_nothing_and_the_next_start_prepares(text, tmp_path, 
         self.handle.write(np.ascontiguousarray(array).data)
 
     with monkeypatch.context() as patch:
-        patch.setattr(prepared._HashedFile, "write", fill_up)
+        patch.setattr(prepared_corpus._HashedFile, "write", fill_up)
         with pytest.raises(ResourceError, match="No space left on device; free some space"):
             prepare(text, tokenizer_dir)
     assert list((tokenizer_dir / CORPORA).iterdir()) == []  # no corpus, no temporary one
@@ -182,14 +182,14 @@ def test_a_preparation_killed_halfway_is_prepared_whole_by_the_next(text, tmp_pa
 import os, signal, sys
 sys.path.insert(0, {str(ROOT)!r})
 from seq2seq.config import DataConfig, TokenizerConfig
-from seq2seq.data import prepared, preparation
-from seq2seq.data.training_corpus import prepare_training_data
-preparation.CHUNK_PAIRS = 100
-add = prepared.CorpusWriter.add
+from seq2seq.data import corpus_encoder, prepared_corpus
+from seq2seq.data.training_data import prepare_training_data
+corpus_encoder.CHUNK_PAIRS = 100
+add = prepared_corpus.CorpusWriter.add
 def add_then_die(self, src, tgt, links=None):
     add(self, src, tgt, links)
     os.kill(os.getpid(), signal.SIGKILL)
-prepared.CorpusWriter.add = add_then_die
+prepared_corpus.CorpusWriter.add = add_then_die
 data = DataConfig(src="src", tgt="tgt", train={text.train!r}, valid={text.train!r})
 prepare_training_data(data, TokenizerConfig(vocab_size=120), {str(tokenizer_dir)!r}, seed=1)
 """
@@ -226,8 +226,8 @@ def test_a_second_process_waits_for_the_first_then_uses_its_work(text, toy, tmp_
 
 
 def test_a_text_that_changes_while_it_is_prepared_is_refused(text, tmp_path, monkeypatch):
-    monkeypatch.setattr(preparation, "CHUNK_PAIRS", 100)
-    add = prepared.CorpusWriter.add
+    monkeypatch.setattr(corpus_encoder, "CHUNK_PAIRS", 100)
+    add = prepared_corpus.CorpusWriter.add
 
     def add_and_edit(self, src, tgt, links=None):
         add(self, src, tgt, links)
@@ -236,9 +236,9 @@ def test_a_text_that_changes_while_it_is_prepared_is_refused(text, tmp_path, mon
 
     tokenizer_dir = tmp_path / "tok"
     train_tokenizer(TOKENIZER, ["aa bb"] * 20, ["cc dd"] * 20, tokenizer_dir)
-    monkeypatch.setattr(prepared.CorpusWriter, "add", add_and_edit)
+    monkeypatch.setattr(prepared_corpus.CorpusWriter, "add", add_and_edit)
     with pytest.raises(UserError, match="train.src changed while it was prepared; run the"):
-        preparation.prepare_corpus(
+        corpus_encoder.prepare_corpus(
             Tokenizer.load(tokenizer_dir), tokenizer_dir, text.train, ("src", "tgt")
         )
     assert list((tokenizer_dir / CORPORA).iterdir()) == []

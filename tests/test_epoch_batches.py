@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 from prepared_helpers import fake_ids, pairs_of, varied_lengths, write_prepared
-from test_batching import list_batches
+from test_padded_batches import list_batches
 
-from seq2seq.data.batching import make_batch
-from seq2seq.data.training_batches import KeptPairs, TrainBatches, TrainingPairs
+from seq2seq.data.epoch_batches import KeptPairs, TrainBatches, TrainingPairs
+from seq2seq.data.padded_batches import make_batch
 
 
 def old_epoch(src, tgt, max_len, batch_tokens, seed, epoch) -> list[list[int]]:
