@@ -20,7 +20,7 @@ from seq2seq.config import ATTENTION_TYPES, load_config
 from seq2seq.errors import UserError
 from seq2seq.sweep import SweepDir, load_sweep, parse_shard
 from seq2seq.sweep.kept_attention import initial_sites, save_best_attention
-from seq2seq.sweep.one_run import Status, train_run
+from seq2seq.sweep.running.one_run import Status, train_run
 from seq2seq.sweep.spec import Shard
 from seq2seq.train.run import train
 

@@ -9,9 +9,9 @@ from sacrebleu.metrics import BLEU
 from sweep_helpers import REFERENCES, hand_made_run, row, write_sweep
 
 from seq2seq.sweep import SweepDir, load_sweep
-from seq2seq.sweep.budgets import budget_tables
-from seq2seq.sweep.report import results_markdown
-from seq2seq.sweep.results import collect
+from seq2seq.sweep.reporting.budgets import budget_tables
+from seq2seq.sweep.reporting.report import results_markdown
+from seq2seq.sweep.reporting.results import collect
 
 GRID = {"model.attention.type": ["bahdanau", "dot"]}
 FIVE_WORDS = [" ".join(r.split()[:5]) for r in REFERENCES]  # BLEU 54.9

@@ -12,8 +12,10 @@ from sweep_helpers import BASE, row, write_sweep
 from seq2seq import Translator
 from seq2seq.checkpoint import RunDir
 from seq2seq.data.corpus import read_parallel
-from seq2seq.sweep import SweepDir, diagnostics, load_sweep
-from seq2seq.sweep.diagnostics import (
+from seq2seq.sweep import SweepDir, load_sweep
+from seq2seq.sweep.kept_attention import check_kept_attention, initial_sites
+from seq2seq.sweep.reporting import diagnostics
+from seq2seq.sweep.reporting.diagnostics import (
     CHART,
     CURVES,
     LOCKED,
@@ -21,8 +23,7 @@ from seq2seq.sweep.diagnostics import (
     RUNS_CHART,
     write_diagnostics,
 )
-from seq2seq.sweep.kept_attention import check_kept_attention, initial_sites
-from seq2seq.sweep.results import collect
+from seq2seq.sweep.reporting.results import collect
 
 
 def site(queries: str, keys: str, entropy_norm: float, **scales: float) -> dict:

@@ -18,8 +18,8 @@ from sweep_helpers import FAST, assert_same_runs, write_sweep
 from seq2seq.checkpoint import RunDir, training_lock
 from seq2seq.config import load_config
 from seq2seq.errors import UserError
-from seq2seq.sweep.display import time_left
-from seq2seq.sweep.jobs import Slot, plan_slots
+from seq2seq.sweep.running.display import time_left
+from seq2seq.sweep.running.jobs import Slot, plan_slots
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,9 +17,9 @@ from seq2seq.metrics import Metric
 from seq2seq.significance import holm
 from seq2seq.sweep import SweepDir, load_sweep
 from seq2seq.sweep.directory import RunState
-from seq2seq.sweep.report import results_csv, results_markdown
-from seq2seq.sweep.results import Spread, collect
-from seq2seq.sweep.tables import ranking
+from seq2seq.sweep.reporting.report import results_csv, results_markdown
+from seq2seq.sweep.reporting.results import Spread, collect
+from seq2seq.sweep.reporting.tables import ranking
 
 # Hypotheses of the baseline's two seeds: its first word, then its first three words.
 POOR = {1: [r.split()[0] for r in REFERENCES], 2: [" ".join(r.split()[:3]) for r in REFERENCES]}
@@ -243,7 +243,7 @@ def test_a_baseline_of_some_fields_is_compared_within_the_others(tmp_path, monke
 
 def test_a_file_named_report_is_kept_and_named(hand_made, tmp_path):
     from seq2seq.errors import UserError
-    from seq2seq.sweep.report import write_report
+    from seq2seq.sweep.reporting.report import write_report
 
     mine = tmp_path / "sweep/report"
     mine.write_text("my notes\n")

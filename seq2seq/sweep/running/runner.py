@@ -10,11 +10,11 @@ from pathlib import Path
 from seq2seq.checkpoint import lock_holder
 from seq2seq.device import default_threads
 from seq2seq.errors import UserError
-from seq2seq.sweep.continuation import check_continuation, continuable
 from seq2seq.sweep.directory import SweepDir
-from seq2seq.sweep.jobs import JobPool, Slot, plan_slots, visible_gpus
-from seq2seq.sweep.one_run import Outcome, Status, plan_run, train_run
-from seq2seq.sweep.report import write_report
+from seq2seq.sweep.reporting.report import write_report
+from seq2seq.sweep.running.continuation import check_continuation, continuable
+from seq2seq.sweep.running.jobs import JobPool, Slot, plan_slots, visible_gpus
+from seq2seq.sweep.running.one_run import Outcome, Status, plan_run, train_run
 from seq2seq.sweep.spec import Run, Shard, Sweep
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 from seq2seq.metrics import METRICS, length_buckets
 from seq2seq.significance import ALPHA, MIN_SEEDS, Comparison
-from seq2seq.sweep.results import (
+from seq2seq.sweep.reporting.results import (
     LENGTH_EDGES,
     STATISTICS,
     CellResult,

@@ -26,7 +26,7 @@ from pathlib import Path
 from seq2seq.attention.diagnostics import DIAGNOSTICS, LOCKED
 from seq2seq.plots import band_panels_figure, figure_png, line_grid_figure
 from seq2seq.sweep.kept_attention import initial_sites
-from seq2seq.sweep.results import CellResult, SweepResults
+from seq2seq.sweep.reporting.results import CellResult, SweepResults
 
 CURVES = {  # diagnostic -> its panel in attention-diagnostics.png
     "entropy_norm": "normalised entropy (1 = uniform)",

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from seq2seq.checkpoint import RunBusy, RunDir
 from seq2seq.errors import UserError
-from seq2seq.sweep.continuation import copy_to_continue
 from seq2seq.sweep.directory import RunState, SweepDir
 from seq2seq.sweep.kept_attention import keep_attention
+from seq2seq.sweep.running.continuation import copy_to_continue
 from seq2seq.sweep.spec import Run, Sweep
 from seq2seq.train.run import train
 

@@ -20,10 +20,10 @@ from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text
 from seq2seq.processes import same_code_environment
 from seq2seq.sweep.directory import SweepDir
-from seq2seq.sweep.jobs import plan_slots
-from seq2seq.sweep.one_run import Outcome, Status, plan_run, train_job
-from seq2seq.sweep.report import write_report
-from seq2seq.sweep.runner import note, prepare_sweep, raise_for_outcomes
+from seq2seq.sweep.reporting.report import write_report
+from seq2seq.sweep.running.jobs import plan_slots
+from seq2seq.sweep.running.one_run import Outcome, Status, plan_run, train_job
+from seq2seq.sweep.running.runner import note, prepare_sweep, raise_for_outcomes
 from seq2seq.sweep.spec import Run, Shard, Sweep
 
 INSTALL = "pip install 'seq2seq[slurm]' (or pip install 'submitit>=1.5,<2')"

@@ -17,7 +17,7 @@ from seq2seq.data.corpus import corpus_path, read_lines
 from seq2seq.errors import UserError
 from seq2seq.metrics import HEADLINE
 from seq2seq.sweep.directory import FinishedRun, NotFinished, SweepDir
-from seq2seq.sweep.results import SweepResults
+from seq2seq.sweep.reporting.results import SweepResults
 from seq2seq.sweep.spec import Cell, Sweep
 
 Scores = dict[tuple[str, int], float]  # (cell key, seed) -> the score on one test set

@@ -1,4 +1,4 @@
-"""A `--jobs` worker process: `python -m seq2seq.sweep.worker ROOT NAME [THREADS]` trains
+"""A `--jobs` worker process: `python -m seq2seq.sweep.running.worker ROOT NAME [THREADS]` trains
 the run NAME of the sweep stored in ROOT (one_run.train_job). Its stderr is the run's
 console log, which the sweep reads for its display; the exit status says how it ended
 (below), and where it failed the last line of stderr says why."""
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from seq2seq.errors import UserError
-from seq2seq.sweep.one_run import Status, train_job
+from seq2seq.sweep.running.one_run import Status, train_job
 from seq2seq.train.interrupt import Interrupted
 
 EXIT_STATUS = {Status.TRAINED: 0, Status.SKIPPED: 0, Status.FAILED: 2, Status.BUSY: 75}
@@ -19,7 +19,7 @@ EXIT_STATUS = {Status.TRAINED: 0, Status.SKIPPED: 0, Status.FAILED: 2, Status.BU
 def command(root: Path, name: str, threads: int | None) -> list[str]:
     """The command line of a worker for the run `name`."""
     tail = [] if threads is None else [str(threads)]
-    return [sys.executable, "-m", "seq2seq.sweep.worker", str(root), name, *tail]
+    return [sys.executable, "-m", "seq2seq.sweep.running.worker", str(root), name, *tail]
 
 
 def main(argv: list[str]) -> int:

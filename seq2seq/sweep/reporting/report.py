@@ -1,7 +1,7 @@
-"""A sweep's report, DIR/report/: results.md (its tables: sweep/tables.py; a continued
-sweep's budgets: sweep/budgets.py), results.csv, bleu.png, curves.png,
+"""A sweep's report, DIR/report/: results.md (its tables: sweep/reporting/tables.py; a continued
+sweep's budgets: sweep/reporting/budgets.py), results.csv, bleu.png, curves.png,
 length-TESTSET.png, attention.png, attention-diagnostics.png and attention-runs.png
-(sweep/diagnostics.py) and TensorBoard's HParams view (tensorboard/), from whatever has
+(sweep/reporting/diagnostics.py) and TensorBoard's HParams view (tensorboard/), from whatever has
 finished.
 
 The report is written into a temporary directory and renamed into place, so a reader (or
@@ -29,11 +29,11 @@ from seq2seq.plots import (
     figure_png,
 )
 from seq2seq.significance import Comparison
-from seq2seq.sweep.budgets import budget_tables
-from seq2seq.sweep.diagnostics import write_diagnostics
 from seq2seq.sweep.directory import SweepDir
 from seq2seq.sweep.kept_attention import save_best_attention
-from seq2seq.sweep.results import (
+from seq2seq.sweep.reporting.budgets import budget_tables
+from seq2seq.sweep.reporting.diagnostics import write_diagnostics
+from seq2seq.sweep.reporting.results import (
     LENGTH_EDGES,
     STATISTICS,
     CellResult,
@@ -41,8 +41,7 @@ from seq2seq.sweep.results import (
     SweepResults,
     collect,
 )
-from seq2seq.sweep.spec import format_value
-from seq2seq.sweep.tables import (
+from seq2seq.sweep.reporting.tables import (
     TRAINING_NOTE,
     bucket_bleu,
     how_to_read,
@@ -52,6 +51,7 @@ from seq2seq.sweep.tables import (
     scores_table,
     training_table,
 )
+from seq2seq.sweep.spec import format_value
 
 
 def write_report(directory: SweepDir) -> Path:

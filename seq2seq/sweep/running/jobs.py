@@ -23,10 +23,10 @@ import torch
 from seq2seq.errors import UserError
 from seq2seq.processes import same_code_environment
 from seq2seq.sweep.directory import SweepDir
-from seq2seq.sweep.display import Running, SweepDisplay
-from seq2seq.sweep.one_run import Outcome, Status
+from seq2seq.sweep.running.display import Running, SweepDisplay
+from seq2seq.sweep.running.one_run import Outcome, Status
+from seq2seq.sweep.running.worker import EXIT_STATUS, command
 from seq2seq.sweep.spec import Run
-from seq2seq.sweep.worker import EXIT_STATUS, command
 from seq2seq.train.interrupt import STOP_SIGNALS, Interrupted
 
 _POLL_S = 0.2
