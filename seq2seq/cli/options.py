@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -166,3 +167,57 @@ Overrides = Annotated[
         help="override a config field; repeat it for more: --set train.max_steps=100",
     ),
 ]
+
+
+@dataclass(frozen=True)
+class Loading:
+    """Which checkpoints a command's translator loads, and where it computes (`score`)."""
+
+    checkpoint: Checkpoints = None
+    device: DeviceChoice = None
+    threads: Threads = None
+
+
+@dataclass(frozen=True)
+class DecodingLoading(Loading):
+    """`Loading`, and whether decoding's weights are int8 (`evaluate`)."""
+
+    int8: Int8 = False
+
+
+@dataclass(frozen=True)
+class EngineLoading(DecodingLoading):
+    """`DecodingLoading`, and which engine decodes (`translate`)."""
+
+    engine: EngineChoice = Engine.torch
+
+
+@dataclass(frozen=True)
+class Records:
+    """What a command writes beside its output, a line per input line."""
+
+    alignments: AlignmentFile = None
+    alignment_head: AlignmentHead = None
+    attention: AttentionFile = None
+    token_scores: TokenScoreFile = None
+
+
+@dataclass(frozen=True)
+class ServeLimitOptions:
+    """How much `serve` lets one request ask and take, and how it batches them."""
+
+    max_lines: Annotated[int, typer.Option(min=1, help="lines per request")] = 64
+    max_chars: Annotated[int, typer.Option(min=1, help="characters per line")] = 2000
+    timeout: Annotated[
+        float, typer.Option(min=0.1, help="seconds a request may take, queueing included")
+    ] = 60.0
+    max_queue: Annotated[int, typer.Option(min=1, help="requests that may wait; more get 503")] = (
+        256
+    )
+    batch_lines: Annotated[int, typer.Option(min=1, help="lines decoded together at most")] = 64
+    batch_wait_ms: Annotated[
+        float, typer.Option(min=0.0, help="how long a batch waits for more requests")
+    ] = 10.0
+    read_timeout: Annotated[
+        float, typer.Option(min=0.1, help="seconds a client may take to send headers, or body")
+    ] = 10.0

@@ -4,6 +4,7 @@ attention; `evaluate-alignments`: word alignments scored against gold ones."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -13,19 +14,14 @@ import typer
 
 from seq2seq.cli.app import app
 from seq2seq.cli.decoding import FORCED_FIELDS, decoding_options, flag
+from seq2seq.cli.option_groups import option_group
 from seq2seq.cli.options import (
-    AlignmentFile,
-    AlignmentHead,
-    AttentionFile,
-    Checkpoints,
-    DeviceChoice,
-    Engine,
+    DecodingLoading,
     GivenTranslations,
-    Int8,
+    Loading,
+    Records,
     References,
     Runs,
-    Threads,
-    TokenScoreFile,
 )
 from seq2seq.errors import UserError
 
@@ -36,6 +32,7 @@ if TYPE_CHECKING:
 
 @app.command()
 @decoding_options()
+@option_group("loading", DecodingLoading)
 def evaluate(
     ref: References,
     run: Runs = None,
@@ -43,12 +40,9 @@ def evaluate(
         Path | None, typer.Option("--src", help="source sentences, one per line (with --run)")
     ] = None,
     hyp: GivenTranslations = None,
-    checkpoint: Checkpoints = None,
-    device: DeviceChoice = None,
-    threads: Threads = None,
-    int8: Int8 = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     *,
+    loading: DecodingLoading,
     decode: dict,
 ) -> None:
     """Score a translation against --ref: BLEU, chrF and TER with sacrebleu signatures.
@@ -58,15 +52,14 @@ def evaluate(
 
     references = _read_references(ref)
     if hyp:
-        given = {"run": run or None, "src": src, "checkpoint": checkpoint, **decode}
-        given |= {"device": device, "threads": threads, "int8": int8}
+        given = {"run": run or None, "src": src, **dataclasses.asdict(loading), **decode}
         _score_files(hyp, references, given, as_json)
         return
     if not run or src is None:
         raise UserError("pass --run RUN and --src FILE to translate, or --hyp FILE to score")
     sources = _aligned_lines(src, ref[0], len(references[0]), "reference")
     with _within_memory(decode):
-        translator = _translator(Engine.torch, run, checkpoint, device, threads, None, decode, int8)
+        translator = _translator(run, loading, None, decode)
         hypotheses = translator.translate(sources, progress=True)
     _print_scores([str(src)], [hypotheses], references, as_json)
 
@@ -174,19 +167,16 @@ def _comparison_note(sentences: int, compared: int) -> str:
 
 @app.command()
 @decoding_options(FORCED_FIELDS)
+@option_group("given", Records)
+@option_group("loading", Loading)
 def score(
     run: Runs,
     src: Annotated[Path, typer.Option("--src", help="source sentences, one per line")],
     ref: Annotated[Path, typer.Option("--ref", help="their translations to score, line-aligned")],
     output: Annotated[Path | None, typer.Option("--output", "-o", help="default: stdout")] = None,
-    checkpoint: Checkpoints = None,
-    device: DeviceChoice = None,
-    threads: Threads = None,
-    token_scores: TokenScoreFile = None,
-    alignments: AlignmentFile = None,
-    alignment_head: AlignmentHead = None,
-    attention: AttentionFile = None,
     *,
+    loading: Loading,
+    given: Records,
     decode: dict,
 ) -> None:
     """Score each translation in --ref as the model's log-probability of it given its
@@ -201,12 +191,13 @@ def score(
     from seq2seq.decode.line_io import RecordFiles, write_records
     from seq2seq.files import atomic_write_text
 
-    records = RecordFiles(alignments, attention, alignment_head=alignment_head)
+    alignments, attention, token_scores = given.alignments, given.attention, given.token_scores
+    records = RecordFiles(alignments, attention, alignment_head=given.alignment_head)
     records.check()
     references = _read_lines(ref)
     sources = _aligned_lines(src, ref, len(references), "translation")
     with _within_memory(decode):
-        translator = _translator(Engine.torch, run, checkpoint, device, threads, None, decode)
+        translator = _translator(run, loading, None, decode)
         scores = translator.score(
             sources, references, progress=True, token_scores=token_scores is not None
         )

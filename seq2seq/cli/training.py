@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import enum
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from seq2seq.cli.app import HELP, app
+from seq2seq.cli.option_groups import option_group
 from seq2seq.cli.options import ConfigArgument, ConfigOption, Overrides, RunDirOption
 from seq2seq.errors import UserError
 
@@ -160,6 +162,34 @@ SlurmSettings = Annotated[
     typer.Option(metavar="KEY=VALUE", help="a Slurm job setting, repeated for each"),
 ]
 
+
+@dataclass(frozen=True)
+class SweepExecution:
+    """How a sweep's runs are trained: one after another, at once on this machine
+    (`--jobs`), or submitted as jobs (`--launcher`)."""
+
+    jobs: Jobs = None
+    jobs_per_gpu: JobsPerGpu = None
+    launcher: LauncherOption = None
+    slurm: SlurmSettings = None
+
+    def given(self) -> bool:
+        return any(getattr(self, name) for name in ("jobs", "jobs_per_gpu", "launcher", "slurm"))
+
+    def check(self) -> None:
+        """One line for options that do not go together."""
+        for name, value in (("--jobs", self.jobs), ("--jobs-per-gpu", self.jobs_per_gpu)):
+            if value is not None and value < 1:
+                raise UserError(f"{name} {value}: give how many runs to train at once, 1 or more")
+        if self.launcher is not None and (self.jobs or self.jobs_per_gpu):
+            raise UserError(
+                "--jobs trains runs at once on this machine, --launcher submits them as jobs; "
+                "pass one of the two"
+            )
+        if self.slurm and self.launcher is not Launcher.SLURM:
+            raise UserError("--slurm KEY=VALUE sets a Slurm job: pass --launcher slurm with it")
+
+
 sweep_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -170,6 +200,7 @@ app.add_typer(sweep_app, name="sweep")
 
 
 @sweep_app.callback(invoke_without_command=True)
+@option_group("execution", SweepExecution)
 def sweep(
     ctx: typer.Context,
     config: Annotated[
@@ -190,22 +221,20 @@ def sweep(
             "--dry-run", "--status", help="list the runs and how far each has come; no more"
         ),
     ] = False,
-    jobs: Jobs = None,
-    jobs_per_gpu: JobsPerGpu = None,
-    launcher: LauncherOption = None,
-    slurm: SlurmSettings = None,
+    *,
+    execution: SweepExecution,
 ) -> None:
     """Train every cell of a grid x seeds (skipping finished runs, resuming interrupted
     ones), then write the report to DIR/report; `seq2seq sweep report DIR` rewrites it."""
     if ctx.invoked_subcommand is not None:
-        if config or sweep_dir or shard or dry_run or jobs or jobs_per_gpu or launcher or slurm:
+        if config or sweep_dir or shard or dry_run or execution.given():
             raise UserError("'seq2seq sweep report DIR' takes no options; pass only DIR")
         return
     if config is None:
         raise UserError(
             "pass --config SWEEP_FILE (see configs/sweeps/), or: seq2seq sweep report DIR"
         )
-    _check_sweep_options(jobs, jobs_per_gpu, launcher, slurm or [])
+    execution.check()
     from seq2seq.sweep import describe_sweep, load_sweep, parse_shard, run_sweep, submit_sweep
 
     plan = load_sweep(config)
@@ -213,25 +242,11 @@ def sweep(
     root = sweep_dir or Path("runs/sweeps") / plan.name
     if dry_run:
         print(describe_sweep(plan, root, part))
-    elif launcher is not None:
-        print(submit_sweep(plan, root, part, launcher.value, slurm or []))
+    elif execution.launcher is not None:
+        print(submit_sweep(plan, root, part, execution.launcher.value, execution.slurm or []))
     else:
-        print(run_sweep(plan, root, part, jobs, jobs_per_gpu).read_text(encoding="utf-8"), end="")
-
-
-def _check_sweep_options(
-    jobs: int | None, jobs_per_gpu: int | None, launcher: Launcher | None, slurm: list[str]
-) -> None:
-    for name, value in (("--jobs", jobs), ("--jobs-per-gpu", jobs_per_gpu)):
-        if value is not None and value < 1:
-            raise UserError(f"{name} {value}: give how many runs to train at once, 1 or more")
-    if launcher is not None and (jobs or jobs_per_gpu):
-        raise UserError(
-            "--jobs trains runs at once on this machine, --launcher submits them as jobs; "
-            "pass one of the two"
-        )
-    if slurm and launcher is not Launcher.SLURM:
-        raise UserError("--slurm KEY=VALUE sets a Slurm job: pass --launcher slurm with it")
+        report = run_sweep(plan, root, part, execution.jobs, execution.jobs_per_gpu)
+        print(report.read_text(encoding="utf-8"), end="")
 
 
 @sweep_app.command("report")

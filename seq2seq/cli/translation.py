@@ -3,6 +3,7 @@ and `serve`."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -11,23 +12,20 @@ import typer
 
 from seq2seq.cli.app import app
 from seq2seq.cli.decoding import cli_spelling, decoding_options, flag
+from seq2seq.cli.option_groups import option_group
 from seq2seq.cli.options import (
-    AlignmentFile,
-    AlignmentHead,
-    AttentionFile,
     Checkpoint,
-    Checkpoints,
     ConstraintFile,
-    Device,
     DeviceChoice,
     Engine,
-    EngineChoice,
-    Int8,
+    EngineLoading,
+    Loading,
     NBestLines,
     PrefixFile,
     Quantization,
+    Records,
+    ServeLimitOptions,
     Threads,
-    TokenScoreFile,
     device_name,
 )
 from seq2seq.errors import UserError
@@ -75,23 +73,18 @@ TranslateRuns = Annotated[
 
 @app.command()
 @decoding_options()
+@option_group("records", Records)
+@option_group("loading", EngineLoading)
 def translate(
     run: TranslateRuns,
-    checkpoint: Checkpoints = None,
     input: Annotated[Path | None, typer.Option("--input", "-i", help="default: stdin")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="default: stdout")] = None,
     nbest: NBestLines = 1,
-    device: DeviceChoice = None,
-    alignments: AlignmentFile = None,
-    alignment_head: AlignmentHead = None,
-    engine: EngineChoice = Engine.torch,
-    threads: Threads = None,
-    int8: Int8 = False,
     prefix_file: PrefixFile = None,
     constraint_file: ConstraintFile = None,
-    attention: AttentionFile = None,
-    token_scores: TokenScoreFile = None,
     *,
+    loading: EngineLoading,
+    records: Records,
     decode: dict,
 ) -> None:
     """Translate a file (or stdin) line by line; output stays line-aligned with input.
@@ -100,11 +93,10 @@ def translate(
     than the model reads (twice data.max_len pieces) is cut to that; stderr counts and
     names such lines. On a terminal, stdin is translated interactively, line by line."""
     with _within_memory(decode):
-        translator = _translator(
-            engine, run, checkpoint, device, threads, alignments or attention, decode, int8
-        )
-        records = (alignments, attention, token_scores, alignment_head)
-        _translate_input(translator, input, output, nbest, records, (prefix_file, constraint_file))
+        translator = _translator(run, loading, records.alignments or records.attention, decode)
+        files = (records.alignments, records.attention, records.token_scores)
+        files += (records.alignment_head,)
+        _translate_input(translator, input, output, nbest, files, (prefix_file, constraint_file))
 
 
 def _translate_input(
@@ -139,22 +131,21 @@ def _translate_input(
 
 
 def _translator(
-    engine: Engine,
-    runs: list[Path],
-    checkpoints: list[str] | None,
-    device: Device | None,
-    threads: int | None,
-    weights: Path | None,
-    options: dict,
-    int8: bool = False,
+    runs: list[Path], loading: Loading, weights: Path | None, options: dict
 ) -> LineTranslator:
-    """The translator of `runs` (or of an exported model); `weights`: a file of attention
-    weights or alignments to write, which the CTranslate2 engine cannot."""
+    """The translator of `runs` (or of an exported model: `EngineLoading.engine`);
+    `weights`: a file of attention weights or alignments to write, which the CTranslate2
+    engine cannot."""
     from seq2seq.decode.translate import Translator
     from seq2seq.device import free_cpus, use_threads
 
-    where = device_name(device)
-    if engine is Engine.torch:
+    where, threads, int8 = (
+        device_name(loading.device),
+        loading.threads,
+        getattr(loading, "int8", False),
+    )
+    checkpoints = loading.checkpoint
+    if getattr(loading, "engine", Engine.torch) is Engine.torch:
         return Translator.load(
             runs, checkpoints or "best", where, threads=threads, int8=int8, **options
         )
@@ -247,6 +238,7 @@ def plot_attention(
 
 @app.command()
 @decoding_options()
+@option_group("limits", ServeLimitOptions)
 def serve(
     run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
     checkpoint: Checkpoint = "best",
@@ -258,21 +250,6 @@ def serve(
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="0: any free port")] = 8000,
     device: DeviceChoice = None,
-    max_lines: Annotated[int, typer.Option(min=1, help="lines per request")] = 64,
-    max_chars: Annotated[int, typer.Option(min=1, help="characters per line")] = 2000,
-    timeout: Annotated[
-        float, typer.Option(min=0.1, help="seconds a request may take, queueing included")
-    ] = 60.0,
-    max_queue: Annotated[
-        int, typer.Option(min=1, help="requests that may wait; more get 503")
-    ] = 256,
-    batch_lines: Annotated[int, typer.Option(min=1, help="lines decoded together at most")] = 64,
-    batch_wait_ms: Annotated[
-        float, typer.Option(min=0.0, help="how long a batch waits for more requests")
-    ] = 10.0,
-    read_timeout: Annotated[
-        float, typer.Option(min=0.1, help="seconds a client may take to send headers, or body")
-    ] = 10.0,
     allowed_host: Annotated[
         list[str] | None,
         typer.Option(
@@ -281,6 +258,7 @@ def serve(
     ] = None,
     threads: Threads = None,
     *,
+    limits: ServeLimitOptions,
     decode: dict,
 ) -> None:
     """Serve the model over HTTP: POST /translate, GET /health, GET /info, and a page at /
@@ -290,8 +268,7 @@ def serve(
     from seq2seq.serve.server import Served
     from seq2seq.serve.server import serve as run_server
 
-    waits = {"timeout": timeout, "read_timeout": read_timeout, "batch_wait": batch_wait_ms / 1000}
-    sizes = {"max_lines": max_lines, "max_chars": max_chars, "max_queue": max_queue}
-    limits = ServeLimits(**sizes, **waits, batch_lines=batch_lines)
+    given = dataclasses.asdict(limits)
+    given["batch_wait"] = given.pop("batch_wait_ms") / 1000
     served = Served(run, checkpoint, device_name(device), threads, decode)
-    run_server(served, host, port, limits, allowed_host or ())
+    run_server(served, host, port, ServeLimits(**given), allowed_host or ())
