@@ -112,9 +112,14 @@ def test_translating_with_a_shortlist_builds_it_once(run, toy, tmp_path, capsys,
     assert run_cli(*args) == 0
     assert "building the vocabulary shortlist" in capsys.readouterr().err
     assert (run / FILE).exists() and len(out.read_text().splitlines()) == len(lines)
+    built = shortlist_module.build_shortlist
     monkeypatch.setattr(shortlist_module, "build_shortlist", None)  # a second build fails
     assert run_cli(*args) == 0
     assert "building" not in capsys.readouterr().err
+    monkeypatch.setattr(shortlist_module, "build_shortlist", built)
+    (run / FILE).write_bytes(b"not a table")  # damaged: built again, not a traceback
+    assert run_cli(*args) == 0
+    assert "building the vocabulary shortlist" in capsys.readouterr().err
 
 
 def test_a_shortlist_keeps_prefixes_and_phrases(run, monkeypatch):

@@ -28,6 +28,7 @@ back at the end.
 
 from __future__ import annotations
 
+import pickle
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -80,13 +81,10 @@ class Shortlist:
     def of_run(cls, run: Path, config: Config, tokenizer: Tokenizer) -> Shortlist:
         """The run's table, built and kept in the run directory the first time it is asked."""
         path = Path(run) / FILE
-        if path.exists():
-            state = torch.load(path, weights_only=True)
-            if (
-                state.get("tokenizer") == tokenizer.fingerprint
-                and state.get("settings") == SETTINGS
-            ):
-                return cls(state["translations"], state["by_frequency"])
+        state = _kept_state(path)
+        made = state and (state.get("tokenizer"), state.get("settings"))
+        if made == (tokenizer.fingerprint, SETTINGS):
+            return cls(state["translations"], state["by_frequency"])
         print(f"building the vocabulary shortlist of {run} (once)", file=sys.stderr)
         built = build_shortlist(training_pairs(config, tokenizer), tokenizer)
         state = {
@@ -97,6 +95,16 @@ class Shortlist:
         }
         atomic_write(path, lambda handle: torch.save(state, handle))
         return built
+
+
+def _kept_state(path: Path) -> dict | None:
+    """What the run keeps in `path`; None where there is none, or none readable (a
+    damaged file is built again, as one of other settings is)."""
+    try:
+        state = torch.load(path, weights_only=True)
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError):
+        return None
+    return state if isinstance(state, dict) else None
 
 
 def training_pairs(config: Config, tokenizer: Tokenizer) -> Iterator[tuple[list, list]]:
