@@ -148,6 +148,9 @@ def test_health_info_and_the_page(client, translator):
     # Self-contained: nothing is fetched from elsewhere (the SVG namespace is a name only).
     assert not re.search(r"(src|href)\s*=|<link|@import|url\(", page.text)
     assert set(re.findall(r"https?://[^\s\"'`]+", page.text)) == {"http://www.w3.org/2000/svg"}
+    # What the page cannot ask, it says where to ask it.
+    api = re.search(r'<p id="api">(.*?)</p>', page.text, re.S).group(1)
+    assert all(word in api for word in ("Sampling", "prefixes", "constraints", "POST /translate"))
 
 
 @pytest.mark.parametrize(
