@@ -107,7 +107,19 @@ def test_a_copied_text_of_the_same_content_is_hashed_once_not_prepared(text, tmp
     assert manifest["sources"]["src"]["mtime_ns"] == (tmp_path / "train.src").stat().st_mtime_ns
 
 
-@pytest.mark.parametrize("damage", ["truncated", "altered", "manifest", "no manifest"])
+# Edits of a manifest that its files cannot contradict (issue 69, item 5).
+EDITS = {
+    "longest": lambda m: m["longest"].update(src=1),
+    "tokens": lambda m: m["tokens"].update(src=m["tokens"]["src"] + 1),
+    "empty": lambda m: m.update(empty=m.get("empty", 0) + 3),
+    "sample": lambda m: m.update(sample={"alpha": 0.5}),
+}
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated", "altered", "manifest", "no manifest", *(f"edited {e}" for e in EDITS)],
+)
 def test_a_damaged_prepared_corpus_is_prepared_again(text, tmp_path, damage):
     first = ids(prepare(text, tmp_path / "tok").corpora[0])
     where = only_corpus(tmp_path / "tok")
@@ -120,6 +132,10 @@ def test_a_damaged_prepared_corpus_is_prepared_again(text, tmp_path, damage):
         (where / "src.ids").write_bytes(bytes(data))
     elif damage == "manifest":
         (where / MANIFEST).write_text("{not json")
+    elif damage.startswith("edited"):  # each would end training in a traceback, or pass
+        manifest = json.loads((where / MANIFEST).read_text())
+        EDITS[damage.removeprefix("edited ")](manifest)
+        (where / MANIFEST).write_text(json.dumps(manifest))
     else:
         (where / MANIFEST).unlink()
     log = Log()

@@ -39,7 +39,8 @@ from seq2seq.data.tokenizer import SegmentationSample
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text
 
-FORMAT = 1
+FORMAT = 2  # 1: manifests without their seal
+SEAL = "seal"  # the manifest's hash of the rest of it: an edited manifest is found
 MANIFEST = "manifest.json"
 SIDES = ("src", "tgt")
 ALIGN = "align"  # the piece links of a corpus with alignments, stored as a third side
@@ -166,7 +167,7 @@ class CorpusWriter:
             "longest": self.longest,
             "files": files,
         }
-        atomic_write_text(self.directory / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        write_manifest(self.directory, manifest)
 
     def abandon(self) -> None:
         for file in self.files.values():
@@ -279,6 +280,8 @@ class PreparedCorpus:
             raise Stale("its manifest is unreadable") from None
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise Stale("it was prepared in another format")
+        if manifest.get(SEAL) != _seal_of(manifest):
+            raise Stale("its manifest was edited after it was written")
         if manifest.get("tokenizer") != tokenizer:
             raise Stale("it was prepared with another tokenizer")
         if manifest.get("sample") != (None if sample is None else sample.record):
@@ -291,13 +294,26 @@ class PreparedCorpus:
             raise Stale("its manifest is unreadable") from None
         if refreshed:  # copied (new times, same content): record the times, hash no more
             try:
-                atomic_write_text(directory / MANIFEST, json.dumps(manifest, indent=2) + "\n")
-            except OSError:
+                write_manifest(directory, manifest)
+            except (OSError, UserError):
                 pass  # read-only: the next start hashes again, and still finds it right
         try:
             return cls(directory, manifest)
         except (KeyError, TypeError, ValueError, OSError, UserError):
             raise Stale("a file does not match its manifest") from None
+
+
+def write_manifest(directory: Path, manifest: dict) -> None:
+    """Write `manifest` sealed: with the hash of the rest of it (`SEAL`)."""
+    sealed = {key: value for key, value in manifest.items() if key != SEAL}
+    sealed[SEAL] = _seal_of(sealed)
+    atomic_write_text(directory / MANIFEST, json.dumps(sealed, indent=2) + "\n")
+
+
+def _seal_of(manifest: dict) -> str:
+    """The SHA-256 of the manifest's content, its seal aside (keys in order)."""
+    content = {key: value for key, value in manifest.items() if key != SEAL}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
 def _check_files(directory: Path, manifest: dict, sources: dict[str, Path]) -> bool:
