@@ -20,7 +20,8 @@ regularization: its settings, or null for the tokenizer's best segmentation) and
 source text file and each file written, its size, modification time and SHA-256 (computed
 once, while it was written). Opening compares sizes and times only; a file whose size or
 time differs is hashed, and a different hash means the corpus must be prepared again
-(`Stale`). So an unchanged corpus is never read again, and a changed or damaged one is
+(`Stale`). The manifest is sealed with the hash of the rest of it, so that an edited one
+is found too. So an unchanged corpus is never read again, and a changed or damaged one is
 never used.
 """
 
