@@ -142,3 +142,49 @@ def test_the_time_left_comes_from_the_runs_finished():
     assert time_left([], [10.0], left=3, slots=2) is None
     # Two runs of 100 s done; one running for 40 s needs 60 more, two left need 200.
     assert time_left([90.0, 110.0], [40.0], left=2, slots=2) == pytest.approx(130.0)
+
+
+def running(pid: int) -> bool:
+    """Whether the process lives (an exited one no parent reaped is a zombie: not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_workers_die_with_a_killed_sweep(toy, tmp_path):
+    """SIGKILL of the sweep (no chance to pass a signal on) still stops its workers: the
+    kernel sends them SIGTERM (PR_SET_PDEATHSIG), and each stops as a signal stops a run;
+    none trains on as an orphan."""
+    path = write_sweep(
+        tmp_path,
+        base_config=load_config(toy / "run.yaml").to_dict(),
+        grid={"model.attention.type": ["dot"]},
+        seeds=[1, 2],
+        # Quiet workers: one that wrote to the dead sweep's pipe would die of that alone.
+        set={
+            **FAST,
+            "train.max_steps": 100_000,
+            "train.max_epochs": 100_000,
+            "train.log_every": 100_000,
+            "train.valid_every": 100_000,
+        },
+    )
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    sweep = [sys.executable, "-m", "seq2seq", "sweep", "--config", str(path), "--jobs", "2"]
+    process = subprocess.Popen(sweep, cwd=tmp_path, env=environ, stderr=subprocess.DEVNULL)
+    runs = [tmp_path / f"runs/sweeps/s/runs/attention.type=dot,seed={s}" for s in (1, 2)]
+    try:
+        started = lambda: all((r / "meta.json").is_file() for r in runs)  # noqa: E731
+        wait_for(started, 120, "two runs training")
+        time.sleep(2)
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
+        workers = [int(pid) for pid in children.split()]
+        assert len(workers) == 2
+        process.kill()
+        process.wait(timeout=30)
+        gone = lambda: not any(running(w) for w in workers)  # noqa: E731
+        wait_for(gone, 60, "end of the orphaned workers")
+    finally:
+        process.kill()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from seq2seq.errors import UserError
-from seq2seq.processes import same_code_environment
+from seq2seq.processes import PARENT_VARIABLE, same_code_environment
 from seq2seq.sweep.directory import SweepDir
 from seq2seq.sweep.running.display import Running, SweepDisplay
 from seq2seq.sweep.running.one_run import Outcome, Status
@@ -155,6 +155,7 @@ class JobPool:
     def _start(self, run: Run, index: int) -> None:
         slot = self.slots[index]
         environ = same_code_environment(dict(os.environ))
+        environ[PARENT_VARIABLE] = str(os.getpid())  # the worker dies with the sweep
         if slot.gpu is not None:
             environ["CUDA_VISIBLE_DEVICES"] = slot.gpu
         process = subprocess.Popen(

@@ -5,10 +5,12 @@ console log, which the sweep reads for its display; the exit status says how it 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from seq2seq.errors import UserError
+from seq2seq.processes import die_with_parent
 from seq2seq.sweep.running.one_run import Status, train_job
 from seq2seq.train.interrupt import Interrupted
 
@@ -24,6 +26,7 @@ def command(root: Path, name: str, threads: int | None) -> list[str]:
 
 def main(argv: list[str]) -> int:
     root, name, *threads = argv
+    die_with_parent(dict(os.environ))
     try:
         outcome = train_job(root, name, int(threads[0]) if threads else None)
     except Interrupted as stop:
