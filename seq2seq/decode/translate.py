@@ -107,15 +107,8 @@ class Translator(LineTranslator):
         decode_cfg = decode_options(cfg.decode, decode)
         target = pick_device(device or ("cpu" if int8 else cfg.train.device))
         model = _decoding_weights(model, target, int8)
-        translator = cls(
-            model,
-            loaded.tokenizer,
-            decode_cfg,
-            target,
-            loaded.max_source,
-            loaded.origin,
-            cfg.data.tag_names,
-        )
+        made = (loaded.tokenizer, decode_cfg, target, loaded.max_source, loaded.origin)
+        translator = cls(model, *made, cfg.data.tag_names)
         if threads is None and target.type == "cpu":
             translator.cpu_threads = FreeCpuThreads()
         return translator
@@ -183,14 +176,7 @@ class Translator(LineTranslator):
         check_flag(token_scores, "token_scores")
         options = decode_options(self.decode, decode)
         with _evaluating(self.model):
-            return score_pairs(
-                self,
-                sources,
-                references,
-                options,
-                progress,
-                token_scores,
-            )
+            return score_pairs(self, sources, references, options, progress, token_scores)
 
     def forced(
         self, sources: list[str], references: list[str], *, progress: bool = False, **decode: Any
