@@ -84,11 +84,8 @@ def register_attention(name: str) -> Callable[[type[Attention]], type[Attention]
     """Register an `Attention` subclass as type `name`, for configs and `build_attention`."""
 
     def add(cls: type[Attention]) -> type[Attention]:
-        if name in ATTENTION_TYPES:
-            raise ValueError(f"attention type {name!r} is registered twice")
         cls.name = name
-        ATTENTION_TYPES[name] = cls
-        return cls
+        return ATTENTION_TYPES.add(name)(cls)
 
     return add
 

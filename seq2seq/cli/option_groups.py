@@ -30,7 +30,7 @@ def option_group(parameter: str, group: type) -> Callable[[Callable], Callable]:
 
         added = [
             inspect.Parameter(
-                field.name, keyword, default=field.default, annotation=hints[field.name]
+                field.name, keyword, default=_default(field), annotation=hints[field.name]
             )
             for field in fields
         ]

@@ -131,14 +131,14 @@ def _tokenizer(
         if log:
             log.info("tokenizer: %s, copied to %s", cfg.model, directory)
         return tokenizer
-    chunks = _chunks(data)
+    chunks = training_chunks(data)
     # Read before saying anything: a corpus of one chunk is checked whole, and its error
     # (lines that differ in count, invalid UTF-8) is the only line printed.
     first = next(chunks)
     if log:
         log.info("training a %s SentencePiece model (%d pieces)", cfg.model_type, cfg.vocab_size)
     src = (line for chunk in chain([first], chunks) for line in chunk.src)
-    tgt = (line for chunk in _chunks(data) for line in chunk.tgt)
+    tgt = (line for chunk in training_chunks(data) for line in chunk.tgt)
     tags = data.tag_names
     return train_tokenizer(cfg, _tagless(src, tags), _tagless(tgt, tags), directory, seed)
 
@@ -157,7 +157,7 @@ def _tagless(lines: Iterator[str], tags: list[str]) -> Iterator[str]:
         yield line
 
 
-def _chunks(data: DataConfig) -> Iterator[PairChunk]:
+def training_chunks(data: DataConfig) -> Iterator[PairChunk]:
     """The pairs of every training corpus, in order, read as preparation reads them (pairs
     with an empty side left out); a corpus with none is an error."""
     for prefix in data.train_prefixes:

@@ -40,9 +40,9 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.config import Config
-from seq2seq.data.corpus import read_pairs
 from seq2seq.data.corpus_encoder import source_files
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from seq2seq.data.training_data import training_chunks
 from seq2seq.decode.cpu_weights import PackedLinear
 from seq2seq.decode.line_translator import SearchRequest
 from seq2seq.decode.search.hypotheses import Hypothesis
@@ -70,12 +70,15 @@ class Shortlist:
     def pieces(self, src: Tensor, forced: Sequence[Sequence[int]] = ()) -> Tensor:
         """The sorted target pieces a batch of sources (B, S) may produce: with the special
         pieces and the `forced` ones (its prefixes' and phrases')."""
-        found = self.translations.to(src.device)[src.flatten()].flatten()
+        found = self.translations[src.flatten()].flatten()
         extra = [*range(SPECIAL_PIECES), *(piece for pieces in forced for piece in pieces)]
         extra_ids = torch.tensor(extra, dtype=torch.long, device=src.device)
-        frequent = self.by_frequency.to(src.device)
-        kept = torch.cat([found[found != _NONE], frequent[:FREQUENT], extra_ids]).unique()
-        return _rounded(kept, frequent)
+        kept = torch.cat([found[found != _NONE], self.by_frequency[:FREQUENT], extra_ids])
+        return _rounded(kept.unique(), self.by_frequency)
+
+    def to(self, device: torch.device) -> Shortlist:
+        """The table on `device`, where a batch's sources are (moved once, not per batch)."""
+        return Shortlist(self.translations.to(device), self.by_frequency.to(device))
 
     @classmethod
     def of_run(cls, run: Path, config: Config, tokenizer: Tokenizer) -> Shortlist:
@@ -111,20 +114,19 @@ def training_pairs(config: Config, tokenizer: Tokenizer) -> Iterator[tuple[list,
     """The piece ids of the run's first `MAX_PAIRS` training pairs."""
     data, left = config.data, MAX_PAIRS
     for prefix in data.train_prefixes:
-        paths = source_files(prefix, data.src, data.tgt)
-        missing = [str(p) for p in paths.values() if not p.exists()]
+        missing = [p for p in source_files(prefix, data.src, data.tgt).values() if not p.exists()]
         if missing:
             raise UserError(
                 f"decode.shortlist is built from the training pairs, and {missing[0]} is not "
                 "there; translate from the directory the run was trained in"
             )
-        for chunk in read_pairs(paths["src"], paths["tgt"], 10_000):
-            chunk_src, chunk_tgt = chunk.src[:left], chunk.tgt[:left]
-            src, tgt = tokenizer.encode_src(chunk_src), tokenizer.encode_tgt(chunk_tgt)
-            yield from zip(src, tgt, strict=True)
-            left -= len(chunk_src)
-            if not left:
-                return
+    for chunk in training_chunks(data):
+        chunk_src, chunk_tgt = chunk.src[:left], chunk.tgt[:left]
+        src, tgt = tokenizer.encode_src(chunk_src), tokenizer.encode_tgt(chunk_tgt)
+        yield from zip(src, tgt, strict=True)
+        left -= len(chunk_src)
+        if not left:
+            return
 
 
 def build_shortlist(pairs: Iterator[tuple[list, list]], tokenizer: Tokenizer) -> Shortlist:

@@ -266,7 +266,8 @@ class Translator(LineTranslator):
                 "decode.shortlist is kept in the run directory; load the translator from it "
                 "(Translator.load)"
             )
-        return Shortlist.of_run(self.origin.run, self.origin.config, self.tokenizer)
+        table = Shortlist.of_run(self.origin.run, self.origin.config, self.tokenizer)
+        return table.to(self.device)
 
     @cached_property
     def word_starts(self) -> torch.Tensor:

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.config.decode import SAMPLING_OPTIONS
 from seq2seq.decode.search.strategy import BatchFacts, Candidates, Strategy
 
 if TYPE_CHECKING:
@@ -67,9 +68,6 @@ def draw(logits: Tensor, uniforms: Tensor) -> Tensor:
     return token.clamp_(max=logits.size(-1) - 1)  # a row with nothing left (NaN): any token
 
 
-DRAWING = ("temperature", "top_k", "top_p", "epsilon")  # the options that shape a draw
-
-
 @dataclass(frozen=True)
 class Sampler(Strategy):
     """The strategy that draws instead of searching: the options above and, for each line
@@ -93,7 +91,7 @@ class Sampler(Strategy):
     @classmethod
     def of(cls, decode: DecodeConfig, batch: BatchFacts) -> Sampler:
         """`nbest` samples of each line, drawn as the options say."""
-        options = {name: getattr(decode, name) for name in DRAWING}
+        options = {name: getattr(decode, name) for name in SAMPLING_OPTIONS}
         return cls.for_lines(
             batch.lines, batch.nbest, batch.steps, decode.seed, batch.device, **options
         )
