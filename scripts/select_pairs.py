@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from seq2seq.data.corpus import read_parallel  # noqa: E402
+from seq2seq.data.sources import corpus_source  # noqa: E402
 from seq2seq.errors import UserError  # noqa: E402
 from seq2seq.files import atomic_write_text  # noqa: E402
 
@@ -30,11 +30,12 @@ def select_pairs(
         regex = re.compile(pattern)
     except re.error as error:
         raise UserError(f"--match {pattern!r} is not a regular expression: {error}") from None
-    pairs = read_parallel(corpus, src, tgt)
+    source = corpus_source(corpus)
+    pairs = source.read((src, tgt))
     kept = [i for i, line in enumerate(pairs.src) if bool(regex.search(line)) != invert]
     if not kept:
         which = "every" if invert else "no"
-        raise UserError(f"{which} source line of {pairs.src_path} matches {pattern!r}")
+        raise UserError(f"{which} source line of {source} matches {pattern!r}")
     for lang, lines in ((src, pairs.src), (tgt, pairs.tgt)):
         atomic_write_text(Path(f"{out}.{lang}"), "".join(lines[i] + "\n" for i in kept))
     return len(kept)

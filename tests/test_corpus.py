@@ -6,12 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.data.corpus import (
-    corpus_path,
-    read_lines,
-    read_pairs,
-    read_parallel,
-)
+from seq2seq.data.corpus import corpus_path, read_lines, read_pairs
+from seq2seq.data.sources import read_corpus
 from seq2seq.errors import UserError
 
 # Mixed line endings, inner whitespace, a non-ASCII line separator inside a line, and no
@@ -54,7 +50,7 @@ def test_line_count_mismatch_names_files_and_counts(tmp_path: Path) -> None:
     write(tmp_path / "c.de", b"a\nb\nc\n")
     write(tmp_path / "c.en.gz", b"a\nb\n")
     with pytest.raises(UserError) as info:
-        read_parallel(str(tmp_path / "c"), "de", "en")
+        read_corpus(str(tmp_path / "c"), "de", "en")
     message = str(info.value)
     for part in (str(tmp_path / "c.de"), str(tmp_path / "c.en.gz"), "3", "2"):
         assert part in message
@@ -76,13 +72,14 @@ def test_corrupt_gzip_is_a_user_error(tmp_path: Path) -> None:
         read_lines(path)
 
 
-def test_read_parallel_reads_aligned_pairs(tmp_path: Path) -> None:
+def test_read_corpus_reads_aligned_pairs(tmp_path: Path) -> None:
     write(tmp_path / "p.de.gz", b"eins\nzwei\n")
     write(tmp_path / "p.en", b"one\r\ntwo")
-    corpus = read_parallel(str(tmp_path / "p"), "de", "en")
+    corpus = read_corpus(str(tmp_path / "p"), "de", "en")
     assert corpus.src == ["eins", "zwei"]
     assert corpus.tgt == ["one", "two"]
-    assert (corpus.src_path, corpus.tgt_path) == (tmp_path / "p.de.gz", tmp_path / "p.en")
+    files = corpus.source.files(("de", "en"))
+    assert files == {"src": tmp_path / "p.de.gz", "tgt": tmp_path / "p.en"}
     assert len(corpus) == 2
 
 
@@ -90,7 +87,7 @@ def test_empty_corpus_names_the_files(tmp_path: Path) -> None:
     write(tmp_path / "e.de", b"")
     write(tmp_path / "e.en", b"")
     with pytest.raises(UserError) as info:
-        read_parallel(str(tmp_path / "e"), "de", "en")
+        read_corpus(str(tmp_path / "e"), "de", "en")
     assert str(tmp_path / "e.de") in str(info.value)
     assert str(tmp_path / "e.en") in str(info.value)
 
@@ -111,7 +108,7 @@ def test_read_pairs_drops_pairs_with_an_empty_side_in_every_chunk(tmp_path: Path
         assert sum(c.empty for c in found) == 4
 
 
-def test_read_pairs_checks_what_read_parallel_checks(tmp_path: Path) -> None:
+def test_read_pairs_checks_what_read_corpus_checks(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"x.de has 5 lines, .*x.en has 4; the files must"):
         pairs(tmp_path, b"1\n2\n3\n4\n5\n", b"1\n2\n3\n4\n", chunk=2)
     with pytest.raises(UserError, match=r"x.en, line 4: invalid UTF-8; re-encode"):

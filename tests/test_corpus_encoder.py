@@ -24,6 +24,7 @@ from seq2seq.data import corpus, corpus_encoder, prepared_corpus
 from seq2seq.data.corpus_encoder import CORPORA, preparation_lock
 from seq2seq.data.epoch_batches import TrainBatches, TrainingPairs
 from seq2seq.data.prepared_corpus import MANIFEST
+from seq2seq.data.sources import corpus_source
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizer
 from seq2seq.data.training_data import prepare_training_data
 from seq2seq.errors import ResourceError, UserError
@@ -164,7 +165,7 @@ def test_another_tokenizer_prepares_the_corpus_again(text, tmp_path):
     )
     log = Log()
     corpus_again = corpus_encoder.prepare_corpus(
-        other, tmp_path / "tok", text.train, (text.src, text.tgt), log
+        other, tmp_path / "tok", corpus_source(text.train), (text.src, text.tgt), log
     )
     assert log.said("prepared with another tokenizer")
     assert corpus_again.manifest["tokenizer"] == other.fingerprint != made.tokenizer.fingerprint
@@ -255,7 +256,7 @@ def test_a_text_that_changes_while_it_is_prepared_is_refused(text, tmp_path, mon
     monkeypatch.setattr(prepared_corpus.CorpusWriter, "add", add_and_edit)
     with pytest.raises(UserError, match="train.src changed while it was prepared; run the"):
         corpus_encoder.prepare_corpus(
-            Tokenizer.load(tokenizer_dir), tokenizer_dir, text.train, ("src", "tgt")
+            Tokenizer.load(tokenizer_dir), tokenizer_dir, corpus_source(text.train), ("src", "tgt")
         )
     assert list((tokenizer_dir / CORPORA).iterdir()) == []
 

@@ -196,7 +196,10 @@ def test_train_metric_aer_without_gold_validation_links_is_refused(toy):
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (lambda gold: gold[:-1], r"valid.align has 11 lines for the 12 pairs of .*valid; give one"),
+        (
+            lambda gold: gold[:-1],
+            r"valid.align has 11 lines for the 12 pairs of its corpus; give one",
+        ),
         (lambda gold: ["0-99", *gold[1:]], r"valid.align, line 1: the link 0-99 is beyond"),
         (lambda gold: ["0:1", *gold[1:]], r"valid.align, line 1: '0:1' is not a link"),
     ],

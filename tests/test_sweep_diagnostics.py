@@ -11,7 +11,7 @@ from sweep_helpers import BASE, row, write_sweep
 
 from seq2seq import Translator
 from seq2seq.checkpoint import RunDir
-from seq2seq.data.corpus import read_parallel
+from seq2seq.data.sources import read_corpus
 from seq2seq.sweep import SweepDir, load_sweep
 from seq2seq.sweep.kept_attention import check_kept_attention, initial_sites
 from seq2seq.sweep.reporting import diagnostics
@@ -237,7 +237,7 @@ def test_initial_sites_are_measured_once_and_kept_for_runs_without_checkpoints(
     shutil.copytree(trained, run.root, ignore=shutil.ignore_patterns("tensorboard"))
     cfg = run.load_config()
     measured = initial_sites(run, cfg)
-    valid = read_parallel(cfg.data.valid, cfg.data.src, cfg.data.tgt)
+    valid = read_corpus(cfg.data.valid, cfg.data.src, cfg.data.tgt)
     initial = Translator.load(run.root, "init", device="cpu")  # where initial_sites measures
     expected = initial.attention_diagnostics(valid.src, valid.tgt)
     assert measured == expected["sites"] and run.initial_attention.is_file()

@@ -14,7 +14,15 @@ from seq2seq.config.attention import (
     HardAttentionConfig,
     SelfAttentionConfig,
 )
-from seq2seq.config.data import DataConfig, SubwordSamplingConfig, TokenizerConfig
+from seq2seq.config.data import (
+    CorpusSpec,
+    DataConfig,
+    DatasetCorpus,
+    SubwordSamplingConfig,
+    TokenizerConfig,
+    corpus_name,
+    describe_corpus,
+)
 from seq2seq.config.decode import GREEDY_SEARCH, DecodeConfig, Stopping
 from seq2seq.config.loading import (
     apply_override,
@@ -49,7 +57,9 @@ __all__ = [
     "AttentionConfig",
     "AttentionType",
     "Config",
+    "CorpusSpec",
     "DataConfig",
+    "DatasetCorpus",
     "DecodeConfig",
     "GREEDY_SEARCH",
     "HardAttentionConfig",
@@ -65,6 +75,8 @@ __all__ = [
     "apply_override",
     "config_differences",
     "config_from_dict",
+    "corpus_name",
+    "describe_corpus",
     "describe_validation_error",
     "flatten",
     "load_config",

@@ -64,26 +64,79 @@ class SubwordSamplingConfig(Section):
         return value
 
 
+# A path ending so names one file of pairs, of that kind; any other path, a prefix of two.
+CORPUS_FILE_SUFFIXES = {"tsv": (".tsv", ".tsv.gz"), "jsonl": (".jsonl", ".jsonl.gz")}
+
+
+class DatasetCorpus(Section):
+    """A Hugging Face dataset as a parallel corpus (docs/training.md#corpus-formats)."""
+
+    dataset: str = Field(
+        min_length=1,
+        description="a directory written by save_to_disk, a parquet or arrow file (or a "
+        "directory or glob of them), or a dataset on the Hugging Face hub, streamed",
+    )
+    split: str = Field("train", min_length=1, description="the split to read")
+    subset: str | None = Field(None, description="the hub dataset's configuration, e.g. de-en")
+    columns: dict[str, str] | None = Field(
+        None,
+        description="language -> the column of its text; null: a `translation` column of "
+        "{language: text} objects, or columns named as the languages",
+    )
+    name: str | None = Field(
+        None,
+        min_length=1,
+        description="what its outputs are named by (test/NAME.hyp); default: the dataset's "
+        "last part and the split, e.g. wmt14-test",
+    )
+
+
+# A corpus: a prefix of `{prefix}.{lang}[.gz]` files, a TSV or JSON lines file, or a dataset.
+CorpusSpec = str | DatasetCorpus
+
+
+def corpus_name(corpus: CorpusSpec) -> str:
+    """What a corpus's outputs are named by: a prefix's last part, a file's name less its
+    suffix, a dataset's `name`."""
+    if isinstance(corpus, DatasetCorpus):
+        return corpus.name or f"{Path(corpus.dataset).name}-{corpus.split}"
+    name = Path(corpus).name
+    for suffixes in CORPUS_FILE_SUFFIXES.values():
+        for suffix in sorted(suffixes, key=len, reverse=True):
+            if name.endswith(suffix):
+                return name.removesuffix(suffix)
+    return name
+
+
+def describe_corpus(corpus: CorpusSpec) -> str:
+    """A corpus as messages name it."""
+    if isinstance(corpus, DatasetCorpus):
+        return f"dataset {corpus.dataset} (split {corpus.split})"
+    return corpus
+
+
 class DataConfig(Section):
     src: str = Field(min_length=1, description="source language suffix, e.g. de")
     tgt: str = Field(min_length=1, description="target language suffix, e.g. en")
-    train: str | list[str] = Field(
-        description="prefix of the training corpus: {prefix}.{lang}[.gz]; or a list of "
-        "prefixes, trained on together (each prepared once: docs/training.md)"
+    train: CorpusSpec | list[CorpusSpec] = Field(
+        description="the training corpus: a prefix of {prefix}.{lang}[.gz] files, a .tsv or "
+        ".jsonl file (.gz too), or a dataset mapping; or a list of them, trained on together "
+        "(each prepared once: docs/training.md#corpus-formats)"
     )
     weights: list[Annotated[float, Field(gt=0, le=1000)]] | None = Field(
         None,
         description="how often an epoch holds each training corpus's pairs, one weight per "
-        "data.train prefix: 3 = each pair three times, 0.5 = a random half drawn anew each "
+        "data.train corpus: 3 = each pair three times, 0.5 = a random half drawn anew each "
         "epoch (default: 1 each)",
     )
-    valid: str = Field(description="prefix of the validation corpus")
-    test: list[str] = Field(
-        default_factory=list, description="prefixes scored after training; one may be a string"
+    valid: CorpusSpec = Field(description="the validation corpus (given as data.train's)")
+    test: list[CorpusSpec] = Field(
+        default_factory=list,
+        description="corpora scored after training (given as data.train's); one need not be a list",
     )
     tags: list[Symbol | None] | None = Field(
         None,
-        description="a tag per data.train prefix, in its order (null: none), put before each "
+        description="a tag per data.train corpus, in its order (null: none), put before each "
         "source of that corpus as one piece: tagged back-translation, domains "
         "(docs/training.md#tags); decode.tag puts one before the sources translated",
     )
@@ -91,8 +144,8 @@ class DataConfig(Section):
         False,
         description="guided alignment: train the attention towards the word alignments of "
         "{prefix}.align (Pharaoh: i-j links source word i and target word j, one line a "
-        "pair), true for every data.train prefix or one true/false per prefix; "
-        "train.alignment_weight weighs its loss (docs/training.md#guided-alignment)",
+        "pair; prefix corpora only), true for every data.train corpus or one true/false per "
+        "corpus; train.alignment_weight weighs its loss (docs/training.md#guided-alignment)",
     )
     valid_alignments: bool = Field(
         False,
@@ -115,21 +168,21 @@ class DataConfig(Section):
 
     @field_validator("train")
     @classmethod
-    def _some_training_corpus(cls, value: str | list[str]) -> str | list[str]:
+    def _some_training_corpus(cls, value: CorpusSpec | list[CorpusSpec]) -> Any:
         if value == []:
-            raise ValueError("an empty list; give at least one prefix")
+            raise ValueError("an empty list; give at least one corpus")
         return value
 
     @property
-    def train_prefixes(self) -> list[str]:
-        """`train` as a list, one prefix or several."""
-        return [self.train] if isinstance(self.train, str) else list(self.train)
+    def train_corpora(self) -> list[CorpusSpec]:
+        """`train` as a list, one corpus or several."""
+        return list(self.train) if isinstance(self.train, list) else [self.train]
 
     @property
     def aligned(self) -> list[bool]:
-        """`alignments` per data.train prefix."""
+        """`alignments` per data.train corpus."""
         if isinstance(self.alignments, bool):
-            return [self.alignments] * len(self.train_prefixes)
+            return [self.alignments] * len(self.train_corpora)
         return list(self.alignments)
 
     @property
@@ -139,7 +192,7 @@ class DataConfig(Section):
 
     @model_validator(mode="after")
     def _one_per_corpus(self) -> DataConfig:
-        corpora = len(self.train_prefixes)
+        corpora = len(self.train_corpora)
         lists = (
             ("weights", self.weights, "weight"),
             ("tags", self.tags, "tag"),
@@ -150,28 +203,28 @@ class DataConfig(Section):
                 raise ValueError(
                     f"{name} has {len(values)} values for {corpora} training "
                     f"{'corpus' if corpora == 1 else 'corpora'} (data.train); give one {what} "
-                    "per prefix, in its order"
+                    "per corpus, in its order"
                 )
         return self
 
     @field_validator("test", mode="before")
     @classmethod
-    def _one_prefix_is_a_list_of_one(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
+    def _one_corpus_is_a_list_of_one(cls, value: Any) -> Any:
+        return [value] if isinstance(value, (str, dict, DatasetCorpus)) else value
 
     @field_validator("test")
     @classmethod
-    def _test_names_differ(cls, prefixes: list[str]) -> list[str]:
+    def _test_names_differ(cls, corpora: list[CorpusSpec]) -> list[CorpusSpec]:
         # Each set's output is test/NAME.TGT and its scores are keyed by NAME.
-        names = [Path(prefix).name for prefix in prefixes]
+        names = [corpus_name(corpus) for corpus in corpora]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
-            clash = [prefix for prefix in prefixes if Path(prefix).name == twice[0]]
+            clash = [describe_corpus(c) for c in corpora if corpus_name(c) == twice[0]]
             raise ValueError(
                 f"two test sets are named {twice[0]} ({', '.join(clash)}); their outputs would "
-                "overwrite each other in test/: rename one"
+                "overwrite each other in test/: rename one (a dataset by its `name`)"
             )
-        return prefixes
+        return corpora
 
 
 class TokenizerConfig(Section):

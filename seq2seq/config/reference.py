@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from seq2seq.config.data import DatasetCorpus
 from seq2seq.config.schema import Config
 
 
@@ -37,9 +38,15 @@ with one line naming the field.
   is read as YAML (`--set model.attention.type=general --set train.max_steps=100`).
 - `seq2seq config --config FILE [--set ...]` prints the config as the run will see it,
   every default filled in and each field commented; without `--config`, the defaults.
-- Data paths are prefixes: `data.train: data/multi30k/train` with `src: de`, `tgt: en`
-  reads `data/multi30k/train.de` and `.en` (or `.de.gz` and `.en.gz`).
+- A corpus (`data.train`, `data.valid`, `data.test`) is a prefix, a file or a dataset:
+  `data.train: data/multi30k/train` with `src: de`, `tgt: en` reads
+  `data/multi30k/train.de` and `.en` (or `.de.gz` and `.en.gz`); a path ending in `.tsv`,
+  `.jsonl` (or either `.gz`) is one file of pairs; a mapping (the last table) names a
+  Hugging Face dataset (docs/training.md#corpus-formats).
 """
+
+# Mappings a field may hold besides its plain values, each documented in a table of its own.
+MAPPINGS: dict[str, type[BaseModel]] = {"DatasetCorpus": DatasetCorpus}
 
 
 def section_of(annotation: Any) -> type[BaseModel] | None:
@@ -80,6 +87,9 @@ def allowed(prop: dict[str, Any]) -> str:
         return " or ".join(allowed(option) for option in prop["anyOf"])
     if "const" in prop:
         return str(prop["const"])
+    if "$ref" in prop:
+        name = prop["$ref"].rpartition("/")[2]
+        return f"a {name} mapping" if name in MAPPINGS else name
     if "enum" in prop:
         return "one of " + ", ".join(map(str, prop["enum"]))
     kind = prop.get("type")
@@ -91,12 +101,13 @@ def allowed(prop: dict[str, Any]) -> str:
         items = prop["items"]
         if items.get("type") in ("integer", "number"):  # the noun, not the bound, takes the s
             return "a list of " + _bounded(f"{items['type']}s", items)
-        return f"a list of {allowed(items).removeprefix('a ')}s"
+        options = items.get("anyOf", [items])
+        return "a list of " + " or ".join(f"{allowed(o).removeprefix('a ')}s" for o in options)
     if kind == "string":
         if "pattern" in prop:
             return f"a string matching {prop['pattern']}"
         return "a non-empty string" if prop.get("minLength") else "a string"
-    return {"boolean": "true or false", "null": "null"}.get(kind, str(kind))
+    return {"boolean": "true or false", "null": "null", "object": "a mapping"}.get(kind, str(kind))
 
 
 def _bounded(noun: str, prop: dict[str, Any]) -> str:
@@ -117,6 +128,9 @@ def markdown() -> str:
     for entry in entries:
         if entry.section is None:
             groups.setdefault(entry.path.rpartition(".")[0], []).append(entry)
+    for name, mapping in MAPPINGS.items():
+        titles[name] = (mapping.__doc__ or "").strip()
+        groups[name] = walk(mapping, f"{name}.")
     parts = [MARKDOWN_HEADER]
     for group, rows in groups.items():
         title = f"`{group}`: {titles[group]}" if group else "The run"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from itertools import chain
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -20,7 +21,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.config.data import WORD_MARK
-from seq2seq.data.corpus import corpus_path, read_lines
+from seq2seq.data.corpus import read_lines
 from seq2seq.errors import UserError
 
 
@@ -64,15 +65,14 @@ def read_links(line: str, where: str) -> tuple[set[tuple[int, int]], set[tuple[i
     return sure, possible | sure
 
 
-def read_gold_alignments(prefix: str, sources: list[str], targets: list[str]) -> list[str]:
-    """The lines of `{prefix}.align`, the word alignments of a corpus's pairs (`sources`,
-    `targets`), each checked: links, within its pair's words (split at spaces). One line,
-    naming the file and line, for anything else."""
-    path = corpus_path(prefix, "align")
+def read_gold_alignments(path: Path, sources: list[str], targets: list[str]) -> list[str]:
+    """The lines of `path` (a corpus's `{prefix}.align`), the word alignments of its pairs
+    (`sources`, `targets`), each checked: links, within its pair's words (split at
+    spaces). One line, naming the file and line, for anything else."""
     lines = read_lines(path)
     if len(lines) != len(sources):
         raise UserError(
-            f"{path} has {len(lines)} lines for the {len(sources)} pairs of {prefix}; give "
+            f"{path} has {len(lines)} lines for the {len(sources)} pairs of its corpus; give "
             "one alignment line per sentence pair"
         )
     for number, (line, src, tgt) in enumerate(zip(lines, sources, targets, strict=True), 1):

@@ -1,8 +1,7 @@
-"""Parallel corpora given by prefix: `{prefix}.{lang}` or `{prefix}.{lang}.gz`, one
-sentence per line, strict UTF-8, line-aligned across the two languages.
-
-Small corpora (validation, test) are read whole; a training corpus is read in chunks of
-pairs (`read_pairs`), so that its size never matters to memory.
+"""Text files as corpora read them: lines of strict UTF-8, plain or gzipped; the pairs
+of two line-aligned files (`{prefix}.{lang}` or `{prefix}.{lang}.gz`), in chunks
+(`read_pairs`), so that a corpus's size never matters to memory (sources.py reads every
+kind of corpus through these).
 """
 
 from __future__ import annotations
@@ -131,29 +130,7 @@ def decode_lines(raws: list[bytes], path: Path, first: int) -> list[str]:
         raise
 
 
-@dataclass
-class ParallelCorpus:
-    """Line-aligned source and target sentences, with the files they came from."""
-
-    src: list[str]
-    tgt: list[str]
-    src_path: Path
-    tgt_path: Path
-
-    def __len__(self) -> int:
-        return len(self.src)
-
-
-def read_parallel(prefix: str, src_lang: str, tgt_lang: str) -> ParallelCorpus:
-    """Read both sides of a corpus and check that they are non-empty and aligned."""
-    src_path = corpus_path(prefix, src_lang)
-    tgt_path = corpus_path(prefix, tgt_lang)
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    _check_counts(src_path, len(src), tgt_path, len(tgt))
-    return ParallelCorpus(src, tgt, src_path, tgt_path)
-
-
-def _check_counts(src_path: Path, src_lines: int, tgt_path: Path, tgt_lines: int) -> None:
+def check_counts(src_path: Path, src_lines: int, tgt_path: Path, tgt_lines: int) -> None:
     if src_lines != tgt_lines:
         raise UserError(
             f"line counts differ: {src_path} has {src_lines} lines, {tgt_path} has {tgt_lines}; "
@@ -182,8 +159,8 @@ def read_pairs(
     digests: tuple[Any, ...] | None = None,
     align_path: Path | None = None,
 ) -> Iterator[PairChunk]:
-    """The pairs of a corpus, `chunk` lines at a time, checked as `read_parallel` checks a
-    whole one (aligned, not empty, UTF-8), pairs with an empty side (or one of
+    """The pairs of two files, `chunk` lines at a time, checked (aligned, not empty,
+    UTF-8), pairs with an empty side (or one of
     whitespace only) dropped; with `align_path`, each with its line of that file (which
     must have as many). `digests` (hashlib objects, one a file) are fed each file's bytes
     as stored."""
@@ -200,9 +177,9 @@ def read_pairs(
                 first - 1 + len(raw) + sum(1 for _ in lines)
                 for raw, lines in zip(raws, streams, strict=True)
             ]
-            _check_counts(src_path, counts[0], tgt_path, counts[1])
+            check_counts(src_path, counts[0], tgt_path, counts[1])
             if align_path is not None:
-                _check_counts(src_path, counts[0], align_path, counts[2])
+                check_counts(src_path, counts[0], align_path, counts[2])
             return
         texts = [decode_lines(raw, path, first) for raw, path in zip(raws, paths, strict=True)]
         pairs = zip(texts[0], texts[1], strict=True)

@@ -1,7 +1,7 @@
 """Preparing a training corpus: its text streamed in chunks, encoded on every core, written
 as a prepared corpus (prepared_corpus.py) under a temporary name and renamed into place whole.
 
-A tokenizer directory holds one prepared corpus per training prefix, in `corpora/`; every
+A tokenizer directory holds one prepared corpus per training corpus, in `corpora/`; every
 run that uses the tokenizer (a resumed run, the runs of a sweep, each torchrun rank) reads
 it. `preparation_lock` serialises the processes that prepare into one tokenizer directory:
 the second waits, then finds the work done.
@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -28,15 +28,16 @@ from typing import TypeVar
 import numpy as np
 
 from seq2seq.data.alignments import PieceLinks, word_starts
-from seq2seq.data.corpus import PairChunk, corpus_path, read_pairs
+from seq2seq.data.corpus import PairChunk
 from seq2seq.data.prepared_corpus import (
     ALIGN,
-    SIDES,
     CorpusWriter,
     PreparedCorpus,
     Stale,
     file_record,
 )
+from seq2seq.data.source import CorpusSource, Langs
+from seq2seq.data.sources import corpus_source, spec_from_record, spec_record
 from seq2seq.data.tokenizer import SegmentationSample, Tokenizer
 from seq2seq.errors import ResourceError, UserError
 from seq2seq.files import publish_directory, write_problem
@@ -60,27 +61,19 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def source_files(prefix: str, src: str, tgt: str, aligned: bool = False) -> dict[str, Path]:
-    """The two text files of a corpus prefix, by side, as absolute paths; `aligned`: and
-    its word alignments, `{prefix}.align` (ALIGN)."""
-    suffixes = dict(zip(SIDES, (src, tgt), strict=True)) | ({ALIGN: ALIGN} if aligned else {})
-    return {side: corpus_path(prefix, suffix).absolute() for side, suffix in suffixes.items()}
-
-
 def corpus_directory(
     tokenizer_dir: Path,
-    prefix: str,
-    src: str,
-    tgt: str,
+    source: CorpusSource,
+    langs: Langs,
     sample: SegmentationSample | None = None,
     aligned: bool = False,
 ) -> Path:
-    """Where the corpus of `prefix` is prepared: named by the prefix's last part, the
-    languages and a hash of its absolute path (two corpora named `train` never meet); a
+    """Where the corpus of `source` is prepared: named by its name, the languages and a
+    hash of its identity (its absolute path: two corpora named `train` never meet); a
     sampled segmentation of it by its settings' hash and its number too; one with its
     alignments apart from one without."""
-    where = hashlib.sha256(str(Path(prefix).absolute()).encode()).hexdigest()[:12]
-    name = f"{Path(prefix).name}.{src}-{tgt}.{where}" + (".aligned" if aligned else "")
+    where = hashlib.sha256(source.identity.encode()).hexdigest()[:12]
+    name = f"{source.name}.{'-'.join(langs)}.{where}" + (".aligned" if aligned else "")
     if sample is not None:
         drawn = hashlib.sha256(f"{sample.alpha} {sample.nbest}".encode())
         name += f".sample-{drawn.hexdigest()[:8]}-{sample.number}"
@@ -114,21 +107,21 @@ def preparation_lock(tokenizer_dir: Path, log: logging.Logger | None = None) -> 
 def prepare_corpus(
     tokenizer: Tokenizer,
     tokenizer_dir: Path,
-    prefix: str,
-    langs: tuple[str, str],
+    source: CorpusSource,
+    langs: Langs,
     log: logging.Logger | None = None,
     sample: SegmentationSample | None = None,
     aligned: bool = False,
 ) -> PreparedCorpus:
-    """The prepared corpus of `prefix` (in the tokenizer's best segmentation, or in
+    """The prepared corpus of `source` (in the tokenizer's best segmentation, or in
     `sample`; `aligned`: with the piece links of its alignments): opened if it is there and
     still matches its text, the tokenizer and the sample, else prepared (again). Hold
     `preparation_lock` around it."""
-    sources = source_files(prefix, *langs, aligned)
-    target = corpus_directory(tokenizer_dir, prefix, *langs, sample, aligned)
+    files = source.files(langs, aligned)
+    target = corpus_directory(tokenizer_dir, source, langs, sample, aligned)
     if target.is_dir():
         try:
-            return PreparedCorpus.open(target, tokenizer.fingerprint, sources, sample)
+            return PreparedCorpus.open(target, tokenizer.fingerprint, files, sample)
         except Stale as why:
             if log:
                 log.warning(
@@ -136,11 +129,12 @@ def prepare_corpus(
                 )
     _remove_leftovers(target)
     if log:
-        log.info("preparing %s in %s", " and ".join(map(str, sources.values())), target)
+        log.info("preparing %s in %s", source, target)
     started = time.monotonic()
-    write = functools.partial(_write, tokenizer, sources, log=log, sample=sample)
+    read = functools.partial(source.chunks, langs, CHUNK_PAIRS, aligned=aligned)
+    write = functools.partial(_write, tokenizer, source, files, read, log=log, sample=sample)
     publish_directory(target, write, replace=True)
-    corpus = PreparedCorpus.open(target, tokenizer.fingerprint, sources, sample)
+    corpus = PreparedCorpus.open(target, tokenizer.fingerprint, files, sample)
     if log:
         seconds = time.monotonic() - started
         log.info(
@@ -155,20 +149,20 @@ def prepare_corpus(
 def prepare_samples(
     tokenizer: Tokenizer,
     tokenizer_dir: Path,
-    prefixes: list[tuple[str, bool]],
-    langs: tuple[str, str],
+    corpora: list[tuple[CorpusSource, bool]],
+    langs: Langs,
     samples: list[SegmentationSample],
     log: logging.Logger | None = None,
 ) -> list[list[PreparedCorpus]]:
-    """The prepared corpus of each (prefix, whether aligned) in each sampled
+    """The prepared corpus of each (source, whether aligned) in each sampled
     segmentation. Those not there are drawn in child processes, one a core:
     SentencePiece's sampling runs on one thread, from a seed global to its process. Hold
     `preparation_lock` around it."""
     missing = [
-        (prefix, aligned, sample)
+        (source, aligned, sample)
         for sample in samples
-        for prefix, aligned in prefixes
-        if not _usable(tokenizer, tokenizer_dir, prefix, langs, sample, aligned)
+        for source, aligned in corpora
+        if not _usable(tokenizer, tokenizer_dir, source, langs, sample, aligned)
     ]
     # One missing (or one core): drawn here, below, as the rest is opened.
     workers = min(cores(), len(missing))
@@ -181,7 +175,7 @@ def prepare_samples(
             log.info("sampled them in %.0f s", time.monotonic() - started)
     prepare = functools.partial(prepare_corpus, tokenizer, tokenizer_dir, langs=langs, log=log)
     return [
-        [prepare(prefix, sample=sample, aligned=aligned) for prefix, aligned in prefixes]
+        [prepare(source, sample=sample, aligned=aligned) for source, aligned in corpora]
         for sample in samples
     ]
 
@@ -189,16 +183,15 @@ def prepare_samples(
 def _usable(
     tokenizer: Tokenizer,
     tokenizer_dir: Path,
-    prefix: str,
-    langs: tuple[str, str],
+    source: CorpusSource,
+    langs: Langs,
     sample: SegmentationSample,
     aligned: bool,
 ) -> bool:
-    """Whether the corpus of `prefix` in `sample` is prepared and still right."""
-    target = corpus_directory(tokenizer_dir, prefix, *langs, sample, aligned)
-    sources = source_files(prefix, *langs, aligned)
+    """Whether the corpus of `source` in `sample` is prepared and still right."""
+    target = corpus_directory(tokenizer_dir, source, langs, sample, aligned)
     try:
-        PreparedCorpus.open(target, tokenizer.fingerprint, sources, sample)
+        PreparedCorpus.open(target, tokenizer.fingerprint, source.files(langs, aligned), sample)
     except Stale:
         return False
     return True
@@ -206,18 +199,18 @@ def _usable(
 
 def _draw_in_processes(
     tokenizer_dir: Path,
-    langs: tuple[str, str],
-    jobs: list[tuple[str, bool, SegmentationSample]],
+    langs: Langs,
+    jobs: list[tuple[CorpusSource, bool, SegmentationSample]],
     workers: int,
 ) -> None:
-    """Prepare each (prefix, whether aligned, sample) of `jobs` in a child process,
+    """Prepare each (source, whether aligned, sample) of `jobs` in a child process,
     `workers` at a time (`main` below); a child's error is raised here as its one line."""
     environ = same_code_environment(dict(os.environ))
 
-    def draw(job: tuple[str, bool, SegmentationSample]) -> subprocess.CompletedProcess:
-        prefix, aligned, sample = job
-        record = json.dumps(sample.record)
-        command = [sys.executable, "-m", __name__, str(tokenizer_dir), prefix, *langs, record]
+    def draw(job: tuple[CorpusSource, bool, SegmentationSample]) -> subprocess.CompletedProcess:
+        source, aligned, sample = job
+        record, corpus = json.dumps(sample.record), spec_record(source.spec)
+        command = [sys.executable, "-m", __name__, str(tokenizer_dir), corpus, *langs, record]
         command += ["aligned"] if aligned else []
         return subprocess.run(
             command, env=environ, stdin=subprocess.DEVNULL, capture_output=True, text=True
@@ -235,16 +228,17 @@ def _draw_in_processes(
 
 
 def main(argv: list[str]) -> int:
-    """`python -m seq2seq.data.corpus_encoder TOKENIZER_DIR PREFIX SRC TGT SAMPLE [aligned]`:
-    prepare the corpus of PREFIX in the sampled segmentation SAMPLE (its record, JSON),
-    with its alignments if `aligned`."""
-    directory, prefix, src, tgt, record, *aligned = argv
+    """`python -m seq2seq.data.corpus_encoder TOKENIZER_DIR CORPUS SRC TGT SAMPLE [aligned]`:
+    prepare the corpus CORPUS (its spec, JSON) in the sampled segmentation SAMPLE (its
+    record, JSON), with its alignments if `aligned`."""
+    directory, corpus, src, tgt, record, *aligned = argv
     sample = SegmentationSample(**json.loads(record))
     try:
         tokenizer = Tokenizer.load(Path(directory))
+        source = corpus_source(spec_from_record(corpus))
         langs = (src, tgt)
         prepare_corpus(
-            tokenizer, Path(directory), prefix, langs, None, sample, aligned == ["aligned"]
+            tokenizer, Path(directory), source, langs, None, sample, aligned == ["aligned"]
         )
     except UserError as error:
         print(f"{type(error).__name__}: {error}", file=sys.stderr)
@@ -262,31 +256,34 @@ def _remove_leftovers(target: Path) -> None:
 
 def _write(
     tokenizer: Tokenizer,
-    sources: dict[str, Path],
+    source: CorpusSource,
+    files: dict[str, Path],
+    read: Callable[..., Iterator[PairChunk]],
     directory: Path,
     *,
     log,
     sample: SegmentationSample | None,
 ) -> None:
-    """Stream the corpus into a new prepared corpus in `directory`."""
+    """Stream the corpus (`read(digests=...)`, from `files`) into a new prepared corpus
+    in `directory`."""
     directory.mkdir()
-    digests = {side: hashlib.sha256() for side in sources}
-    before = {side: _stamp(path) for side, path in sources.items()}
+    digests = {role: hashlib.sha256() for role in files}
+    before = {role: _stamp(path) for role, path in files.items()}
     vocab_size = max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
-    writer = CorpusWriter(directory, vocab_size, aligned=ALIGN in sources)
+    aligned = ALIGN in files
+    writer = CorpusWriter(directory, vocab_size, aligned=aligned)
     try:
-        empty = _encode(tokenizer, sources, digests, writer, log, sample)
+        chunks = read(digests=digests)
+        empty = _encode(tokenizer, chunks, files.get(ALIGN), writer, log, sample)
         if not writer.pairs:
-            raise UserError(
-                f"{sources['src']}: every training pair has an empty side; check the corpus"
-            )
-        for side, path in sources.items():
-            if _stamp(path) != before[side]:
+            raise UserError(f"{source}: every training pair has an empty side; check the corpus")
+        for role, path in files.items():
+            if _stamp(path) != before[role]:
                 raise UserError(f"{path} changed while it was prepared; run the command again")
     except BaseException:
         writer.abandon()
         raise
-    records = {side: file_record(path, digests[side].hexdigest()) for side, path in sources.items()}
+    records = {role: file_record(path, digests[role].hexdigest()) for role, path in files.items()}
     writer.finish(
         {
             "tokenizer": tokenizer.fingerprint,
@@ -304,17 +301,16 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 def _encode(
     tokenizer: Tokenizer,
-    sources: dict[str, Path],
-    digests: dict,
+    chunks: Iterator[PairChunk],
+    align: Path | None,
     writer,
     log,
     sample: SegmentationSample | None,
 ) -> int:
-    """Read, encode (or sample) and write every pair (with its piece links, where the
-    corpus has alignments); the count of pairs dropped for an empty side."""
+    """Encode (or sample) and write every pair of `chunks` (with its piece links, where
+    the corpus has alignments, read from `align`); the count of pairs dropped for an
+    empty side."""
     empty, threads, last_log = 0, cores(), time.monotonic()
-    align = sources.get(ALIGN)
-    chunks = read_pairs(sources["src"], sources["tgt"], CHUNK_PAIRS, tuple(digests.values()), align)
     to_pieces = None if align is None else piece_links(tokenizer)
     for index, chunk in enumerate(_read_ahead(chunks)):
         if sample is None:

@@ -15,15 +15,15 @@ from itertools import chain
 from pathlib import Path
 
 from seq2seq.config import DataConfig, TokenizerConfig
-from seq2seq.data.corpus import PairChunk, read_pairs
+from seq2seq.data.corpus import PairChunk
 from seq2seq.data.corpus_encoder import (
     CHUNK_PAIRS,
     preparation_lock,
     prepare_corpus,
     prepare_samples,
-    source_files,
 )
 from seq2seq.data.prepared_corpus import PreparedCorpus
+from seq2seq.data.sources import corpus_source
 from seq2seq.data.tokenizer import (
     SegmentationSample,
     Tokenizer,
@@ -39,7 +39,7 @@ _KEY_FORMAT = 2  # 1: the id cache's hash of the text itself
 @dataclass
 class TrainingData:
     tokenizer: Tokenizer
-    corpora: list[PreparedCorpus]  # one per prefix of data.train, in its order
+    corpora: list[PreparedCorpus]  # one per corpus of data.train, in its order
     # data.subword_sampling's segmentations: for each, the corpora as above (none: off)
     samples: list[list[PreparedCorpus]] = field(default_factory=list)
     # the piece id of each corpus's tag (data.tags), put before its sources; None: none
@@ -64,24 +64,24 @@ def prepare_training_data(
     seed: int,
     log: logging.Logger | None = None,
 ) -> TrainingData:
-    """The tokenizer in `directory` and the prepared corpus of each training prefix (and,
+    """The tokenizer in `directory` and the prepared corpus of each training corpus (and,
     with `data.subword_sampling`, of each of its sampled segmentations).
     The tokenizer is made there first (trained on the training corpora, or copied from
     `cfg.model`) if there is none, or if the one there was made with another tokenizer
     config (left by a start that failed)."""
     directory = Path(directory)
-    prefixes = list(zip(data.train_prefixes, data.aligned, strict=True))
-    for prefix, aligned in prefixes:  # every file is found before anything is trained
-        source_files(prefix, data.src, data.tgt, aligned)
+    langs = (data.src, data.tgt)
+    sources = [(corpus_source(c), a) for c, a in zip(data.train_corpora, data.aligned, strict=True)]
+    for source, aligned in sources:  # every file is found before anything is trained
+        source.files(langs, aligned)
     with preparation_lock(directory, log):
         tokenizer = _tokenizer(data, cfg, directory, seed, log)
-        langs = (data.src, data.tgt)
         corpora = [
-            prepare_corpus(tokenizer, directory, prefix, langs, log, aligned=aligned)
-            for prefix, aligned in prefixes
+            prepare_corpus(tokenizer, directory, source, langs, log, aligned=aligned)
+            for source, aligned in sources
         ]
         samples = _samples(data, tokenizer)
-        sampled = prepare_samples(tokenizer, directory, prefixes, langs, samples, log)
+        sampled = prepare_samples(tokenizer, directory, sources, langs, samples, log)
     return TrainingData(tokenizer, corpora, sampled, _tag_ids(data, cfg, tokenizer))
 
 
@@ -89,7 +89,7 @@ def _tag_ids(data: DataConfig, cfg: TokenizerConfig, tokenizer: Tokenizer) -> li
     """The source piece id of each corpus's tag; one line for a tag the tokenizer splits
     (a given `tokenizer.model` trained without it)."""
     ids = []
-    for tag in data.tags or [None] * len(data.train_prefixes):
+    for tag in data.tags or [None] * len(data.train_corpora):
         found = None if tag is None else tokenizer.src_piece_id(tag)
         if tag is not None and found is None:
             raise UserError(
@@ -160,12 +160,11 @@ def _tagless(lines: Iterator[str], tags: list[str]) -> Iterator[str]:
 def training_chunks(data: DataConfig) -> Iterator[PairChunk]:
     """The pairs of every training corpus, in order, read as preparation reads them (pairs
     with an empty side left out); a corpus with none is an error."""
-    for prefix in data.train_prefixes:
-        paths = list(source_files(prefix, data.src, data.tgt).values())
+    for source in map(corpus_source, data.train_corpora):
         pairs = 0
-        for chunk in read_pairs(*paths, CHUNK_PAIRS):
+        for chunk in source.chunks((data.src, data.tgt), CHUNK_PAIRS):
             pairs += len(chunk.src)
             if chunk.src:
                 yield chunk
         if not pairs:
-            raise UserError(f"{prefix}: every training pair has an empty side; check the corpus")
+            raise UserError(f"{source}: every training pair has an empty side; check the corpus")

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.config import Config
-from seq2seq.data.corpus_encoder import source_files
+from seq2seq.data.sources import corpus_source
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from seq2seq.data.training_data import training_chunks
 from seq2seq.decode.cpu_weights import PackedLinear
@@ -113,13 +113,14 @@ def _kept_state(path: Path) -> dict | None:
 def training_pairs(config: Config, tokenizer: Tokenizer) -> Iterator[tuple[list, list]]:
     """The piece ids of the run's first `MAX_PAIRS` training pairs."""
     data, left = config.data, MAX_PAIRS
-    for prefix in data.train_prefixes:
-        missing = [p for p in source_files(prefix, data.src, data.tgt).values() if not p.exists()]
-        if missing:
+    for corpus in data.train_corpora:
+        try:
+            corpus_source(corpus).files((data.src, data.tgt))
+        except UserError as error:
             raise UserError(
-                f"decode.shortlist is built from the training pairs, and {missing[0]} is not "
-                "there; translate from the directory the run was trained in"
-            )
+                f"decode.shortlist is built from the training pairs ({error}); translate from "
+                "the directory the run was trained in"
+            ) from None
     for chunk in training_chunks(data):
         chunk_src, chunk_tgt = chunk.src[:left], chunk.tgt[:left]
         src, tgt = tokenizer.encode_src(chunk_src), tokenizer.encode_tgt(chunk_tgt)

@@ -23,8 +23,15 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from seq2seq.checkpoint import RunDir
-from seq2seq.config import Config, config_from_dict, describe_validation_error, flatten
-from seq2seq.data.corpus import corpus_path, read_lines
+from seq2seq.config import (
+    Config,
+    config_from_dict,
+    corpus_name,
+    describe_validation_error,
+    flatten,
+)
+from seq2seq.data.corpus import read_lines
+from seq2seq.data.sources import read_corpus
 from seq2seq.data.training_data import prepare_training_data
 from seq2seq.device import machine_label
 from seq2seq.errors import UserError
@@ -197,8 +204,8 @@ def read_finished(run: RunDir, cfg: Config) -> FinishedRun:
     summary = _read_json(run.summary)
     check_kept_attention(run)
     hypotheses = {}
-    for prefix in cfg.data.test:
-        name = Path(prefix).name
+    for corpus in cfg.data.test:
+        name = corpus_name(corpus)
         if not isinstance(scores, dict) or not isinstance(scores.get(name), dict):
             raise ValueError(f"{run.test / 'scores.json'} has no scores of test set {name}")
         path = run.test_hypotheses(name)
@@ -206,7 +213,7 @@ def read_finished(run: RunDir, cfg: Config) -> FinishedRun:
             lines = read_lines(path)
         except UserError as error:  # missing, not UTF-8: the run's file, not the data
             raise ValueError(str(error)) from None
-        expected = len(read_lines(corpus_path(prefix, cfg.data.tgt)))
+        expected = len(read_corpus(corpus, cfg.data.src, cfg.data.tgt))
         if len(lines) != expected:
             raise ValueError(
                 f"{path} has {len(lines)} lines, not one per test sentence ({expected}): truncated"

@@ -16,7 +16,7 @@ import torch
 
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import GREEDY_SEARCH, Config
-from seq2seq.data.corpus import corpus_path, read_lines, read_parallel
+from seq2seq.data.sources import read_corpus
 from seq2seq.decode.translate import Translator
 from seq2seq.files import atomic_write_text
 
@@ -37,7 +37,7 @@ def initial_sites(run: RunDir, cfg: Config) -> dict | None:
         return None
     if cfg.train.init_from is not None:  # its start is its parent's weights, not a draw
         return None
-    valid = read_parallel(cfg.data.valid, cfg.data.src, cfg.data.tgt)
+    valid = read_corpus(cfg.data.valid, cfg.data.src, cfg.data.tgt)
     initial = Translator.load(run.root, "init", device="cpu", threads=_run_threads())
     sites = initial.attention_diagnostics(valid.src, valid.tgt)["sites"]
     atomic_write_text(run.initial_attention, json.dumps(sites) + "\n")
@@ -50,7 +50,7 @@ def save_best_attention(run: RunDir, cfg: Config) -> None:
     attention (nothing where the model finished no translation)."""
     if run.best_attention.is_file() or not run.checkpoint("best").is_file():
         return
-    sources = read_lines(corpus_path(cfg.data.valid, cfg.data.src))
+    sources = read_corpus(cfg.data.valid, cfg.data.src, cfg.data.tgt).src
     sentence = next(line for line in sources if line.strip())
     best = Translator.load(run.root, "best", threads=_run_threads(), **GREEDY_SEARCH)
     amap = best.attention_map(sentence)

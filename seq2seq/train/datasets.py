@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config, DataConfig
 from seq2seq.data.alignments import read_gold_alignments
-from seq2seq.data.corpus import corpus_path, read_parallel
 from seq2seq.data.epoch_batches import TrainBatches, TrainingPairs
+from seq2seq.data.prepared_corpus import ALIGN
+from seq2seq.data.sources import corpus_source, read_corpus
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.data.training_data import TrainingData, prepare_training_data
 from seq2seq.errors import UserError
@@ -30,10 +31,13 @@ class Datasets:
 def load_datasets(cfg: Config, run: RunDir, log: logging.Logger) -> Datasets:
     data = cfg.data
     # Check every file up front: a missing test set must not surface after hours of training.
-    for prefix in data.test:
-        corpus_path(prefix, data.src), corpus_path(prefix, data.tgt)
-    valid = read_parallel(data.valid, data.src, data.tgt)
-    gold = read_gold_alignments(data.valid, valid.src, valid.tgt) if data.valid_alignments else None
+    for corpus in data.test:
+        corpus_source(corpus).files((data.src, data.tgt))
+    valid = read_corpus(data.valid, data.src, data.tgt)
+    gold = None
+    if data.valid_alignments:
+        aligned = valid.source.files((data.src, data.tgt), aligned=True)
+        gold = read_gold_alignments(aligned[ALIGN], valid.src, valid.tgt)
     prepared = prepare_training_data(data, cfg.tokenizer, run.tokenizer, cfg.seed, log)
     pairs = TrainingPairs(prepared.corpora, prepared.tags)
     samples = [TrainingPairs(corpora, prepared.tags) for corpora in prepared.samples]

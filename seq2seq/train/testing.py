@@ -15,7 +15,7 @@ from seq2seq.checkpoint import (
     step_checkpoints,
 )
 from seq2seq.config import Config
-from seq2seq.data.corpus import read_parallel
+from seq2seq.data.sources import corpus_source
 from seq2seq.decode.cpu_weights import packed_weights
 from seq2seq.decode.loading import Origin, max_source_pieces
 from seq2seq.decode.translate import Translator
@@ -34,9 +34,8 @@ def score_test_sets(
     OUT/scores.json (OUT: the run's test/, or test/last/ for its last checkpoint);
     CHECKPOINT names the weights in the log lines (`best`, `last`, `average`)."""
     scores: dict[str, dict] = {}
-    for prefix in cfg.data.test:
-        corpus = read_parallel(prefix, cfg.data.src, cfg.data.tgt)
-        name = Path(prefix).name
+    for source in map(corpus_source, cfg.data.test):
+        corpus, name = source.read((cfg.data.src, cfg.data.tgt)), source.name
         found = translator.hypotheses(corpus.src, progress=True, attention=False)
         hypotheses = [hyps[0].text if hyps else "" for hyps in found]
         cut = sum(1 for hyps in found if hyps and hyps[0].truncated)

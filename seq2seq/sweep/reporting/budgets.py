@@ -13,7 +13,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from seq2seq.data.corpus import corpus_path, read_lines
+from seq2seq.config import corpus_name
+from seq2seq.data.sources import read_corpus
 from seq2seq.errors import UserError
 from seq2seq.metrics import HEADLINE
 from seq2seq.sweep.directory import FinishedRun, NotFinished, SweepDir
@@ -88,9 +89,9 @@ def _first_scores(
                 continue
             steps[result.cell.key, seed] = run.summary.steps
             config = first_sweep.run(cells[result.cell.key], seed).config
-            for prefix in config.data.test:  # the test sets whose hypotheses it read
-                name = Path(prefix).name
-                references = read_lines(corpus_path(prefix, config.data.tgt))
+            for corpus in config.data.test:  # the test sets whose hypotheses it read
+                name = corpus_name(corpus)
+                references = read_corpus(corpus, config.data.src, config.data.tgt).tgt
                 sums = HEADLINE.sentence_statistics(run.hypotheses[name], references).sum(axis=0)
                 score = float(HEADLINE.score_sums(sums[None])[0])
                 found.setdefault(name, {})[result.cell.key, seed] = score

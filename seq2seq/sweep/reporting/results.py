@@ -13,10 +13,9 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-from seq2seq.config import Config
-from seq2seq.data.corpus import corpus_path, read_lines
+from seq2seq.config import Config, CorpusSpec, corpus_name
+from seq2seq.data.sources import read_corpus
 from seq2seq.metrics import HEADLINE, METRICS, bleu_by_source_length
 from seq2seq.significance import Comparison, SeedScores, compare, holm, score_system
 from seq2seq.sweep.directory import (
@@ -118,7 +117,10 @@ def collect(directory: SweepDir) -> SweepResults:
                 unfinished.append((run, not_finished.state))
     cells = [_cell_result(cell, finished[cell.key]) for cell in sweep.cells if finished[cell.key]]
     names = [
-        Path(p).name for c in cells for s in c.runs for p in sweep.run(c.cell, s).config.data.test
+        corpus_name(corpus)
+        for c in cells
+        for s in c.runs
+        for corpus in sweep.run(c.cell, s).config.data.test
     ]
     results = SweepResults(sweep, cells, unfinished, damaged, list(dict.fromkeys(names)))
     for name in results.test_sets:
@@ -153,14 +155,15 @@ def run_statistics(summary: Summary) -> dict[str, float]:
 def _score_test_set(results: SweepResults, name: str) -> None:
     """Every metric of test set `name` for each cell that has it, and each cell's
     comparison with the baseline where both translated the same sentences."""
-    sentences = {}  # cell -> the test set's (prefix, target language)
+    sentences = {}  # cell -> the test set's (corpus, languages)
     for result in results.cells:
         cfg = _config(results.sweep, result)
-        prefix = _test_prefix(cfg, name)
-        if prefix is None:
+        corpus = _test_corpus(cfg, name)
+        if corpus is None:
             continue
-        sentences[result.cell] = (prefix, cfg.data.tgt)
-        references = read_lines(corpus_path(prefix, cfg.data.tgt))
+        sentences[result.cell] = (corpus, cfg.data.src, cfg.data.tgt)
+        test = read_corpus(corpus, cfg.data.src, cfg.data.tgt)
+        references = test.tgt
         hypotheses = {seed: run.hypotheses[name] for seed, run in result.runs.items()}
         result.scores[name] = {
             metric.key: score_system(
@@ -171,9 +174,8 @@ def _score_test_set(results: SweepResults, name: str) -> None:
             for metric in METRICS
         }
         result.last_bleu[name] = _last_bleu(results.sweep, result, name)
-        sources = read_lines(corpus_path(prefix, cfg.data.src))
         result.by_length[name] = bleu_by_source_length(
-            sources, list(hypotheses.values()), references, LENGTH_EDGES
+            test.src, list(hypotheses.values()), references, LENGTH_EDGES
         )
     for result in results.cells:
         baseline = results.baseline_of(result)
@@ -225,6 +227,6 @@ def _config(sweep: Sweep, result: CellResult) -> Config:
     return sweep.run(result.cell, result.seeds[0]).config
 
 
-def _test_prefix(cfg: Config, name: str) -> str | None:
-    """The `data.test` prefix whose hypotheses are test/NAME.hyp (see train.run)."""
-    return next((prefix for prefix in cfg.data.test if Path(prefix).name == name), None)
+def _test_corpus(cfg: Config, name: str) -> CorpusSpec | None:
+    """The `data.test` corpus whose hypotheses are test/NAME.hyp (see train.testing)."""
+    return next((corpus for corpus in cfg.data.test if corpus_name(corpus) == name), None)
