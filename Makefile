@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,export,serve,browser,slurm,hf]'
+	$(BIN)/pip install --quiet -e '.[dev,export,serve,browser,slurm,hf,clean]'
 	touch $(STAMP)
 
 demo: install

@@ -225,6 +225,9 @@ def parse_arguments() -> argparse.Namespace:
     data.add_argument(
         "--prepared", action="store_true", help="the corpus is prepared: time the first update"
     )
+    data.add_argument(
+        "--prepare-only", action="store_true", help="time `prepare` alone (data.filters: --set)"
+    )
     both = modes.add_parser("compare", help="a measurement on an older checkout and this one")
     both.add_argument("--base", type=Path, required=True, help="the older checkout's root")
     both.add_argument("--repeat", type=POSITIVE, default=3, help="measurements per side")

@@ -5,8 +5,10 @@ It makes a synthetic corpus of --pairs pairs from Multi30k (each side of a pair:
 training sentences joined with a space, drawn with a fixed seed; cached in --work), then
 runs the seq2seq of this checkout (or the one --code names) as a user would:
 
-- `prepare`: `seq2seq prepare` (tokenizer training on a sample, encoding on every core),
-  its wall time and pairs/s, and the bytes on disk per token of what it wrote;
+- `prepare`: `seq2seq prepare` (cleaning where `--set data.filters=...` asks, tokenizer
+  training on a sample, encoding on every core), its wall time and pairs/s, its peak
+  resident set, and the bytes on disk per token of what it wrote; `--prepare-only` stops
+  there;
 - `first_update`: `seq2seq train` on the prepared corpus, one process and then --ranks
   torchrun processes, each watched until the log says its first update is done: the
   seconds from the command to that line; then until update --updates (the log's lines:
@@ -229,7 +231,7 @@ def prepare_line(args, run: Path, overrides: list[str]) -> dict:
     if status:
         raise SystemExit(f"seq2seq prepare failed:\n{err[-3000:]}")
     return {
-        "mode": "data", "measure": "prepare", "pairs": args.pairs,
+        "mode": "data", "measure": "prepare", "pairs": args.pairs, "set": args.set,
         "seconds": round(seconds, 1), "pairs_per_s": round(args.pairs / seconds),
         "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), **disk_use(run / "tokenizer/corpora"),
     }  # fmt: skip
@@ -272,6 +274,8 @@ def measure_data(args) -> None:
     if (data / "prepared_corpus.py").is_file() or (data / "prepared.py").is_file():  # (older)
         if not args.prepared:
             show(prepare_line(args, run, overrides))
+        if args.prepare_only:
+            return
         show(data_line(args, run, overrides))
         for ranks in sorted({1, args.ranks}):
             show(first_update_line(args, run, overrides, ranks))

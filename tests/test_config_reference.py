@@ -50,7 +50,7 @@ def test_the_defaults_read_back_as_the_defaults_once_data_is_given():
     sampling = {"alpha": None, "nbest": -1, "segmentations": 8}
     assert values["data"] == {"src": None, "tgt": None, "train": None, "weights": None,
                               "tags": None, "alignments": False, "valid": None, "test": [],
-                              "valid_alignments": False, "max_len": 100,
+                              "valid_alignments": False, "filters": [], "max_len": 100,
                               "max_len_ratio": None, "subword_sampling": sampling}  # fmt: skip
     values["data"] |= DATA
     assert Config.model_validate(values) == Config.model_validate({"data": DATA})

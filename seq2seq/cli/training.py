@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,12 +46,31 @@ def prepare(
     config: ConfigOption = None,
     overrides: Overrides = None,
     run_dir: RunDirOption = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="print what data.filters would drop of the first --pairs pairs of each "
+            "training corpus, and write nothing",
+        ),
+    ] = False,
+    pairs: Annotated[
+        int, typer.Option(min=1, help="the pairs of each corpus --dry-run cleans")
+    ] = 100_000,
 ) -> None:
-    """Train the tokenizer and prepare the training corpora of a run ahead of training, e.g.
-    once before torchrun starts many processes: seq2seq prepare CONFIG [--set ...]."""
+    """Clean the training corpora (data.filters), train the tokenizer and prepare the
+    corpora of a run ahead of training, e.g. once before torchrun starts many processes:
+    seq2seq prepare CONFIG [--set ...]; --dry-run shows what cleaning would drop."""
+    cfg = _run_config("prepare", config_file, config, overrides)
+    if dry_run:
+        from seq2seq.data.cleaning import dry_run as clean_a_sample
+
+        warn = functools.partial(print, "warning:", file=sys.stderr)
+        for report in clean_a_sample(cfg.data, pairs, warn):
+            print(report.table())
+        return
     from seq2seq.train.run import prepare as prepare_run
 
-    cfg = _run_config("prepare", config_file, config, overrides)
     directory = run_dir or Path("runs") / cfg.name
     data = prepare_run(cfg, directory)
     samples = len(data.train.samples)

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, PositiveInt, field_validator, model_validator
 
+from seq2seq.config.filters import FiltersConfig
 from seq2seq.config.section import Section
 
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # the tokenizer's own: no symbol's
@@ -154,6 +155,13 @@ class DataConfig(Section):
         "Pharaoh links (i-j sure, i?j possible), at every validation: AER, precision and "
         "recall in the log, TensorBoard and summary.json (docs/training.md#guided-alignment)",
     )
+    filters: list[FiltersConfig] = Field(
+        default_factory=list,
+        description="cleaning of the training corpora at prepare: none (the default); "
+        "recommended (every filter with its defaults, for crawled corpora); a mapping of "
+        "filters (the FiltersConfig table); or a list, one of these per data.train corpus "
+        "(docs/training.md#cleaning)",
+    )
     max_len: PositiveInt = Field(100, description="training pairs longer (in pieces) are dropped")
     max_len_ratio: float | None = Field(
         None,
@@ -186,6 +194,22 @@ class DataConfig(Section):
         return list(self.alignments)
 
     @property
+    def corpus_filters(self) -> list[FiltersConfig]:
+        """`filters` per data.train corpus: one for all, or each its own."""
+        if len(self.filters) > 1:
+            return list(self.filters)
+        return (self.filters or [FiltersConfig()]) * len(self.train_corpora)
+
+    @field_validator("filters", mode="before")
+    @classmethod
+    def _named_filters(cls, value: Any) -> list:
+        """A name (`recommended`, `none`) or one mapping, for every corpus; or a list."""
+        values = value if isinstance(value, list) else [value]
+        return [
+            v if isinstance(v, (dict, FiltersConfig)) else FiltersConfig.named(v) for v in values
+        ]
+
+    @property
     def tag_names(self) -> list[str]:
         """The distinct tags of `tags`, in order."""
         return list(dict.fromkeys(tag for tag in self.tags or () if tag is not None))
@@ -197,6 +221,7 @@ class DataConfig(Section):
             ("weights", self.weights, "weight"),
             ("tags", self.tags, "tag"),
             ("alignments", None if isinstance(self.alignments, bool) else self.alignments, "flag"),
+            ("filters", self.filters if len(self.filters) > 1 else None, "setting"),
         )
         for name, values, what in lists:
             if values is not None and len(values) != corpora:

@@ -4,6 +4,7 @@ what is allowed."""
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,21 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
 
 def _allowed_keys(loc: tuple[Any, ...], model: type[BaseModel]) -> list[str]:
     for part in loc:
+        if isinstance(part, int):  # an item of a list of sections
+            continue
         field = model.model_fields.get(str(part))
-        annotation = field.annotation if field else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        found = _section_in(field.annotation) if field else None
+        if found is None:
             return []
-        model = annotation
+        model = found
     return list(model.model_fields)
+
+
+def _section_in(annotation: Any) -> type[BaseModel] | None:
+    """The section a field's type holds: itself, or in an optional or a list."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next(filter(None, map(_section_in, typing.get_args(annotation))), None)
 
 
 def describe_validation_error(error: ValidationError, root: type[BaseModel] | None = None) -> str:

@@ -38,12 +38,11 @@ from seq2seq.data.prepared_corpus import (
 )
 from seq2seq.data.source import CorpusSource, Langs
 from seq2seq.data.sources import corpus_source, spec_from_record, spec_record
-from seq2seq.data.tokenizer import SegmentationSample, Tokenizer
+from seq2seq.data.tokenizer import CORPORA, SegmentationSample, Tokenizer
 from seq2seq.errors import ResourceError, UserError
 from seq2seq.files import publish_directory, write_problem
 from seq2seq.processes import same_code_environment
 
-CORPORA = "corpora"
 # Derived data in a tokenizer directory, never copied with its models (an export, a
 # fine-tuning run's tokenizer): the prepared corpora, and the id cache of older versions.
 DERIVED = (CORPORA, "ids")

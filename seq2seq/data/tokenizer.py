@@ -10,6 +10,7 @@ import functools
 import hashlib
 import io
 import json
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from itertools import chain
@@ -32,6 +33,9 @@ JOINT_MODEL = "joint.model"
 SRC_MODEL = "src.model"
 TGT_MODEL = "tgt.model"
 SETTINGS = "tokenizer.json"  # the tokenizer config the models were trained with
+# The corpora cleaned and prepared beside the models (corpus_encoder.py, cleaning.py): kept
+# when the models are replaced (a prepared one then finds itself stale and is made again).
+CORPORA = "corpora"
 
 # SentencePiece loads at most this many sentences (a random sample when shuffled); more
 # only costs memory and time without changing the vocabulary much.
@@ -280,15 +284,29 @@ def train_tokenizer(
         }
 
     def write(tmp: Path) -> None:
-        tmp.mkdir()
-        for name, proto in models.items():
-            (tmp / name).write_bytes(proto)
-        (tmp / SETTINGS).write_text(json.dumps(cfg.model_dump(), indent=2) + "\n")
+        _fill(tmp, directory, models, cfg)
 
     # Made beside the destination and renamed, so a crash never leaves a half-written
     # tokenizer where a later run would load it.
     publish_directory(directory, write, replace=True)
     return Tokenizer.load(directory)
+
+
+def _fill(tmp: Path, directory: Path, models: dict[str, bytes], cfg: TokenizerConfig) -> None:
+    """Write the models and their settings into the new directory `tmp`, and move the
+    corpora of the one it replaces into it."""
+    tmp.mkdir()
+    for name, proto in models.items():
+        (tmp / name).write_bytes(proto)
+    (tmp / SETTINGS).write_text(json.dumps(cfg.model_dump(), indent=2) + "\n")
+    if (directory / CORPORA).is_dir():
+        os.rename(directory / CORPORA, tmp / CORPORA)
+
+
+def has_tokenizer(directory: Path) -> bool:
+    """Whether `directory` holds a tokenizer's models (not only its corpora)."""
+    directory = Path(directory)
+    return (directory / JOINT_MODEL).is_file() or (directory / SRC_MODEL).is_file()
 
 
 def copy_tokenizer(cfg: TokenizerConfig, directory: Path) -> Tokenizer:
@@ -315,13 +333,8 @@ def copy_tokenizer(cfg: TokenizerConfig, directory: Path) -> Tokenizer:
             f"set tokenizer.joint: {str(JOINT_MODEL in models).lower()}"
         )
 
-    def write(tmp: Path) -> None:
-        tmp.mkdir()
-        for name, processor in loaded.items():
-            (tmp / name).write_bytes(processor.serialized_model_proto())
-        (tmp / SETTINGS).write_text(json.dumps(cfg.model_dump(), indent=2) + "\n")
-
-    publish_directory(directory, write, replace=True)
+    models = {name: processor.serialized_model_proto() for name, processor in loaded.items()}
+    publish_directory(directory, lambda tmp: _fill(tmp, directory, models, cfg), replace=True)
     return Tokenizer.load(directory)
 
 

@@ -15,6 +15,7 @@ from itertools import chain
 from pathlib import Path
 
 from seq2seq.config import DataConfig, TokenizerConfig
+from seq2seq.data.cleaning import cleaned_source
 from seq2seq.data.corpus import PairChunk
 from seq2seq.data.corpus_encoder import (
     CHUNK_PAIRS,
@@ -23,11 +24,13 @@ from seq2seq.data.corpus_encoder import (
     prepare_samples,
 )
 from seq2seq.data.prepared_corpus import PreparedCorpus
+from seq2seq.data.source import CorpusSource, Langs
 from seq2seq.data.sources import corpus_source
 from seq2seq.data.tokenizer import (
     SegmentationSample,
     Tokenizer,
     copy_tokenizer,
+    has_tokenizer,
     train_tokenizer,
     trained_settings,
 )
@@ -75,7 +78,11 @@ def prepare_training_data(
     for source, aligned in sources:  # every file is found before anything is trained
         source.files(langs, aligned)
     with preparation_lock(directory, log):
-        tokenizer = _tokenizer(data, cfg, directory, seed, log)
+        sources = [
+            (cleaned_source(source, settings, directory, langs, aligned, log), aligned)
+            for (source, aligned), settings in zip(sources, data.corpus_filters, strict=True)
+        ]
+        tokenizer = _tokenizer(data, cfg, directory, seed, log, [s for s, _ in sources])
         corpora = [
             prepare_corpus(tokenizer, directory, source, langs, log, aligned=aligned)
             for source, aligned in sources
@@ -119,26 +126,34 @@ def _samples(data: DataConfig, tokenizer: Tokenizer) -> list[SegmentationSample]
 
 
 def _tokenizer(
-    data: DataConfig, cfg: TokenizerConfig, directory: Path, seed: int, log: logging.Logger | None
+    data: DataConfig,
+    cfg: TokenizerConfig,
+    directory: Path,
+    seed: int,
+    log: logging.Logger | None,
+    sources: list[CorpusSource],
 ) -> Tokenizer:
+    """The tokenizer of `directory`: loaded, copied from `cfg.model`, or trained on the
+    training corpora (`sources`, as cleaned)."""
     recorded = trained_settings(directory) if directory.is_dir() else None
-    if directory.is_dir() and recorded in (None, cfg.model_dump()):
+    if has_tokenizer(directory) and recorded in (None, cfg.model_dump()):
         return Tokenizer.load(directory)
-    if log and directory.is_dir():
+    if log and has_tokenizer(directory):
         log.warning("%s was made with other settings (%s); replacing it", directory, recorded)
     if cfg.model is not None:
         tokenizer = copy_tokenizer(cfg, directory)
         if log:
             log.info("tokenizer: %s, copied to %s", cfg.model, directory)
         return tokenizer
-    chunks = training_chunks(data)
+    langs = (data.src, data.tgt)
+    chunks = training_chunks(sources, langs)
     # Read before saying anything: a corpus of one chunk is checked whole, and its error
     # (lines that differ in count, invalid UTF-8) is the only line printed.
     first = next(chunks)
     if log:
         log.info("training a %s SentencePiece model (%d pieces)", cfg.model_type, cfg.vocab_size)
     src = (line for chunk in chain([first], chunks) for line in chunk.src)
-    tgt = (line for chunk in training_chunks(data) for line in chunk.tgt)
+    tgt = (line for chunk in training_chunks(sources, langs) for line in chunk.tgt)
     tags = data.tag_names
     return train_tokenizer(cfg, _tagless(src, tags), _tagless(tgt, tags), directory, seed)
 
@@ -157,12 +172,12 @@ def _tagless(lines: Iterator[str], tags: list[str]) -> Iterator[str]:
         yield line
 
 
-def training_chunks(data: DataConfig) -> Iterator[PairChunk]:
+def training_chunks(sources: list[CorpusSource], langs: Langs) -> Iterator[PairChunk]:
     """The pairs of every training corpus, in order, read as preparation reads them (pairs
     with an empty side left out); a corpus with none is an error."""
-    for source in map(corpus_source, data.train_corpora):
+    for source in sources:
         pairs = 0
-        for chunk in source.chunks((data.src, data.tgt), CHUNK_PAIRS):
+        for chunk in source.chunks(langs, CHUNK_PAIRS):
             pairs += len(chunk.src)
             if chunk.src:
                 yield chunk

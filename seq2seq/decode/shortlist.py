@@ -113,15 +113,16 @@ def _kept_state(path: Path) -> dict | None:
 def training_pairs(config: Config, tokenizer: Tokenizer) -> Iterator[tuple[list, list]]:
     """The piece ids of the run's first `MAX_PAIRS` training pairs."""
     data, left = config.data, MAX_PAIRS
-    for corpus in data.train_corpora:
+    sources, langs = [corpus_source(corpus) for corpus in data.train_corpora], (data.src, data.tgt)
+    for source in sources:
         try:
-            corpus_source(corpus).files((data.src, data.tgt))
+            source.files(langs)
         except UserError as error:
             raise UserError(
                 f"decode.shortlist is built from the training pairs ({error}); translate from "
                 "the directory the run was trained in"
             ) from None
-    for chunk in training_chunks(data):
+    for chunk in training_chunks(sources, langs):
         chunk_src, chunk_tgt = chunk.src[:left], chunk.tgt[:left]
         src, tgt = tokenizer.encode_src(chunk_src), tokenizer.encode_tgt(chunk_tgt)
         yield from zip(src, tgt, strict=True)
