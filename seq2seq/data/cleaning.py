@@ -69,16 +69,15 @@ class Cleaner:
             src, tgt = self.normalize(src, 0), self.normalize(tgt, 1)
             normalized = src, tgt
         firsts = np.zeros(len(src), np.int8)
+        keys: list[list[int]] = [[] for _ in self.ordered]
         for index, (s, t) in enumerate(zip(src, tgt, strict=True)):
-            for number, (_, drops) in enumerate(self.checks, start=1):
-                if drops(s, t):
-                    firsts[index] = number
-                    break
-        kept = np.flatnonzero(firsts == 0)
-        keys = [
-            np.array([check.key(src[i], tgt[i]) for i in kept], np.int64)
-            for _, check in self.ordered
-        ]
+            firsts[index] = next(
+                (number for number, (_, drops) in enumerate(self.checks, 1) if drops(s, t)), 0
+            )
+            if not firsts[index]:  # at once: `folded`'s cache still holds the pair
+                for found, (_, check) in zip(keys, self.ordered, strict=True):
+                    found.append(check.key(s, t))
+        keys = [np.array(found, np.int64) for found in keys]
         return normalized, firsts, keys
 
 
@@ -117,7 +116,7 @@ def judged_chunks(
         part = chunk.src[start : start + SHARD], chunk.tgt[start : start + SHARD]
         return pool.submit(run, *part) if pool is not None else run(*part)
 
-    for (chunk, start), done in _in_order(shards, submit, 2 * _IN_FLIGHT):
+    for (chunk, start), done in _in_order(shards, submit, _IN_FLIGHT * cores()):
         report.add_empty(chunk.empty if start == 0 else 0)
         yield _kept(chunk, start, done, cleaner, report), done[1]
 

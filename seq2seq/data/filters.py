@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,18 +26,24 @@ from seq2seq.config.filters import (
     LanguageFilter,
     LengthFilter,
 )
-from seq2seq.data.language_id import LanguageIdentifier, language_script, missing_library
+from seq2seq.data.language_id import (
+    LanguageIdentifier,
+    Script,
+    language_script,
+    missing_library,
+)
 
 Langs = tuple[str, str]
 Check = Callable[[str, str], bool]
 Warn = Callable[[str], None]
 
 _LENGTH_SLACK = 5  # added to both sides' characters before their ratio is taken
-_CONTROL = regex.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-_HTML_TAG = regex.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>")
-_ADDRESS_ONLY = regex.compile(r"\s*(?:(?:https?|ftp)://\S+|www\.\S+|[\w.+-]+@[\w-]+\.[\w.]+)\s*")
-_LETTER = regex.compile(r"\p{L}")
-_OTHER = regex.compile(r"[^\p{L}\p{M}\s]")
+# Patterns without Unicode classes use the standard `re`: 1.5 to 3 times faster here.
+_CONTROL_OR_TAG = re.compile(
+    r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>"
+)
+_ADDRESS_ONLY = re.compile(r"\s*(?:(?:https?|ftp)://\S+|www\.\S+|[\w.+-]+@[\w-]+\.[\w.]+)\s*")
+_NOT_LETTER = regex.compile(r"[^\p{L}\p{M}]+")
 _PUNCTUATION = regex.compile(r"[\p{P}\p{S}]+")
 _DIGIT = regex.compile(r"\p{Nd}")
 
@@ -49,6 +56,7 @@ class Filter:
     in_order: bool = False
 
 
+@functools.lru_cache(maxsize=1 << 14)  # `identical` then `duplicates` fold the same texts
 def folded(text: str) -> str:
     """The text as `identical` and `duplicates` compare it: NFKC, case folded, every digit
     0, punctuation and symbols as spaces, spaces squeezed."""
@@ -70,9 +78,7 @@ def _length(settings: LengthFilter, langs: Langs, warn: Warn) -> Check:
 
 def _junk(on: bool, langs: Langs, warn: Warn) -> Check | None:
     def junk(text: str) -> bool:
-        if _CONTROL.search(text) or _HTML_TAG.search(text):
-            return True
-        return _ADDRESS_ONLY.fullmatch(text) is not None
+        return bool(_CONTROL_OR_TAG.search(text) or _ADDRESS_ONLY.fullmatch(text))
 
     return (lambda src, tgt: junk(src) or junk(tgt)) if on else None
 
@@ -83,18 +89,19 @@ def _characters(settings: CharactersFilter, langs: Langs, warn: Warn) -> Check:
     ]
     repeat = None
     if settings.max_repeat is not None:
-        repeat = regex.compile(rf"(.)\1{{{settings.max_repeat},}}")
+        repeat = re.compile(rf"(.)\1{{{settings.max_repeat},}}")
+    other, share = settings.max_other_share, settings.min_script_share
 
-    def wrong(text: str, script: Any) -> bool:
+    def wrong(text: str, script: Script | None) -> bool:
         if repeat is not None and repeat.search(text):
             return True
-        other = settings.max_other_share
-        if other is not None and len(_OTHER.findall(text)) > other * len(text):
+        letters = _NOT_LETTER.sub("", text)  # and marks: a vowel sign is no punctuation
+        spaces = len(text) - len("".join(text.split()))
+        if other is not None and len(text) - len(letters) - spaces > other * len(text):
             return True
-        if script is None:
+        if script is None or not letters or (script.ascii and letters.isascii()):
             return False
-        letters = len(_LETTER.findall(text))
-        return len(script.findall(text)) < settings.min_script_share * letters
+        return len(script.outside.sub("", letters)) < share * len(letters)
 
     return lambda src, tgt: wrong(src, scripts[0]) or wrong(tgt, scripts[1])
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import regex
@@ -50,21 +51,27 @@ _SCRIPTS = {
     "Lao": "lo",
     "Myanmar": "my",
 }
-# Japanese mixes three scripts.
-_PATTERNS = {"ja": r"[\p{Han}\p{Hiragana}\p{Katakana}]"}
-_PATTERNS |= {
+# The character classes of each language's letters; Japanese mixes three scripts.
+_CLASSES = {"ja": r"\p{Han}\p{Hiragana}\p{Katakana}"}
+_CLASSES |= {
     lang: rf"\p{{{script}}}" for script, langs in _SCRIPTS.items() for lang in langs.split()
 }
 
 
-def language_script(lang: str, warn: Warn) -> Any:
-    """The compiled pattern of a letter of `lang`'s script; None (and a warning) for a
-    language of no known script."""
-    pattern = _PATTERNS.get(_base(lang))
-    if pattern is None:
+@dataclass(frozen=True)
+class Script:
+    outside: Any  # the compiled pattern of a run of characters neither of it nor marks
+    ascii: bool  # whether it holds the ASCII letters (Latin): ASCII text needs no look
+
+
+def language_script(lang: str, warn: Warn) -> Script | None:
+    """The script of `lang`; None (and a warning) for a language of no known script."""
+    base = _base(lang)
+    if base not in _CLASSES:
         warn(f"the characters filter knows no script of {lang}: its script share is not checked")
         return None
-    return regex.compile(pattern)
+    outside = regex.compile(rf"[^{_CLASSES[base]}\p{{M}}]+")
+    return Script(outside, ascii=outside.search("az") is None)
 
 
 def _base(lang: str) -> str:
