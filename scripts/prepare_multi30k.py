@@ -1,8 +1,10 @@
 """Fetch the Multi30k task-1 raw files (train, val and three test sets: test_2016_flickr,
-test_2017_flickr and test_2017_mscoco, the last out of domain; de, en, fr).
+test_2017_flickr and test_2017_mscoco, the last out of domain; de, en, fr; and cs, which
+the release has for train, val and test_2016_flickr).
 
 By default they are downloaded from the official release; `--from DIR` copies them from
-a local copy holding the same `{split}.{lang}.gz` names. The corpus is never committed.
+a local copy holding the same `{split}.{lang}.gz` names (the Czech ones where it has them).
+The corpus is never committed.
 """
 
 from __future__ import annotations
@@ -23,11 +25,18 @@ from seq2seq.errors import UserError
 URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
 SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
 LANGS = ("de", "en", "fr")
+CZECH_SPLITS = ("train", "val", "test_2016_flickr")  # the release has no Czech test_2017
 TIMEOUT_S = 60
 
 
 def file_names() -> list[str]:
+    """The files every copy holds."""
     return [f"{split}.{lang}.gz" for split in SPLITS for lang in LANGS]
+
+
+def czech_names() -> list[str]:
+    """The Czech files: downloaded; copied where a local copy holds them."""
+    return [f"{split}.cs.gz" for split in CZECH_SPLITS]
 
 
 def _atomic_copy(source: BinaryIO, destination: Path) -> None:
@@ -51,7 +60,7 @@ def _umask() -> int:
 
 
 def download(out: Path) -> None:
-    for name in file_names():
+    for name in file_names() + czech_names():
         url = URL.format(name=name)
         try:
             with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
@@ -74,7 +83,7 @@ def copy_from(source_dir: Path, out: Path) -> None:
             f"{source_dir} lacks {', '.join(missing)}; pass a directory with all Multi30k "
             "task-1 .gz files to --from"
         )
-    for name in file_names():
+    for name in file_names() + [n for n in czech_names() if (source_dir / n).is_file()]:
         with open(source_dir / name, "rb") as handle:
             _atomic_copy(handle, out / name)
 
@@ -83,7 +92,8 @@ def check_counts(out: Path) -> dict[str, int]:
     """Lines per split, checked equal across languages."""
     counts: dict[str, int] = {}
     for split in SPLITS:
-        per_lang = {lang: len(read_lines(out / f"{split}.{lang}.gz")) for lang in LANGS}
+        langs = [*LANGS, *(["cs"] if (out / f"{split}.cs.gz").is_file() else [])]
+        per_lang = {lang: len(read_lines(out / f"{split}.{lang}.gz")) for lang in langs}
         if len(set(per_lang.values())) != 1:
             found = ", ".join(f"{lang} {n}" for lang, n in per_lang.items())
             raise UserError(
@@ -112,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     summary = ", ".join(f"{split}: {n} lines" for split, n in counts.items())
-    print(f"Multi30k in {args.out} ({'/'.join(LANGS)}): {summary}")
+    czech = sum((args.out / name).is_file() for name in czech_names())
+    langs = "/".join(LANGS) + (f", cs in {czech} of them" if czech else "")
+    print(f"Multi30k in {args.out} ({langs}): {summary}")
     return 0
 
 

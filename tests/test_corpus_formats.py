@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_helpers import train
+from cli_helpers import run_cli, train
 from sweep_helpers import FAST, write_sweep
 
 from seq2seq.config import DatasetCorpus, TokenizerConfig
@@ -150,22 +150,35 @@ def pairs_of(corpus, langs: tuple[str, str]) -> list[tuple[str, str]]:
 
 
 def toy_in_other_formats(toy: Path, where: Path) -> dict:
-    """The toy run's config with its corpora in other formats: training pairs in TSV, the
-    validation pairs in JSON lines, the test pairs as a saved dataset, in parquet and as
-    the prefix they were."""
+    """The toy run's config with its corpora in other formats: the training pairs in three
+    parts, TSV, JSON lines and a saved dataset; the validation pairs in JSON lines; the test
+    pairs in the saved dataset, in parquet and as the prefix they were."""
     datasets = pytest.importorskip("datasets", reason="the hf extra is not installed")
     cfg = yaml.safe_load((toy / "run.yaml").read_text())
     data = cfg["data"]
     langs = (data["src"], data["tgt"])
-    test = pairs_of(data["test"][0], langs)
-    by_lang = {lang: [pair[i] for pair in test] for i, lang in enumerate(langs)}
-    saved = datasets.Dataset.from_dict(by_lang)
-    datasets.DatasetDict({"test": saved}).save_to_disk(str(where / "saved"))
-    saved.to_parquet(str(where / "t.parquet"))
-    valid = [dict(zip(langs, pair, strict=True)) for pair in pairs_of(data["valid"], langs)]
+
+    def dataset(pairs: list) -> object:
+        return datasets.Dataset.from_dict(
+            {lang: [pair[i] for pair in pairs] for i, lang in enumerate(langs)}
+        )
+
+    def jsonl(path: Path, pairs: list) -> str:
+        rows = [json.dumps(dict(zip(langs, pair, strict=True))) for pair in pairs]
+        return write_text(path, "".join(row + "\n" for row in rows))
+
+    train, test = pairs_of(data["train"], langs), pairs_of(data["test"][0], langs)
+    parts = [train[: len(train) // 3], train[len(train) // 3 : 2 * len(train) // 3]]
+    saved = {"train": dataset(train[2 * len(train) // 3 :]), "test": dataset(test)}
+    datasets.DatasetDict(saved).save_to_disk(str(where / "saved"))
+    saved["test"].to_parquet(str(where / "t.parquet"))
     data |= {
-        "train": write_tsv(where / "train.tsv.gz", pairs_of(data["train"], langs)),
-        "valid": write_text(where / "valid.jsonl", "".join(json.dumps(v) + "\n" for v in valid)),
+        "train": [
+            write_tsv(where / "train.tsv.gz", parts[0]),
+            jsonl(where / "train.jsonl", parts[1]),
+            {"dataset": str(where / "saved")},
+        ],
+        "valid": jsonl(where / "valid.jsonl", pairs_of(data["valid"], langs)),
         "test": [
             {"dataset": str(where / "saved"), "split": "test", "name": "saved"},
             {"dataset": str(where / "t.parquet"), "split": "test"},
@@ -187,6 +200,8 @@ def test_a_run_trains_validates_and_tests_on_other_formats(toy: Path, tmp_path: 
     assert hypotheses["test"].count("\n") == 10
     summary = json.loads((run / "summary.json").read_text())
     assert [point["step"] for point in summary["validations"]] == [2, 4]
+    prepared = sorted(p.name.split(".")[0] for p in (run / "tokenizer/corpora").iterdir())
+    assert prepared == ["saved-train", "train", "train"]  # the three parts, each prepared
 
 
 def test_a_sweep_reports_test_sets_of_other_formats(toy: Path, tmp_path: Path) -> None:
@@ -253,3 +268,51 @@ def test_alignments_are_refused_for_a_corpus_that_is_no_prefix(tmp_path: Path) -
     source = corpus_source(write_tsv(tmp_path / "c.tsv"))
     with pytest.raises(UserError, match=r"c.tsv: word alignments are read from \{prefix\}.align"):
         source.files(LANGS, aligned=True)
+
+
+SAMPLE = Path(__file__).resolve().parent.parent / "data/sample"
+SAMPLE_TEST = DatasetCorpus(dataset=str(SAMPLE / "test.parquet"), split="test")
+
+
+def test_the_committed_sample_is_what_its_script_writes(load_script, tmp_path):
+    pytest.importorskip("datasets", reason="the hf extra is not installed")
+    written = load_script("make_sample_corpora").write_sample(tmp_path)
+    assert sorted(path.name for path in written) == sorted(p.name for p in SAMPLE.iterdir())
+    for path in written:
+        if path.suffix == ".parquet":  # its bytes name the pyarrow that wrote it
+            made = SAMPLE_TEST.model_copy(update={"dataset": str(path)})
+            assert pairs_of(made, ("src", "tgt")) == pairs_of(SAMPLE_TEST, ("src", "tgt"))
+        else:
+            assert path.read_bytes() == (SAMPLE / path.name).read_bytes(), path.name
+
+
+def test_the_sample_holds_the_same_pairs_in_every_format():
+    pytest.importorskip("datasets", reason="the hf extra is not installed")
+    langs = ("src", "tgt")
+    train = [pairs_of(str(SAMPLE / name), langs) for name in ("train", "train.tsv", "train.jsonl")]
+    assert train[0] == train[1] == train[2] and len(train[0]) == 300
+    test = [pairs_of(str(SAMPLE / "test.tsv"), langs), pairs_of(SAMPLE_TEST, langs)]
+    assert test[0] == test[1] and len(test[0]) == 30
+    assert len(pairs_of(str(SAMPLE / "valid.jsonl"), langs)) == 30
+
+
+def test_the_sample_config_trains_on_three_formats(tmp_path, monkeypatch):
+    pytest.importorskip("datasets", reason="the hf extra is not installed")
+    monkeypatch.chdir(SAMPLE.parent.parent)  # its paths are relative to the repository
+    run = tmp_path / "run"
+    sets = ["train.max_steps=4", "train.valid_every=2", "train.heatmaps=0", "train.threads=1"]
+    args = [x for s in sets for x in ("--set", s)]
+    assert run_cli("train", "configs/sample_formats.yaml", "--run-dir", run, *args) == 0
+    assert sorted(json.loads((run / "test/scores.json").read_text())) == ["test", "test-parquet"]
+
+
+def test_evaluate_reads_a_test_corpus_in_any_format(trained: Path, toy: Path, tmp_path, capsys):
+    test = pairs_of(str(toy / "data/test"), ("src", "tgt"))
+    corpus = write_tsv(tmp_path / "test.tsv", test)
+    common = ["evaluate", "--run", trained, "--json", "--beam", 1]
+    assert run_cli(*common, "--src", toy / "data/test.src", "--ref", toy / "data/test.tgt") == 0
+    by_files = json.loads(capsys.readouterr().out)
+    assert run_cli(*common, "--corpus", corpus) == 0
+    assert json.loads(capsys.readouterr().out) == by_files
+    assert run_cli(*common, "--corpus", corpus, "--ref", toy / "data/test.tgt") == 2
+    assert "leave out --ref, --src, --hyp" in capsys.readouterr().err

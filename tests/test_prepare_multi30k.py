@@ -97,8 +97,26 @@ def test_download_fetches_every_file_from_the_release(
         return io.BytesIO((local_copy / url.rsplit("/", 1)[1]).read_bytes())
 
     monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
+    write_czech(local_copy, script)
     out = tmp_path / "out"
     assert script.main(["--out", str(out)]) == 0
     base = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
-    assert requested == [base + name for name in script.file_names()]
+    assert requested == [base + name for name in script.file_names() + script.czech_names()]
     assert (out / "train.de.gz").read_bytes() == (local_copy / "train.de.gz").read_bytes()
+
+
+def test_the_czech_files_are_copied_where_the_local_copy_has_them(script, local_copy, tmp_path):
+    out = tmp_path / "out"
+    assert script.main(["--from", str(local_copy), "--out", str(out)]) == 0
+    assert not list(out.glob("*.cs.gz"))  # a copy without them: the rest as before
+    write_czech(local_copy, script)
+    assert script.main(["--from", str(local_copy), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.glob("*.cs.gz")) == sorted(script.czech_names())
+    (local_copy / "val.cs.gz").write_bytes(gzip.compress(b"one line\n"))  # 1, not 3
+    assert script.main(["--from", str(local_copy), "--out", str(out)]) == 2
+
+
+def write_czech(local_copy: Path, script) -> None:
+    for split in script.CZECH_SPLITS:
+        text = "".join(f"{split} cs {i}\n" for i in range(LINES[split]))
+        (local_copy / f"{split}.cs.gz").write_bytes(gzip.compress(text.encode()))

@@ -68,7 +68,7 @@ Checkpoints = Annotated[
     ),
 ]
 References = Annotated[
-    list[Path],
+    list[Path] | None,
     typer.Option(
         "--ref",
         metavar="FILE",

@@ -34,34 +34,66 @@ if TYPE_CHECKING:
 @decoding_options()
 @option_group("loading", DecodingLoading)
 def evaluate(
-    ref: References,
+    ref: References = None,
     run: Runs = None,
     src: Annotated[
         Path | None, typer.Option("--src", help="source sentences, one per line (with --run)")
     ] = None,
     hyp: GivenTranslations = None,
+    corpus: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CORPUS",
+            help="a test corpus as a config gives one (a prefix, a .tsv or .jsonl file): its "
+            "sources translated with --run, in the run's languages; its targets the references",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     *,
     loading: DecodingLoading,
     decode: dict,
 ) -> None:
     """Score a translation against --ref: BLEU, chrF and TER with sacrebleu signatures.
-    Either --run and --src (translate the source with the decoding options), or --hyp (a
-    translation made elsewhere; several: each compared with the first, a paired test)."""
+    Either --run and --src (translate the source with the decoding options), --run and
+    --corpus (its pairs), or --hyp (a translation made elsewhere; several: each compared
+    with the first, a paired test)."""
     from seq2seq.cli.translation import _translator, _within_memory
 
-    references = _read_references(ref)
-    if hyp:
-        given = {"run": run or None, "src": src, **dataclasses.asdict(loading), **decode}
-        _score_files(hyp, references, given, as_json)
-        return
-    if not run or src is None:
-        raise UserError("pass --run RUN and --src FILE to translate, or --hyp FILE to score")
-    sources = _aligned_lines(src, ref[0], len(references[0]), "reference")
+    if corpus is not None:
+        sources, references = _corpus_pairs(corpus, run, [ref, src, hyp])
+        src = Path(corpus)  # what the scores are printed under
+    else:
+        if not ref:
+            raise UserError("pass --ref FILE (the references), or --corpus CORPUS with --run")
+        references = _read_references(ref)
+        if hyp:
+            given = {"run": run or None, "src": src, **dataclasses.asdict(loading), **decode}
+            _score_files(hyp, references, given, as_json)
+            return
+        if not run or src is None:
+            raise UserError("pass --run RUN and --src FILE to translate, or --hyp FILE to score")
+        sources = _aligned_lines(src, ref[0], len(references[0]), "reference")
     with _within_memory(decode):
         translator = _translator(run, loading, None, decode)
         hypotheses = translator.translate(sources, progress=True)
     _print_scores([str(src)], [hypotheses], references, as_json)
+
+
+def _corpus_pairs(corpus: str, run: list[Path] | None, others: list) -> tuple[list, list]:
+    """The sources of a test corpus, and its references (one set), in the languages of the
+    run that translates them."""
+    from seq2seq.checkpoint import RunDir
+    from seq2seq.data.sources import read_corpus
+
+    if any(others):
+        raise UserError(
+            "--corpus gives the sources and the references: leave out --ref, --src, --hyp"
+        )
+    if not run:
+        raise UserError("--corpus needs --run RUN, which translates its sources")
+    data = RunDir(run[0]).load_config().data
+    pairs = read_corpus(corpus, data.src, data.tgt)
+    return pairs.src, [pairs.tgt]
 
 
 def _read_references(paths: list[Path]) -> list[list[str]]:
