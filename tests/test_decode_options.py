@@ -30,7 +30,8 @@ SERVER_PER_CALL = ("nbest", "attention", "token_scores", "prefix", "constraints"
 NOT_DECODING = {
     "translate": {"run", "checkpoint", "input", "output", "device", "alignments",
                   "alignment_head", "engine", "threads", "int8"},
-    "evaluate": {"ref", "run", "src", "hyp", "checkpoint", "device", "threads", "int8", "as_json", "corpus"},
+    "evaluate": {"ref", "run", "src", "hyp", "corpus", "checkpoint", "device", "threads", "int8",
+                 "as_json"},
     "score": {"run", "src", "ref", "output", "checkpoint", "device", "threads", "token_scores",
               "alignments", "alignment_head", "attention"},
     "serve": {"run", "checkpoint", "host", "port", "device", "max_lines", "max_chars", "timeout",
