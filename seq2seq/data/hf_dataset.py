@@ -17,12 +17,12 @@ from typing import Any
 
 from seq2seq.config import DatasetCorpus
 from seq2seq.data.corpus import PairChunk
+from seq2seq.data.prepared_corpus import feed_file
 from seq2seq.data.source import CorpusSource, Langs, pair_of
 from seq2seq.errors import UserError
 
 _SAVED = ("dataset_dict.json", "state.json")  # what save_to_disk writes, with a DatasetDict or not
 _FILE_KINDS = {".parquet": "parquet", ".arrow": "arrow"}
-_HASH_BLOCK = 1 << 20
 
 
 class HuggingFaceDataset(CorpusSource):
@@ -69,9 +69,7 @@ class HuggingFaceDataset(CorpusSource):
             kept = [(s, t) for s, t in zip(src, tgt, strict=True) if s.strip() and t.strip()]
             yield PairChunk([s for s, _ in kept], [t for _, t in kept], len(src) - len(kept))
         for role, path in files.items() if digests else ():
-            with open(path, "rb") as handle:
-                while block := handle.read(_HASH_BLOCK):
-                    digests[role].update(block)
+            feed_file(path, digests[role])
 
     def _read(self, langs: Langs) -> tuple[list[str], list[str]]:
         src: list[str] = []

@@ -32,7 +32,7 @@ import json
 import os
 from itertools import chain
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -58,11 +58,15 @@ def id_dtype(vocab_size: int) -> np.dtype:
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
+    return feed_file(path, hashlib.sha256()).hexdigest()
+
+
+def feed_file(path: Path, digest: Any) -> Any:
+    """Feed a file's bytes to a hashlib `digest`; the digest."""
     with open(path, "rb") as handle:
         while block := handle.read(_HASH_BLOCK):
             digest.update(block)
-    return digest.hexdigest()
+    return digest
 
 
 def file_record(path: Path, sha256: str) -> dict:
