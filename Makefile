@@ -21,7 +21,7 @@ demo: install
 
 # One pytest worker per CPU (pytest-xdist); tests/conftest.py gives each its own CPUs.
 test: install
-	$(BIN)/pytest -rs -n auto
+	$(BIN)/pytest -rs -n auto --dist worksteal
 
 # The page of `seq2seq serve` in headless Chromium (Debian's package; root or sudo installs it).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

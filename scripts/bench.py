@@ -197,7 +197,12 @@ def parse_arguments() -> argparse.Namespace:
     train.add_argument("--warmup", type=NON_NEGATIVE, default=10, help="updates before timing")
     train.add_argument(
         "--profile", type=NON_NEGATIVE, default=0, metavar="ROWS",
-        help=f"then profile {PROFILED_STEPS} more updates; print the ROWS costliest operators",
+        help="then profile --profile-updates more updates; print the ROWS costliest operators",
+    )  # fmt: skip
+    train.add_argument(
+        "--profile-updates", type=POSITIVE, default=PROFILED_STEPS, metavar="N",
+        help=f"the updates --profile profiles (default {PROFILED_STEPS}; reading a profile "
+        "takes seconds per update of a small RNN)",
     )  # fmt: skip
     train.add_argument(
         "--compile", action="store_true",

@@ -254,7 +254,7 @@ def measure_train(args: argparse.Namespace) -> dict:
         cfg, trainer = new_trainer(args, tmp)
         per = getattr(cfg.train, "accumulate", 1)  # batches an update (train.accumulate)
         warmup, steps = args.warmup * per, args.steps * per
-        needed = warmup + steps + (args.profile and PROFILED_STEPS * per)
+        needed = warmup + steps + (args.profile and args.profile_updates * per)
         batches = training_batches(trainer, cfg.train.max_epochs, needed)
         if args.compile:  # tried for issue 33: see docs/benchmarks.md
             import torch

@@ -73,7 +73,7 @@ def test_gold_attention_spreads_each_target_position_over_its_linked_sources():
     expected = torch.zeros(3, 3, 4)
     expected[0, 0, :2], expected[0, 1, 2] = 0.5, 1.0
     expected[2, 1, 1] = 1.0  # moved one position on, past a tag
-    torch.testing.assert_close(gold, expected)
+    torch.testing.assert_close(torch.from_numpy(gold), expected)
 
 
 def test_the_loss_is_the_cross_entropy_of_the_attention_against_the_gold():

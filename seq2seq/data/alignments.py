@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from seq2seq.config.data import WORD_MARK
 from seq2seq.data.corpus import read_lines
@@ -181,16 +179,15 @@ class PieceLinks:
 
 def gold_attention(
     links: list[np.ndarray | None], shifts: np.ndarray, shape: tuple[int, ...]
-) -> Tensor:
+) -> np.ndarray:
     """(B, T, S) float32 gold attention of a batch of `shape` (rows, target positions,
     source positions): row b's target position j spreads 1 evenly over the source
     positions its piece is linked to (`links[b]`, each source piece moved `shifts[b]` on,
     past a tag); positions without links (EOS, padding, a pair without alignment) are 0."""
-    gold = torch.zeros(shape)
+    gold = np.zeros(shape, np.float32)
     rows = [(b, found) for b, found in enumerate(links) if found is not None and len(found)]
     if rows:
         batch = np.concatenate([np.full(len(found), b) for b, found in rows])
         pieces = np.concatenate([found for _, found in rows]).astype(np.int64)
-        source = pieces[:, 0] + shifts[batch]
-        gold[torch.from_numpy(batch), torch.from_numpy(pieces[:, 1]), torch.from_numpy(source)] = 1
-    return gold / gold.sum(-1, keepdim=True).clamp_min(1)
+        gold[batch, pieces[:, 1], pieces[:, 0] + shifts[batch]] = 1
+    return gold / np.maximum(gold.sum(-1, keepdims=True), 1)

@@ -118,7 +118,7 @@ class TrainingPairs:
                 for slot, row in zip(np.flatnonzero(chosen).tolist(), found, strict=True):
                     links[slot] = row
                 shifts[chosen] = self._added(number, "src")
-        return gold_attention(links, shifts, shape)
+        return torch.from_numpy(gold_attention(links, shifts, shape))
 
 
 class KeptPairs:
