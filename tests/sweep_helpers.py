@@ -84,10 +84,11 @@ def row(markdown: list[str], first: str) -> list[str]:
 FAST = {"train.max_steps": 4, "train.valid_every": 100, "train.threads": 1, "decode.beam": 1}
 
 
-def assert_same_runs(first: Path, second: Path) -> None:
-    """Every run of two sweep directories: bit-identical weights and the same test scores."""
-    runs = sorted(p.name for p in (first / "runs").iterdir())
-    assert runs == sorted(p.name for p in (second / "runs").iterdir()) and len(runs) == 2
+def assert_same_runs(first: Path, second: Path, count: int = 2) -> None:
+    """The `count` runs of the second sweep directory and the first's of the same names:
+    bit-identical weights and the same test scores."""
+    runs = sorted(p.name for p in (second / "runs").iterdir())
+    assert len(runs) == count and set(runs) <= {p.name for p in (first / "runs").iterdir()}
     for name in runs:
         for checkpoint in ("last", "best"):
             a, b = (
