@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
 from cli_helpers import train
-from sweep_helpers import FAST, write_sweep
+from sweep_helpers import FAST, charts_undrawn, write_sweep
 
 import seq2seq.attention  # noqa: F401  (registers the attention types with the config schema)
 from seq2seq import metrics
@@ -126,5 +127,13 @@ def sequential(toy, tmp_path_factory) -> tuple[Path, Path]:
         seeds=[1],
         set=FAST,
     )
-    run_sweep(load_sweep(path), where / "one-after-another")
+    with charts_undrawn():
+        run_sweep(load_sweep(path), where / "one-after-another")
     return path, where / "one-after-another"
+
+
+@pytest.fixture
+def undrawn_charts() -> Iterator[None]:
+    """This test's sweep reports leave their charts blank (sweep_helpers.charts_undrawn)."""
+    with charts_undrawn():
+        yield

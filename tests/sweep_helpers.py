@@ -3,13 +3,19 @@ of a report's table rows."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import pytest
 import torch
 import yaml
+from matplotlib.figure import Figure
 
 from seq2seq.checkpoint import RunDir
+from seq2seq.sweep.reporting import diagnostics, report
 
 BASE = {
     "name": "base",
@@ -99,3 +105,20 @@ def assert_same_runs(first: Path, second: Path, count: int = 2) -> None:
             assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"]), name
         scores = [(d / "runs" / name / "test/scores.json").read_text() for d in (first, second)]
         assert scores[0] == scores[1]
+
+
+@contextlib.contextmanager
+def charts_undrawn() -> Iterator[None]:
+    """Within, a sweep report's charts are built but written as a blank PNG, not drawn: for
+    the tests of sweeps that never look at them (drawing one takes a third of a second; the
+    report's own tests draw every one)."""
+    blank = report.figure_png(plt.figure(figsize=(0.1, 0.1)))
+
+    def undrawn(figure: Figure) -> bytes:
+        plt.close(figure)
+        return blank
+
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (report, diagnostics):
+            patch.setattr(module, "figure_png", undrawn)
+        yield

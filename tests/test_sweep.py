@@ -321,7 +321,7 @@ def assert_run_equals_plain_training(root: Path, run, alone: Path) -> None:
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, capsys):
+def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, capsys, undrawn_charts):
     monkeypatch.chdir(tmp_path)
     path = write_sweep(
         tmp_path,
@@ -337,7 +337,9 @@ def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, caps
     assert (tmp_path / "runs/sweeps/s/runs/data.max_len=40,seed=1/test/scores.json").is_file()
 
 
-def test_a_run_another_process_trains_is_skipped_and_named(toy, tmp_path, monkeypatch, capsys):
+def test_a_run_another_process_trains_is_skipped_and_named(
+    toy, tmp_path, monkeypatch, capsys, undrawn_charts
+):
     """The same sweep started twice on one directory: the second leaves the first's run
     alone, trains the rest, and says who holds the run."""
     monkeypatch.chdir(tmp_path)

@@ -52,7 +52,9 @@ def test_bad_cells_name_the_problem(tmp_path, monkeypatch, cells, fragment):
         load_sweep(write_sweep(tmp_path, grid=GRID, cells=cells))
 
 
-def test_a_continuing_sweep_trains_on_from_the_finished_runs(toy, tmp_path, monkeypatch, capsys):
+def test_a_continuing_sweep_trains_on_from_the_finished_runs(
+    toy, tmp_path, monkeypatch, capsys, undrawn_charts
+):
     """A run of 4 updates, continued to 8 by a second sweep: the first keeps its scores
     and checkpoints; the second holds the same weights as 8 updates in one go."""
     monkeypatch.chdir(tmp_path)

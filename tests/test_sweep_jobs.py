@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_runs_trained_two_at_once_equal_runs_trained_one_after_another(
-    sequential, tmp_path, monkeypatch, capsys
+    sequential, tmp_path, monkeypatch, capsys, undrawn_charts
 ):
     path, alone = sequential
     monkeypatch.chdir(tmp_path)
@@ -45,7 +45,7 @@ def test_runs_trained_two_at_once_equal_runs_trained_one_after_another(
     assert err.count("finished, skipped") == 2 and "started" not in err
 
 
-def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, capsys):
+def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, capsys, undrawn_charts):
     """One run fails on its data, another is held by another process: the third trains,
     and the sweep's last line names the failure."""
     monkeypatch.chdir(tmp_path)

@@ -18,7 +18,9 @@ from seq2seq.sweep import load_sweep
 submitit = pytest.importorskip("submitit", reason="the slurm extra: pip install -e '.[slurm]'")
 
 
-def test_launcher_local_trains_the_runs_as_submitit_jobs(sequential, tmp_path, monkeypatch):
+def test_launcher_local_trains_the_runs_as_submitit_jobs(
+    sequential, tmp_path, monkeypatch, undrawn_charts
+):
     path, alone = sequential
     monkeypatch.chdir(tmp_path)
     root = tmp_path / "local"
