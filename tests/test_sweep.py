@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 from cli_helpers import run_cli
-from sweep_helpers import BASE, SWEEP, write_sweep
+from sweep_helpers import BASE, SWEEP, charts_undrawn, write_sweep
 
 from seq2seq.checkpoint import RunDir, training_lock
 from seq2seq.config import ATTENTION_TYPES, load_config
@@ -245,7 +245,8 @@ def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):
     train(halfway, root / "runs" / first.name)
     (root / "runs" / first.name / "test/scores.json").unlink()
 
-    assert run_cli("sweep", "--config", path, "--shard", "1/2") == 0
+    with charts_undrawn():  # the last report's are drawn, and read below
+        assert run_cli("sweep", "--config", path, "--shard", "1/2") == 0
     err = capsys.readouterr().err
     assert "training the shared tokenizer" in err and "2 of 4 runs finished" in err
     partial = (root / "report/results.md").read_text()
@@ -254,7 +255,8 @@ def test_sweep_end_to_end(toy, tmp_path, monkeypatch, capsys):
     assert "from step 2" in first_log
     assert json.loads((root / "runs" / first.name / "summary.json").read_text())["steps"] == 4
 
-    assert run_cli("sweep", "--config", path, "--shard", "2/2") == 0
+    with charts_undrawn():
+        assert run_cli("sweep", "--config", path, "--shard", "2/2") == 0
     capsys.readouterr()
     last = {p: p.stat().st_mtime_ns for p in root.glob("runs/*/checkpoints/last.pt")}
     assert len(last) == 4

@@ -58,7 +58,7 @@ def sweep_of(tmp_path, types: list[str], **fixed):
 
 
 def test_the_report_averages_cross_attention_over_layers_and_seeds_at_the_best_step(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, undrawn_charts
 ):
     monkeypatch.chdir(tmp_path)
     sweep, directory = sweep_of(tmp_path, ["dot", "cosine"])
@@ -91,7 +91,9 @@ def test_the_report_averages_cross_attention_over_layers_and_seeds_at_the_best_s
     assert f"![every run's attention over updates]({RUNS_CHART})" in markdown
 
 
-def test_a_run_tested_at_its_last_checkpoint_reports_its_last_validation(tmp_path, monkeypatch):
+def test_a_run_tested_at_its_last_checkpoint_reports_its_last_validation(
+    tmp_path, monkeypatch, undrawn_charts
+):
     """train.test_checkpoint: last: the tested weights are the last, not the best."""
     monkeypatch.chdir(tmp_path)
     sweep, directory = sweep_of(tmp_path, ["dot"], **{"train.test_checkpoint": "last"})
@@ -169,7 +171,9 @@ def test_no_measured_attention_writes_no_section(tmp_path, monkeypatch):
     assert not (tmp_path / CHART).exists()
 
 
-def test_the_report_lists_the_runs_locked_onto_the_source_eos_and_when(tmp_path, monkeypatch):
+def test_the_report_lists_the_runs_locked_onto_the_source_eos_and_when(
+    tmp_path, monkeypatch, undrawn_charts
+):
     monkeypatch.chdir(tmp_path)
     sweep, directory = sweep_of(tmp_path, ["dot", "cosine"])
     dot, cosine = sweep.cells
@@ -200,7 +204,9 @@ def test_the_report_lists_the_runs_locked_onto_the_source_eos_and_when(tmp_path,
     assert cosine_row == ["cosine", "1 of 2", "seed 2: 10 (1 of 1 validations; largest 0.80)"]
 
 
-def test_no_locked_run_is_one_sentence_naming_the_largest_sink_mass(tmp_path, monkeypatch):
+def test_no_locked_run_is_one_sentence_naming_the_largest_sink_mass(
+    tmp_path, monkeypatch, undrawn_charts
+):
     monkeypatch.chdir(tmp_path)
     sweep, directory = sweep_of(tmp_path, ["dot"])
     for seed, mass in ((1, 0.3), (2, 0.45)):
