@@ -19,8 +19,11 @@ demo: install
 	$(BIN)/seq2seq train --config configs/demo.yaml --run-dir runs/demo
 	$(BIN)/seq2seq evaluate --run runs/demo --src data/toy/test.src --ref data/toy/test.tgt
 
-# One pytest worker per CPU (pytest-xdist); tests/conftest.py gives each its own CPUs.
+# One pytest worker per CPU (pytest-xdist); tests/conftest.py gives each its own CPUs, and a
+# worker with nothing left takes tests from the other's queue. The package is compiled first:
+# where Python writes no bytecode (PYTHONDONTWRITEBYTECODE), each process would compile it.
 test: install
+	$(BIN)/python -m compileall -q seq2seq
 	$(BIN)/pytest -rs -n auto --dist worksteal
 
 # The page of `seq2seq serve` in headless Chromium (Debian's package; root or sudo installs it).

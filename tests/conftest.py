@@ -51,6 +51,23 @@ def load_script():
 
 
 @pytest.fixture
+def bench_row(load_script, monkeypatch):
+    """The row of a `scripts/bench.py MODE OPTIONS` measurement (train, diagnostics),
+    measured in this process: bench.py spawns a fresh one for it, whose imports alone cost
+    seconds (its decode test goes through that)."""
+
+    def measure(*argv: str) -> dict:
+        monkeypatch.syspath_prepend(str(SCRIPTS))  # where bench.py finds its parts
+        bench = load_script("bench")
+        monkeypatch.setattr(sys, "argv", ["bench.py", *argv])
+        args = bench.parse_arguments()
+        modes = {"train": bench.measure_train, "diagnostics": bench.measure_diagnostics}
+        return bench.with_peak_memory(modes[args.mode], args)
+
+    return measure
+
+
+@pytest.fixture
 def add_metric(monkeypatch):
     """Append a metric to `metrics.METRICS` as one more entry written in the table would:
     every module that imported the table sees the longer one, for this test."""

@@ -195,18 +195,9 @@ def test_training_with_diagnostics_equals_training_without_and_logs_every_valida
     assert steps == [3, 6]
 
 
-def test_bench_times_the_diagnostics_against_training_between_validations(toy):
-    import subprocess
-    import sys
-
-    from conftest import SCRIPTS
-
-    command = [sys.executable, str(SCRIPTS / "bench.py"), "diagnostics",
-               "--config", str(toy / "run.yaml"), "--steps", "2", "--repeats", "2",
-               "--threads", "1"]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    row = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("{")))
+def test_bench_times_the_diagnostics_against_training_between_validations(toy, bench_row):
+    row = bench_row("diagnostics", "--config", str(toy / "run.yaml"), "--steps", "2",
+                    "--repeats", "2", "--threads", "1")  # fmt: skip
     # Seconds are rounded to 3 decimals, the seconds between validations to 1, the share
     # to 5: the figures agree within what their rounding allows.
     diagnostics, update, every = row["diagnostics_s"], row["update_s"], row["valid_every"]

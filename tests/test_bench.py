@@ -13,21 +13,16 @@ from seq2seq.config import ModelConfig
 from seq2seq.models import build_model
 
 
-def test_train_prints_one_consistent_json_line(toy):
+def test_train_measures_one_consistent_row(toy, bench_row, capsys):
     # One thread: two would wait on each other whenever another process holds a core.
-    command = [sys.executable, str(SCRIPTS / "bench.py"), "train",
-               "--config", str(toy / "run.yaml"), "--threads", "1", "--steps", "2",
-               "--warmup", "1", "--profile", "5", "--profile-updates", "1"]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 1
-    row = json.loads(lines[0])
+    row = bench_row("train", "--config", str(toy / "run.yaml"), "--threads", "1", "--steps",
+                    "2", "--warmup", "1", "--profile", "5", "--profile-updates", "1")  # fmt: skip
     assert row["mode"] == "train" and row["steps"] == 2 and row["threads"] == 1
     assert row["tokens_per_s"] > row["target_tokens_per_s"] > 0
     assert 0 <= row["padding_ratio"] < 1 and row["peak_rss_mb"] > 0
     assert row["compiled"] is False and row["warmup_seconds"] > 0
-    assert "profile of 1 updates" in result.stderr and "aten::" in result.stderr
+    err = capsys.readouterr().err
+    assert "profile of 1 updates" in err and "aten::" in err
     flops = row["mflop_per_target_token"] * 1e6 * row["target_tokens_per_s"]
     assert row["mfu"] == pytest.approx(
         flops / (row["matmul_peak_gflops"] * 1e9), rel=0.02, abs=1e-4
