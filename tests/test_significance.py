@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from seq2seq.calibration import STATISTICS, Regime, Simulation, hypothesis_words
+from seq2seq.calibration import STATISTICS, Regime, Simulation, bleu_scores, hypothesis_words
 from seq2seq.metrics import METRICS
 from seq2seq.significance import (
     MIN_SEEDS,
@@ -68,6 +68,18 @@ def test_power_matches_a_paired_t_over_seeds_where_seeds_dominate():
         paired_t.append(stats.ttest_rel(cell.observed, baseline.observed).pvalue < 0.05)
     assert np.mean(paired_t) > 0.3  # a shift the seeds can show
     assert np.mean(ours) >= np.mean(paired_t) - 0.03
+
+
+def test_the_simulations_bleu_in_arrays_is_sacrebleus():
+    """Summed statistics of every kind: no match at some or all orders, orders with no
+    n-grams (a short corpus), an empty hypothesis, hypotheses shorter and longer."""
+    rng = np.random.default_rng(0)
+    hyp, ref = rng.integers(0, 30, 3000), rng.integers(0, 30, 3000)
+    total = np.maximum(hyp[:, None] - np.arange(4), 0)
+    correct = np.where(rng.random((3000, 4)) < 0.3, 0, rng.integers(0, total + 1))
+    sums = np.column_stack([hyp, ref, correct, total]).astype(float)
+    assert (correct == 0).all(axis=1).any() and (total == 0).any() and (hyp == 0).any()
+    assert np.array_equal(bleu_scores(sums), BLEU[0].score_sums(sums))
 
 
 def test_the_sentence_part_is_what_the_seeds_spread_leaves_out():
