@@ -32,9 +32,9 @@ def train(
 ) -> None:
     """Train a model (or resume the run in --run-dir), then score the test sets:
     seq2seq train CONFIG [--set FIELD=VALUE ...]."""
+    cfg = _run_config("train", config_file, config, overrides)  # a bad one: before torch loads
     from seq2seq.train.run import train as run_training
 
-    cfg = _run_config("train", config_file, config, overrides)
     if init_from is not None:  # a string as given: as YAML, a run named 2024 would be a number
         cfg.train.init_from = init_from
     run_training(cfg, run_dir or Path("runs") / cfg.name)
