@@ -325,7 +325,7 @@ def measure_diagnostics(args: argparse.Namespace) -> dict:
         "config": str(args.config),
         "threads": args.threads,
         "valid_every": cfg.train.valid_every,
-        "validation_pairs": len(trainer.data.valid_src),
+        "validation_pairs": sum(len(valid.src) for valid in trainer.data.valid),
         **{f"{name}_s": round(value, 3) for name, value in median.items()},
         **{f"{name}_s_range": [round(min(v), 3), round(max(v), 3)] for name, v in times.items()},
         "train_s_between_validations": round(between, 1),

@@ -115,6 +115,8 @@ def export_ctranslate2(
         "tokenizer": tokenizer.fingerprint,
         "alignment_heads": cfg.model.alignment_heads or cfg.model.heads(cfg.model.attention),
         "tags": cfg.data.tag_names,
+        "languages": cfg.data.target_languages,
+        "targets": list(cfg.data.source_tags.targets),
     }
 
     def write(tmp: Path) -> None:
@@ -124,7 +126,7 @@ def export_ctranslate2(
         spec.save(str(tmp))
         shutil.copytree(run.tokenizer, tmp / TOKENIZER, ignore=shutil.ignore_patterns(*DERIVED))
         (tmp / SETTINGS).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-        readme = _readme(run, quantization, cfg.data.tag_names)
+        readme = _readme(run, quantization, cfg.data.symbols)
         (tmp / "README.md").write_text(readme, encoding="utf-8")
 
     publish_directory(Path(output), write, new=True)
@@ -217,7 +219,8 @@ def _set_feed_forward(spec, layers: FeedForward, norm: torch.nn.LayerNorm) -> No
 def _readme(run: RunDir, quantization: str, tags: list[str]) -> str:
     tagged = (
         f"\nIt was trained with tags ({', '.join(tags)}): a tag, where you give one, is one "
-        f'piece before the source\'s, as in `["{tags[0]}", *pieces]`.\n'
+        f"piece before the source's, as in `[\"{tags[0]}\", *pieces]` (a target language's "
+        "<2xx> first, where it was trained into several).\n"
         if tags
         else ""
     )

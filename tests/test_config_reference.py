@@ -35,7 +35,7 @@ def test_section_defaults_are_the_sections_own():
     defaults = {e.path: e.default for e in walk()}
     assert defaults["model.attention.type"] == "bahdanau"
     assert defaults["model.self_attention.type"] == "scaled-dot"  # SelfAttentionConfig
-    assert defaults["data.src"] is REQUIRED and defaults["train.optimizer.betas"] == (0.9, 0.999)
+    assert defaults["data.train"] is REQUIRED and defaults["train.optimizer.betas"] == (0.9, 0.999)
 
 
 def test_the_commented_yaml_reads_back_as_the_same_config():
@@ -49,6 +49,7 @@ def test_the_defaults_read_back_as_the_defaults_once_data_is_given():
     values = yaml.safe_load(commented_yaml())
     sampling = {"alpha": None, "nbest": -1, "segmentations": 8}
     assert values["data"] == {"src": None, "tgt": None, "train": None, "weights": None,
+                              "temperature": None, "target_tags": None,
                               "tags": None, "alignments": False, "valid": None, "test": [],
                               "valid_alignments": False, "filters": [], "max_len": 100,
                               "max_len_ratio": None, "subword_sampling": sampling}  # fmt: skip

@@ -12,7 +12,7 @@ from cli_helpers import run_cli, train, train_straight_and_resumed
 from prepared_helpers import fake_ids, pairs_of, varied_lengths, write_prepared
 from test_cli import parameters
 
-from seq2seq.data.epoch_batches import TrainBatches, TrainingPairs
+from seq2seq.data.epoch_batches import CorpusWeights, TrainBatches, TrainingPairs
 
 SIZES = (300, 200, 7)  # three corpora; the last too small for a share of 0.01 to round up
 
@@ -34,14 +34,14 @@ def counts(batches) -> Counter:
 
 def test_weights_of_one_are_the_unweighted_epochs(corpora) -> None:
     plain = TrainBatches(corpora, 45, 300, seed=2)
-    ones = TrainBatches(corpora, 45, 300, seed=2, weights=[1, 1.0, 1])
+    ones = TrainBatches(corpora, 45, 300, seed=2, weights=CorpusWeights([1, 1.0, 1]))
     assert ones.mixture is None and ones.epoch_pairs == len(plain)
     for epoch in range(3):
         assert list(ones.epoch(epoch)) == list(plain.epoch(epoch))
 
 
 def test_whole_weights_repeat_every_pair_and_batches_keep_the_budget(corpora) -> None:
-    data = TrainBatches(corpora, 45, 300, seed=2, weights=[3, 1, 2])
+    data = TrainBatches(corpora, 45, 300, seed=2, weights=CorpusWeights([3, 1, 2]))
     first, second, third = (share.pairs for share in data.mixture.shares)  # kept pairs
     for epoch in range(2):
         batches = data.epoch(epoch)
@@ -58,7 +58,7 @@ def test_whole_weights_repeat_every_pair_and_batches_keep_the_budget(corpora) ->
 
 
 def test_a_share_is_drawn_anew_each_epoch_and_reproducibly(corpora) -> None:
-    data = TrainBatches(corpora, 45, 300, seed=5, weights=[2.5, 0.25, 0.01])
+    data = TrainBatches(corpora, 45, 300, seed=5, weights=CorpusWeights([2.5, 0.25, 0.01]))
     (_, first, _, half), (start, second, _, quarter), (last, tiny, _, one) = data.mixture.shares
     assert (half, quarter, one) == (round(first / 2), round(second / 4), 1)
     epochs = [counts(data.epoch(epoch)) for epoch in range(40)]
@@ -76,7 +76,7 @@ def test_a_share_is_drawn_anew_each_epoch_and_reproducibly(corpora) -> None:
     drawn = np.array([sum(seen[i] for seen in epochs) for i in range(start, start + second)])
     assert drawn.mean() == pytest.approx(40 * quarter / second) and 0 < drawn.min()
     assert drawn.max() < 40 and drawn.std() > 1
-    again = TrainBatches(corpora, 45, 300, seed=5, weights=[2.5, 0.25, 0.01])
+    again = TrainBatches(corpora, 45, 300, seed=5, weights=CorpusWeights([2.5, 0.25, 0.01]))
     torch.manual_seed(9)  # the global RNG plays no part
     assert list(again.epoch(7)) == list(data.epoch(7))
 

@@ -137,7 +137,12 @@ def test_multi_head_attention_comes_per_head(trained, translator):
 def test_health_info_and_the_page(client, translator):
     assert client.get("/health").json()["status"] == "ok"
     info = client.get("/info").json()
-    assert info["languages"] == {"source": "src", "target": "tgt"}
+    assert info["languages"] == {
+        "source": "src",
+        "target": "tgt",
+        "pairs": ["src-tgt"],
+        "tgt_lang": [],
+    }
     assert info["model"]["attention"] == {"type": "bahdanau", "heads": 1, "normalizer": "softmax"}
     assert info["model"]["parameters"] == sum(p.numel() for p in translator.model.parameters())
     assert info["checkpoint"]["name"] == "best" and info["checkpoint"]["step"] > 0

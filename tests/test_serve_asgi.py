@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
 
-from seq2seq.config import DecodeConfig  # noqa: E402
+from seq2seq.config import DecodeConfig, SourceTags  # noqa: E402
 from seq2seq.decode.translate import Translation  # noqa: E402
 from seq2seq.serve.app import create_app  # noqa: E402
 from seq2seq.serve.schema import ServeLimits  # noqa: E402
@@ -27,7 +27,7 @@ class HeldSearch:
     answer, once it is being built, waits until `answered` is set."""
 
     def __init__(self, held: str = "") -> None:
-        self.decode, self.tags = DecodeConfig(beam=1), ()
+        self.decode, self.tags = DecodeConfig(beam=1), SourceTags()
         self.held = held
         self.started = threading.Event()
         self.release = threading.Event()

@@ -19,6 +19,7 @@ from test_corpus_encoder import Log
 from seq2seq.config import DataConfig, SubwordSamplingConfig, TokenizerConfig
 from seq2seq.data import corpus, corpus_encoder
 from seq2seq.data.epoch_batches import TrainBatches
+from seq2seq.data.source import CorpusInput
 from seq2seq.data.sources import corpus_source
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, SegmentationSample, train_tokenizer
 from seq2seq.data.training_data import prepare_training_data
@@ -83,9 +84,10 @@ def test_every_segmentation_is_prepared_once_in_a_process_of_its_own(text, tmp_p
 
 
 def test_a_sampling_process_s_error_is_its_one_line(text, tmp_path):
-    jobs = [(corpus_source(text.train), False, SegmentationSample(0.3, -1, 0))]
+    corpus = CorpusInput(corpus_source(text.train), ("src", "tgt"))
+    jobs = [(corpus, SegmentationSample(0.3, -1, 0))]
     with pytest.raises(UserError, match=r"^no tokenizer in .*/none: expected joint.model"):
-        corpus_encoder._draw_in_processes(tmp_path / "none", ("src", "tgt"), jobs, workers=1)
+        corpus_encoder._draw_in_processes(tmp_path / "none", jobs, workers=1)
 
 
 def test_each_chunk_draws_from_a_seed_of_its_own(toy, tmp_path, monkeypatch):

@@ -63,7 +63,7 @@ def test_the_tag_is_the_first_piece_the_model_reads(tagged):
     line = "boka mimi toto tape"
     best = translator.hypotheses([line], tag=TAG)[0][0]
     source, _ = translator.attention_labels(line, best)
-    assert best.tag == TAG and source[0] == TAG
+    assert best.tags == (TAG,) and source[0] == TAG
     assert source[1:] == [*translator.tokenizer.src_pieces(line), "</s>"]
     assert best.attention.size(-1) == len(source)
     words = len(line.split())
@@ -87,14 +87,15 @@ def test_validation_and_inspection_read_decode_tag(tagged):
     data = load_datasets(cfg, RunDir(tagged), logging.getLogger("test"))
     validator = Validator(cfg, data, torch.device("cpu"))
     tag_id = data.tokenizer.src_piece_id(TAG)
-    assert all(ids[0] == tag_id for ids in validator.src_ids)
+    assert all(ids[0] == tag_id for ids in validator.sets[0].src_ids)
     translator = Translator.load(tagged)
     result = validator(translator.model)
-    greedy = translator.translate(data.valid_src, beam=1, tag=TAG)
-    assert result.hypotheses == greedy
-    refs = data.valid_ref
+    valid = data.valid[0]
+    greedy = translator.translate(valid.src, beam=1, tag=TAG)
+    assert result.hypotheses == {"": greedy}
+    refs = valid.ref
     inspected = [
-        Translator.load(tagged, **tag).attention_diagnostics(data.valid_src, refs)["sites"]
+        Translator.load(tagged, **tag).attention_diagnostics(valid.src, refs)["sites"]
         for tag in ({"tag": TAG}, {})
     ]
     assert inspected[0] != inspected[1]
@@ -130,7 +131,9 @@ def test_the_server_takes_a_tag_per_request(tagged):
         assert texts == translator.translate(lines, tag=TAG)
         refused = client.post("/translate", json={"text": lines, "tag": "<x>"})
         assert refused.status_code == 422
-        assert refused.json()["error"] == "tag: <x> is not a tag of this model; send one of <m>"
+        assert refused.json()["error"] == (
+            "tag <x> is not one this model was trained with (data.tags); give one of <m>"
+        )
 
 
 def test_ctranslate2_reads_the_tag_as_the_torch_engine_does(tagged, toy, tmp_path):
@@ -150,7 +153,7 @@ def test_a_tagged_corpus_s_sources_start_with_its_tag_and_count_it(tmp_path):
     it, and so does data.max_len (a source of max_len pieces fits untagged, not tagged)."""
     src, tgt = fake_ids([3, 5, 4, 2]), fake_ids([2, 3, 3, 4], seed=1)
     corpora = [write_prepared(tmp_path / name, src, tgt) for name in ("plain", "tagged")]
-    pairs = TrainingPairs(corpora, [None, 7])
+    pairs = TrainingPairs(corpora, [[], [7]])
     assert pairs.longest("src") == 6 and pairs.longest("tgt") == 4
     batches = TrainBatches(pairs, max_len=5, batch_tokens=1000, seed=1)
     assert len(batches) == 7  # the tagged copy of the 5-piece source is dropped

@@ -25,7 +25,7 @@ from seq2seq.config.decode import field_problem, plain_type
 
 EVERY_FIELD = tuple(DecodeConfig.model_fields)
 # What forced scoring (`score`) reads of the decode section: no search runs.
-FORCED_FIELDS = ("length_penalty", "batch_tokens", "tag")
+FORCED_FIELDS = ("length_penalty", "batch_tokens", "tgt_lang", "tag")
 
 
 def flag(name: str) -> str:

@@ -15,7 +15,7 @@ from seq2seq.cli.options import Checkpoint, DeviceChoice, device_name
 
 
 @app.command("inspect")
-@decoding_options(("batch_tokens",))
+@decoding_options(("batch_tokens", "tgt_lang"))
 def inspect_run(
     run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
     src: Annotated[Path, typer.Option("--src", help="source sentences, one per line")],

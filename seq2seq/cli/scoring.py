@@ -92,7 +92,7 @@ def _corpus_pairs(corpus: str, run: list[Path] | None, others: list) -> tuple[li
     if not run:
         raise UserError("--corpus needs --run RUN, which translates its sources")
     data = RunDir(run[0]).load_config().data
-    pairs = read_corpus(corpus, data.src, data.tgt)
+    pairs = read_corpus(corpus, *data.pair(corpus))
     return pairs.src, [pairs.tgt]
 
 

@@ -195,7 +195,7 @@ def export(
 
 
 @app.command("plot-attention")
-@decoding_options(("tag",))
+@decoding_options(("tgt_lang", "tag"))
 def plot_attention(
     run: Annotated[Path, typer.Option("--run", help="a trained run directory")],
     src: Annotated[

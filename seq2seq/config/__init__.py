@@ -14,16 +14,18 @@ from seq2seq.config.attention import (
     HardAttentionConfig,
     SelfAttentionConfig,
 )
-from seq2seq.config.data import (
+from seq2seq.config.corpora import (
     CorpusSpec,
-    DataConfig,
     DatasetCorpus,
-    SubwordSamplingConfig,
-    TokenizerConfig,
+    PathCorpus,
     corpus_name,
+    corpus_path,
     describe_corpus,
+    pair_name,
 )
+from seq2seq.config.data import DataConfig, SubwordSamplingConfig, TokenizerConfig
 from seq2seq.config.decode import GREEDY_SEARCH, DecodeConfig, Stopping
+from seq2seq.config.languages import SourceTags, target_tag
 from seq2seq.config.loading import (
     apply_override,
     config_from_dict,
@@ -45,6 +47,7 @@ from seq2seq.config.training import (
     OptimizerConfig,
     ScheduleConfig,
     TrainConfig,
+    metric_of,
     parse_duration,
     validation_metrics,
 )
@@ -60,6 +63,8 @@ __all__ = [
     "CorpusSpec",
     "DataConfig",
     "DatasetCorpus",
+    "PathCorpus",
+    "SourceTags",
     "DecodeConfig",
     "GREEDY_SEARCH",
     "HardAttentionConfig",
@@ -76,6 +81,10 @@ __all__ = [
     "config_differences",
     "config_from_dict",
     "corpus_name",
+    "corpus_path",
+    "metric_of",
+    "pair_name",
+    "target_tag",
     "describe_corpus",
     "describe_validation_error",
     "flatten",

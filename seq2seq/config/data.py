@@ -3,12 +3,21 @@ sampling, and the SentencePiece tokenizer (`tokenizer`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, PositiveInt, field_validator, model_validator
 
+from seq2seq.config.corpora import (
+    Corpora,
+    CorpusPair,
+    CorpusSpec,
+    DatasetCorpus,
+    corpus_name,
+    describe_corpus,
+    pair_name,
+)
 from seq2seq.config.filters import FiltersConfig
+from seq2seq.config.languages import SourceTags, target_tag
 from seq2seq.config.section import Section
 
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # the tokenizer's own: no symbol's
@@ -65,64 +74,24 @@ class SubwordSamplingConfig(Section):
         return value
 
 
-# A path ending so names one file of pairs, of that kind; any other path, a prefix of two.
-CORPUS_FILE_SUFFIXES = {"tsv": (".tsv", ".tsv.gz"), "jsonl": (".jsonl", ".jsonl.gz")}
-
-
-class DatasetCorpus(Section):
-    """A Hugging Face dataset as a parallel corpus (docs/training.md#corpus-formats)."""
-
-    dataset: str = Field(
-        min_length=1,
-        description="a directory written by save_to_disk, a parquet or arrow file (or a "
-        "directory or glob of them), or a dataset on the Hugging Face hub, streamed",
-    )
-    split: str = Field("train", min_length=1, description="the split to read")
-    subset: str | None = Field(None, description="the hub dataset's configuration, e.g. de-en")
-    columns: dict[str, str] | None = Field(
-        None,
-        description="language -> the column of its text; null: a `translation` column of "
-        "{language: text} objects, or columns named as the languages",
-    )
-    name: str | None = Field(
-        None,
-        min_length=1,
-        description="what its outputs are named by (test/NAME.hyp); default: the dataset's "
-        "last part and the split, e.g. wmt14-test",
-    )
-
-
-# A corpus: a prefix of `{prefix}.{lang}[.gz]` files, a TSV or JSON lines file, or a dataset.
-CorpusSpec = str | DatasetCorpus
-
-
-def corpus_name(corpus: CorpusSpec) -> str:
-    """What a corpus's outputs are named by: a prefix's last part, a file's name less its
-    suffix, a dataset's `name`."""
-    if isinstance(corpus, DatasetCorpus):
-        return corpus.name or f"{Path(corpus.dataset).name}-{corpus.split}"
-    name = Path(corpus).name
-    for suffixes in CORPUS_FILE_SUFFIXES.values():
-        for suffix in sorted(suffixes, key=len, reverse=True):
-            if name.endswith(suffix):
-                return name.removesuffix(suffix)
-    return name
-
-
-def describe_corpus(corpus: CorpusSpec) -> str:
-    """A corpus as messages name it."""
-    if isinstance(corpus, DatasetCorpus):
-        return f"dataset {corpus.dataset} (split {corpus.split})"
-    return corpus
-
-
 class DataConfig(Section):
-    src: str = Field(min_length=1, description="source language suffix, e.g. de")
-    tgt: str = Field(min_length=1, description="target language suffix, e.g. en")
-    train: CorpusSpec | list[CorpusSpec] = Field(
+    src: str | None = Field(
+        None,
+        min_length=1,
+        description="source language suffix, e.g. de: every corpus's where its entry names "
+        "none (required unless each does)",
+    )
+    tgt: str | None = Field(
+        None,
+        min_length=1,
+        description="target language suffix, e.g. en: every corpus's where its entry names "
+        "none (required unless each does)",
+    )
+    train: Corpora = Field(
         description="the training corpus: a prefix of {prefix}.{lang}[.gz] files, a .tsv or "
         ".jsonl file (.gz too), or a dataset mapping; or a list of them, trained on together "
-        "(each prepared once: docs/training.md#corpus-formats)"
+        "(each prepared once: docs/training.md#corpus-formats); a mapping {path: P, src: fr, "
+        "tgt: en} gives a corpus its own pair (docs/training.md#many-language-pairs)"
     )
     weights: list[Annotated[float, Field(gt=0, le=1000)]] | None = Field(
         None,
@@ -130,10 +99,28 @@ class DataConfig(Section):
         "data.train corpus: 3 = each pair three times, 0.5 = a random half drawn anew each "
         "epoch (default: 1 each)",
     )
-    valid: CorpusSpec = Field(description="the validation corpus (given as data.train's)")
+    temperature: float | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="sampling across the training corpora by temperature: each corpus's share "
+        "of an epoch proportional to n^(1/T), n its pairs (times its data.weights); 1: by "
+        "size, larger: nearer uniform (the small ones more often); null: off "
+        "(docs/training.md#many-language-pairs)",
+    )
+    valid: Corpora = Field(
+        description="the validation corpus (given as data.train's); a list: one per language "
+        "pair, each scored apart and by their mean"
+    )
     test: list[CorpusSpec] = Field(
         default_factory=list,
         description="corpora scored after training (given as data.train's); one need not be a list",
+    )
+    target_tags: bool | None = Field(
+        None,
+        description="put the target language's tag (<2en>) before every source, so that one "
+        "model translates into several languages and is told which (decode.tgt_lang); "
+        "null: where the training corpora have more than one target language",
     )
     tags: list[Symbol | None] | None = Field(
         None,
@@ -176,7 +163,7 @@ class DataConfig(Section):
 
     @field_validator("train")
     @classmethod
-    def _some_training_corpus(cls, value: CorpusSpec | list[CorpusSpec]) -> Any:
+    def _some_training_corpus(cls, value: Corpora) -> Any:
         if value == []:
             raise ValueError("an empty list; give at least one corpus")
         return value
@@ -214,6 +201,98 @@ class DataConfig(Section):
         """The distinct tags of `tags`, in order."""
         return list(dict.fromkeys(tag for tag in self.tags or () if tag is not None))
 
+    @property
+    def valid_corpora(self) -> list[CorpusSpec]:
+        """`valid` as a list, one corpus or several."""
+        return list(self.valid) if isinstance(self.valid, list) else [self.valid]
+
+    def pair(self, corpus: CorpusSpec) -> tuple[str, str]:
+        """The languages of a corpus: its entry's, else data.src and data.tgt."""
+        own = corpus if isinstance(corpus, CorpusPair) else CorpusPair()
+        return own.src or self.src or "", own.tgt or self.tgt or ""
+
+    @property
+    def target_languages(self) -> list[str]:
+        """The training corpora's target languages, in order."""
+        return list(dict.fromkeys(self.pair(corpus)[1] for corpus in self.train_corpora))
+
+    @property
+    def tags_targets(self) -> bool:
+        """Whether each source has its target language's tag (`target_tags`)."""
+        if self.target_tags is not None:
+            return self.target_tags
+        return len(self.target_languages) > 1
+
+    @property
+    def source_tags(self) -> SourceTags:
+        """The tags a model trained on this data reads before a source."""
+        languages = tuple(self.target_languages)
+        return SourceTags(tuple(self.tag_names), languages, languages if self.tags_targets else ())
+
+    @property
+    def symbols(self) -> list[str]:
+        """Every tag a source may hold, each a piece the tokenizer must keep whole."""
+        targets = [target_tag(language) for language in self.source_tags.targets]
+        return [*targets, *self.tag_names]
+
+    @property
+    def corpus_tags(self) -> list[list[str]]:
+        """The tags before each source of each training corpus: its target language's
+        (with target tags), then its tag of `tags`."""
+        tags = self.tags or [None] * len(self.train_corpora)
+        return [
+            [target_tag(self.pair(corpus)[1])] * self.tags_targets + ([tag] if tag else [])
+            for corpus, tag in zip(self.train_corpora, tags, strict=True)
+        ]
+
+    def tgt_lang(self, corpus: CorpusSpec) -> str | None:
+        """The decode.tgt_lang that translates a corpus: its target language where sources
+        carry one's tag (`tags_targets`), else None."""
+        return self.pair(corpus)[1] if self.tags_targets else None
+
+    @property
+    def multilingual(self) -> bool:
+        """Whether the corpora hold more than one pair: test sets are then named by theirs."""
+        corpora = [*self.train_corpora, *self.valid_corpora, *self.test]
+        return len({self.pair(corpus) for corpus in corpora}) > 1
+
+    def test_name(self, corpus: CorpusSpec) -> str:
+        """What a test set's outputs are named by (test/NAME.hyp): its `corpus_name`, and
+        in a multilingual run its pair (test_2016_flickr.fr-en)."""
+        name = corpus_name(corpus)
+        return f"{name}.{pair_name(self.pair(corpus))}" if self.multilingual else name
+
+    @model_validator(mode="after")
+    def _every_corpus_has_a_pair(self) -> DataConfig:
+        named = [("data.train", self.train_corpora), ("data.valid", self.valid_corpora)]
+        for field, corpora in [*named, ("data.test", self.test)]:
+            for number, corpus in enumerate(corpora):
+                for side, language in zip(("src", "tgt"), self.pair(corpus), strict=True):
+                    if not language:
+                        where = f"{field}[{number}]" if len(corpora) > 1 else field
+                        raise ValueError(
+                            f"{where} ({describe_corpus(corpus)}) has no {side} language: give "
+                            f"data.{side}, or {side} in its entry "
+                            f"({{path: ..., src: .., tgt: ..}})"
+                        )
+        return self
+
+    @model_validator(mode="after")
+    def _one_validation_set_a_pair(self) -> DataConfig:
+        pairs = [pair_name(self.pair(corpus)) for corpus in self.valid_corpora]
+        twice = next((pair for pair in pairs if pairs.count(pair) > 1), None)
+        if twice is not None:
+            raise ValueError(
+                f"data.valid has two corpora of {twice}; give one validation corpus per pair "
+                "(each is scored apart)"
+            )
+        if self.valid_alignments and len(pairs) > 1:
+            raise ValueError(
+                "data.valid_alignments scores the attention on one validation corpus, and "
+                "data.valid has several; give one, or set it false"
+            )
+        return self
+
     @model_validator(mode="after")
     def _one_per_corpus(self) -> DataConfig:
         corpora = len(self.train_corpora)
@@ -237,19 +316,19 @@ class DataConfig(Section):
     def _one_corpus_is_a_list_of_one(cls, value: Any) -> Any:
         return [value] if isinstance(value, (str, dict, DatasetCorpus)) else value
 
-    @field_validator("test")
-    @classmethod
-    def _test_names_differ(cls, corpora: list[CorpusSpec]) -> list[CorpusSpec]:
-        # Each set's output is test/NAME.TGT and its scores are keyed by NAME.
-        names = [corpus_name(corpus) for corpus in corpora]
+    @model_validator(mode="after")
+    def _test_names_differ(self) -> DataConfig:
+        # Each set's output is test/NAME.hyp and its scores are keyed by NAME.
+        corpora = self.test
+        names = [self.test_name(corpus) for corpus in corpora]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
-            clash = [describe_corpus(c) for c in corpora if corpus_name(c) == twice[0]]
+            clash = [describe_corpus(c) for c in corpora if self.test_name(c) == twice[0]]
             raise ValueError(
                 f"two test sets are named {twice[0]} ({', '.join(clash)}); their outputs would "
                 "overwrite each other in test/: rename one (a dataset by its `name`)"
             )
-        return corpora
+        return self
 
 
 class TokenizerConfig(Section):

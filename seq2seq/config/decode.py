@@ -117,6 +117,13 @@ class DecodeConfig(Section):
         le=1,
         description="sampling: only the fewest most probable tokens whose mass reaches p",
     )
+    tgt_lang: str | None = Field(
+        None,
+        min_length=1,
+        description="the language to translate into, for a model trained into several "
+        "(data.target_tags): its tag goes before every source; null: the model's one "
+        "(docs/training.md#many-language-pairs)",
+    )
     tag: Symbol | None = Field(
         None,
         description="a tag of data.tags put before every source translated (the test sets' "

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from seq2seq.config.corpora import UNION_TAG
 from seq2seq.config.schema import Config
 from seq2seq.errors import UserError
 
@@ -40,22 +41,30 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
 
 
 def _allowed_keys(loc: tuple[Any, ...], model: type[BaseModel]) -> list[str]:
+    """The keys of the section at `loc` (a union's member where its tag says which)."""
+    annotation: Any = model
     for part in loc:
         if isinstance(part, int):  # an item of a list of sections
             continue
-        field = model.model_fields.get(str(part))
-        found = _section_in(field.annotation) if field else None
-        if found is None:
+        if str(part).startswith(UNION_TAG):  # the union's member the value was read as
+            annotation = _section_in(annotation, str(part)[1:]) or annotation
+            continue
+        section = _section_in(annotation)
+        field = section.model_fields.get(str(part)) if section else None
+        if field is None:
             return []
-        model = found
-    return list(model.model_fields)
+        annotation = field.annotation
+    section = _section_in(annotation)
+    return list(section.model_fields) if section else []
 
 
-def _section_in(annotation: Any) -> type[BaseModel] | None:
-    """The section a field's type holds: itself, or in an optional or a list."""
+def _section_in(annotation: Any, name: str | None = None) -> type[BaseModel] | None:
+    """The section a field's type holds (the one of that `name`, if given): itself, or in
+    an optional, a list or a union."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return next(filter(None, map(_section_in, typing.get_args(annotation))), None)
+        return annotation if name in (None, annotation.__name__) else None
+    found = (_section_in(arg, name) for arg in typing.get_args(annotation))
+    return next(filter(None, found), None)
 
 
 def describe_validation_error(error: ValidationError, root: type[BaseModel] | None = None) -> str:
@@ -66,7 +75,8 @@ def describe_validation_error(error: ValidationError, root: type[BaseModel] | No
     problems = []
     for item in error.errors():
         loc = tuple(item["loc"])
-        field = ".".join(str(p) for p in loc) or "config"
+        shown = [str(part) for part in loc if not str(part).startswith(UNION_TAG)]
+        field = ".".join(shown) or "config"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             allowed = ", ".join(_allowed_keys(loc[:-1], root or Config))

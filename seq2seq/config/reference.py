@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from seq2seq.config.data import DatasetCorpus
+from seq2seq.config.corpora import DatasetCorpus, PathCorpus
 from seq2seq.config.schema import Config
 
 
@@ -28,9 +28,9 @@ MARKDOWN_HEADER = """\
      tests/test_config_reference.py fails when this file is out of date. -->
 
 A run is configured by one YAML file (`configs/*.yaml` are examples). Only `data.src`,
-`data.tgt`, `data.train` and `data.valid` are required; every other field has the default
-below. An unknown key, a value of the wrong type or out of range, inf and NaN are refused
-with one line naming the field.
+`data.tgt` (unless each corpus names its pair), `data.train` and `data.valid` are required;
+every other field has the default below. An unknown key, a value of the wrong type or out
+of range, inf and NaN are refused with one line naming the field.
 
 - `extends: BASE.yaml` (a path relative to the file) starts from another config: its
   sections are merged key by key and the file's own values win.
@@ -41,12 +41,14 @@ with one line naming the field.
 - A corpus (`data.train`, `data.valid`, `data.test`) is a prefix, a file or a dataset:
   `data.train: data/multi30k/train` with `src: de`, `tgt: en` reads
   `data/multi30k/train.de` and `.en` (or `.de.gz` and `.en.gz`); a path ending in `.tsv`,
-  `.jsonl` (or either `.gz`) is one file of pairs; a mapping (the last table) names a
+  `.jsonl` (or either `.gz`) is one file of pairs; a mapping with `path` (PathCorpus below)
+  gives one of these its own pair (`{path: data/multi30k/train, src: fr, tgt: en}`:
+  docs/training.md#many-language-pairs); a mapping with `dataset` (the last table) names a
   Hugging Face dataset (docs/training.md#corpus-formats).
 """
 
 # Mappings a field may hold besides its plain values, each documented in a table of its own.
-MAPPINGS: dict[str, type[BaseModel]] = {"DatasetCorpus": DatasetCorpus}
+MAPPINGS: dict[str, type[BaseModel]] = {"PathCorpus": PathCorpus, "DatasetCorpus": DatasetCorpus}
 
 
 def section_of(annotation: Any) -> type[BaseModel] | None:
@@ -83,8 +85,9 @@ def walk(model: type[BaseModel] = Config, prefix: str = "") -> list[Entry]:
 
 def allowed(prop: dict[str, Any]) -> str:
     """What a JSON-schema property accepts, in words."""
-    if "anyOf" in prop:
-        return " or ".join(allowed(option) for option in prop["anyOf"])
+    options = prop.get("anyOf") or prop.get("oneOf")  # oneOf: a discriminated union
+    if options:
+        return " or ".join(allowed(option) for option in options)
     if "const" in prop:
         return str(prop["const"])
     if "$ref" in prop:
@@ -101,7 +104,7 @@ def allowed(prop: dict[str, Any]) -> str:
         items = prop["items"]
         if items.get("type") in ("integer", "number"):  # the noun, not the bound, takes the s
             return "a list of " + _bounded(f"{items['type']}s", items)
-        options = items.get("anyOf", [items])
+        options = items.get("anyOf") or items.get("oneOf") or [items]
         return "a list of " + " or ".join(f"{allowed(o).removeprefix('a ')}s" for o in options)
     if kind == "string":
         if "pattern" in prop:

@@ -18,6 +18,7 @@ from seq2seq.config.attention import (
     AttentionConfig,
     SelfAttentionConfig,
 )
+from seq2seq.config.corpora import pair_name
 from seq2seq.config.data import DataConfig, TokenizerConfig
 from seq2seq.config.decode import DecodeConfig
 from seq2seq.config.registry import Registry
@@ -302,9 +303,33 @@ class Config(Section):
                 f"decode.tag {self.decode.tag} is not a tag the model trains with "
                 f"({trained}); give one of them, or null"
             )
+        targets = self.data.source_tags.targets
+        if self.decode.tgt_lang is not None and self.decode.tgt_lang not in targets:
+            known = f"one of {', '.join(targets)}" if targets else "null (it has one)"
+            raise ValueError(
+                f"decode.tgt_lang {self.decode.tgt_lang} is not a target language with a tag "
+                f"in this run (data.target_tags); give {known}"
+            )
         if self.tokenizer.model is None:
             symbols = self.tokenizer.user_symbols
-            symbols += [tag for tag in tags if tag not in symbols]
+            symbols += [tag for tag in self.data.symbols if tag not in symbols]
+        return self
+
+    @model_validator(mode="after")
+    def _metric_of_a_validated_pair(self) -> Config:
+        metric = self.train.metric
+        pair, _, alone = metric.rpartition("/")
+        pairs = [pair_name(self.data.pair(corpus)) for corpus in self.data.valid_corpora]
+        if pair and len(pairs) == 1:
+            raise ValueError(
+                f"train.metric {metric} names the pair {pair}, and data.valid has one corpus, "
+                f"scored without one: name the metric alone ({alone})"
+            )
+        if pair and pair not in pairs:
+            raise ValueError(
+                f"train.metric {metric} names the pair {pair}, and data.valid's are "
+                f"{', '.join(pairs)}: name one of them, or the metric alone (their mean)"
+            )
         return self
 
     @model_validator(mode="after")

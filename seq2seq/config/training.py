@@ -44,6 +44,12 @@ def validation_metrics() -> list[str]:
     return [*(metric.key for metric in METRICS), VALIDATION_LOSS]
 
 
+def metric_of(name: str) -> str:
+    """The metric `train.metric` names, less the pair it may name first (fr-en/bleu: the
+    BLEU of the fr-en validation corpus; a plain name, the mean over the pairs)."""
+    return name.rpartition("/")[2]
+
+
 def selection_metrics() -> list[str]:
     """What `train.metric` may name: a validation metric, or the alignment error rate."""
     return [*validation_metrics(), VALIDATION_AER]
@@ -133,7 +139,8 @@ class TrainConfig(Section):
         description="what picks the best checkpoint and early stopping: a metric of the "
         "validation translations (seq2seq.metrics.METRICS), the validation loss, or aer, "
         "the attention's alignment error rate against gold links (needs "
-        "data.valid_alignments)",
+        "data.valid_alignments); with several validation corpora, their mean, or one "
+        "pair's as PAIR/METRIC (fr-en/bleu)",
         json_schema_extra=lambda schema: schema.update(enum=selection_metrics()),
     )
     test_checkpoint: Literal["best", "last", "average"] = Field(
@@ -207,6 +214,6 @@ class TrainConfig(Section):
     @classmethod
     def _validated(cls, value: str) -> str:
         names = selection_metrics()
-        if value not in names:
+        if metric_of(value) not in names:
             raise ValueError(f"unknown metric {value!r}; known: {', '.join(names)}")
         return value

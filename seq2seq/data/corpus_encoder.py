@@ -36,7 +36,7 @@ from seq2seq.data.prepared_corpus import (
     Stale,
     file_record,
 )
-from seq2seq.data.source import CorpusSource, Langs
+from seq2seq.data.source import CorpusInput, CorpusSource, Langs
 from seq2seq.data.sources import corpus_source, spec_from_record, spec_record
 from seq2seq.data.tokenizer import CORPORA, SegmentationSample, Tokenizer
 from seq2seq.errors import ResourceError, UserError
@@ -148,20 +148,18 @@ def prepare_corpus(
 def prepare_samples(
     tokenizer: Tokenizer,
     tokenizer_dir: Path,
-    corpora: list[tuple[CorpusSource, bool]],
-    langs: Langs,
+    corpora: list[CorpusInput],
     samples: list[SegmentationSample],
     log: logging.Logger | None = None,
 ) -> list[list[PreparedCorpus]]:
-    """The prepared corpus of each (source, whether aligned) in each sampled
-    segmentation. Those not there are drawn in child processes, one a core:
-    SentencePiece's sampling runs on one thread, from a seed global to its process. Hold
-    `preparation_lock` around it."""
+    """The prepared corpus of each training corpus in each sampled segmentation. Those not
+    there are drawn in child processes, one a core: SentencePiece's sampling runs on one
+    thread, from a seed global to its process. Hold `preparation_lock` around it."""
     missing = [
-        (source, aligned, sample)
+        (corpus, sample)
         for sample in samples
-        for source, aligned in corpora
-        if not _usable(tokenizer, tokenizer_dir, source, langs, sample, aligned)
+        for corpus in corpora
+        if not _usable(tokenizer, tokenizer_dir, corpus, sample)
     ]
     # One missing (or one core): drawn here, below, as the rest is opened.
     workers = min(cores(), len(missing))
@@ -169,12 +167,15 @@ def prepare_samples(
         if log:
             log.info("sampling %d segmentations in %d processes", len(missing), workers)
         started = time.monotonic()
-        _draw_in_processes(tokenizer_dir, langs, missing, workers)
+        _draw_in_processes(tokenizer_dir, missing, workers)
         if log:
             log.info("sampled them in %.0f s", time.monotonic() - started)
-    prepare = functools.partial(prepare_corpus, tokenizer, tokenizer_dir, langs=langs, log=log)
+    prepare = functools.partial(prepare_corpus, tokenizer, tokenizer_dir, log=log)
     return [
-        [prepare(source, sample=sample, aligned=aligned) for source, aligned in corpora]
+        [
+            prepare(source, langs=langs, sample=sample, aligned=aligned)
+            for source, langs, aligned in corpora
+        ]
         for sample in samples
     ]
 
@@ -182,12 +183,11 @@ def prepare_samples(
 def _usable(
     tokenizer: Tokenizer,
     tokenizer_dir: Path,
-    source: CorpusSource,
-    langs: Langs,
+    corpus: CorpusInput,
     sample: SegmentationSample,
-    aligned: bool,
 ) -> bool:
-    """Whether the corpus of `source` in `sample` is prepared and still right."""
+    """Whether `corpus` in `sample` is prepared and still right."""
+    source, langs, aligned = corpus
     target = corpus_directory(tokenizer_dir, source, langs, sample, aligned)
     try:
         PreparedCorpus.open(target, tokenizer.fingerprint, source.files(langs, aligned), sample)
@@ -198,16 +198,15 @@ def _usable(
 
 def _draw_in_processes(
     tokenizer_dir: Path,
-    langs: Langs,
-    jobs: list[tuple[CorpusSource, bool, SegmentationSample]],
+    jobs: list[tuple[CorpusInput, SegmentationSample]],
     workers: int,
 ) -> None:
-    """Prepare each (source, whether aligned, sample) of `jobs` in a child process,
+    """Prepare each (corpus, sample) of `jobs` in a child process,
     `workers` at a time (`main` below); a child's error is raised here as its one line."""
     environ = same_code_environment(dict(os.environ))
 
-    def draw(job: tuple[CorpusSource, bool, SegmentationSample]) -> subprocess.CompletedProcess:
-        source, aligned, sample = job
+    def draw(job: tuple[CorpusInput, SegmentationSample]) -> subprocess.CompletedProcess:
+        (source, langs, aligned), sample = job
         record, corpus = json.dumps(sample.record), spec_record(source.spec)
         command = [sys.executable, "-m", __name__, str(tokenizer_dir), corpus, *langs, record]
         command += ["aligned"] if aligned else []

@@ -2,7 +2,8 @@
 `data.max_len` left out, and each epoch's length-bucketed batches, reproducible from
 (seed, epoch) for exact resumption. With subword sampling, each epoch reads the corpora in
 one of their sampled segmentations (each prepared like the corpora themselves). A corpus's
-tag (data.tags) is put before each of its sources as its batches are built.
+tags (its target language's, its data.tags tag) are put before each of its sources as its
+batches are built.
 
 Nothing here holds a Python object per pair. A process holds, per kept pair, its 4-byte
 place in the epoch's order (while the next epoch's is made: 4 more, 4 for the shuffle
@@ -10,12 +11,14 @@ and 2 for the sort key, read again each epoch); the piece ids stay in the prepar
 and a batch's rows are read from them when it is built (from any thread: nothing here is
 written but by `epoch`, before the epoch's batches are read). With `data.weights` an
 epoch's order holds 4 bytes per pair of the epoch (some pairs twice, some not at all:
-CorpusMixture), about 28 while it is drawn.
+CorpusMixture), about 28 while it is drawn; `data.temperature` sets those weights from the
+corpora's sizes (CorpusWeights).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple, overload
 
 import numpy as np
@@ -39,19 +42,19 @@ SCAN_CHUNK = 1 << 16  # pairs whose lengths are read at a time
 
 class TrainingPairs:
     """The pairs of several prepared corpora, numbered one corpus after another; a corpus
-    with a tag (`tags`, a piece id or None each: data.tags) has it before each source."""
+    with tags (`tags`, the piece ids of each corpus's) has them before each source."""
 
-    def __init__(self, corpora: list[PreparedCorpus], tags: Sequence[int | None] = ()) -> None:
+    def __init__(self, corpora: list[PreparedCorpus], tags: Sequence[Sequence[int]] = ()) -> None:
         self.corpora = corpora
-        self.tags = list(tags) or [None] * len(corpora)
+        self.tags = [list(ids) for ids in tags] or [[] for _ in corpora]
         self.starts = np.cumsum([0, *(corpus.pairs for corpus in corpora)])
 
     def __len__(self) -> int:
         return int(self.starts[-1])
 
     def _added(self, number: int, side: str) -> int:
-        """The pieces a side of corpus `number` has before its own: its tag's, or none."""
-        return int(side == "src" and self.tags[number] is not None)
+        """The pieces a side of corpus `number` has before its own: its tags'."""
+        return len(self.tags[number]) if side == "src" else 0
 
     def longest(self, side: str) -> int:
         return max(
@@ -87,21 +90,22 @@ class TrainingPairs:
 
     def padded(self, side: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ids of the pairs at `indices` as the rows of a (pairs, longest + 1) int64
-        array (a source's tag first, if its corpus has one), PAD after each row's ids (room
-        for one more token); and their lengths."""
+        array (a source's tags first, where its corpus has some), PAD after each row's ids
+        (room for one more token); and their lengths."""
         rows: list[np.ndarray] = [np.zeros(0)] * len(indices)
-        tags = np.full(len(indices), -1, np.int64)  # -1: none
-        for number, chosen, local in self._parts(indices):
+        added = np.zeros(len(indices), np.int64)
+        parts = list(self._parts(indices))
+        for number, chosen, local in parts:
             read = self.corpora[number].sides[side].rows(local)
             for slot, row in zip(np.flatnonzero(chosen).tolist(), read, strict=True):
                 rows[slot] = row
-            if self._added(number, side):
-                tags[chosen] = self.tags[number]
-        tagged = tags >= 0
-        lengths = np.fromiter(map(len, rows), np.int64, count=len(rows)) + tagged
+            added[chosen] = self._added(number, side)
+        lengths = np.fromiter(map(len, rows), np.int64, count=len(rows)) + added
         padded = np.full((len(rows), int(lengths.max()) + 1), PAD_ID, np.int64)
-        padded[tagged, 0] = tags[tagged]
-        for slot, (row, start) in enumerate(zip(rows, tagged.tolist(), strict=True)):
+        for number, chosen, _ in parts:
+            if self._added(number, side):
+                padded[chosen, : self._added(number, side)] = self.tags[number]
+        for slot, (row, start) in enumerate(zip(rows, added.tolist(), strict=True)):
             padded[slot, start : start + len(row)] = row
         return padded, lengths
 
@@ -141,6 +145,28 @@ class CorpusShare(NamedTuple):
     pairs: int
     copies: int  # every pair this many times
     drawn: int  # then this many of them, drawn anew each epoch, once more
+
+
+@dataclass(frozen=True)
+class CorpusWeights:
+    """How often an epoch holds each corpus's pairs: `weights` (data.weights, 1 each where
+    None), then sampling by `temperature` (data.temperature)."""
+
+    weights: Sequence[float] | None = None
+    temperature: float | None = None
+
+    def of(self, kept: np.ndarray) -> list[float] | None:
+        """The weight of each corpus, of `kept` pairs each (None: every pair once). With a
+        temperature T, of sizes m_i = w_i n_i: corpus i's share of an epoch of sum(m) pairs
+        is p_i = m_i^(1/T) / sum_j m_j^(1/T), so its weight is p_i sum(m) / n_i."""
+        if self.temperature is None:
+            return None if self.weights is None else list(self.weights)
+        given = np.ones(len(kept)) if self.weights is None else np.asarray(self.weights, float)
+        sizes = given * kept
+        shares = sizes ** (1 / self.temperature)
+        pairs = shares / shares.sum() * sizes.sum()
+        # a corpus with no pair kept has nothing to weigh: 1
+        return np.divide(pairs, kept, out=np.ones(len(kept)), where=kept > 0).tolist()
 
 
 class CorpusMixture:
@@ -205,14 +231,15 @@ class TrainBatches:
         max_len: int,
         batch_tokens: int,
         seed: int,
-        weights: Sequence[float] | None = None,
+        weights: CorpusWeights | None = None,
         samples: Sequence[TrainingPairs] = (),
         max_ratio: float | None = None,
     ) -> None:
         if batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
         self.max_len, self.batch_tokens, self.seed = max_len, batch_tokens, seed
-        self.weights, self.samples, self.max_ratio = weights, list(samples), max_ratio
+        self.weights = weights or CorpusWeights()
+        self.samples, self.max_ratio = list(samples), max_ratio
         self._count(pairs)
 
     def _count(self, pairs: TrainingPairs) -> None:
@@ -236,8 +263,9 @@ class TrainBatches:
         self.too_long = len(pairs) - self.kept_count - self.uneven
         self.bounds = batch_bounds(widths, self.batch_tokens)
         self.mixture: CorpusMixture | None = None  # every pair once an epoch
-        if self.weights is not None and set(self.weights) != {1}:
-            self.mixture = CorpusMixture(kept_per_corpus, self.weights)
+        weights = self.weights.of(kept_per_corpus)
+        if weights is not None and set(weights) != {1}:
+            self.mixture = CorpusMixture(kept_per_corpus, weights)
         self.epoch_pairs = self.kept_count if self.mixture is None else self.mixture.pairs
 
     def _kept_lengths(self) -> Iterator[tuple[int, np.ndarray, int, np.ndarray, np.ndarray]]:

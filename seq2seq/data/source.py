@@ -6,7 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from seq2seq.config import CorpusSpec, corpus_name, describe_corpus
 from seq2seq.data.corpus import PairChunk
@@ -24,6 +24,15 @@ class ParallelCorpus:
 
     def __len__(self) -> int:
         return len(self.src)
+
+
+class CorpusInput(NamedTuple):
+    """A training corpus as preparation reads it: its source, the languages of its pair,
+    and whether with its word alignments."""
+
+    source: CorpusSource
+    langs: Langs
+    aligned: bool = False
 
 
 class CorpusSource(ABC):

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 
-from seq2seq.config import CorpusSpec, DatasetCorpus
-from seq2seq.config.data import CORPUS_FILE_SUFFIXES
+from seq2seq.config import CorpusSpec, DataConfig, DatasetCorpus, PathCorpus, corpus_path
+from seq2seq.config.corpora import CORPUS_FILE_SUFFIXES
 from seq2seq.data.file_sources import JsonLines, PrefixFiles, TsvFile
 from seq2seq.data.hf_dataset import HuggingFaceDataset
-from seq2seq.data.source import CorpusSource, ParallelCorpus
+from seq2seq.data.source import CorpusInput, CorpusSource, ParallelCorpus
 
 
 def corpus_source(spec: CorpusSpec) -> CorpusSource:
@@ -19,16 +19,23 @@ def corpus_source(spec: CorpusSpec) -> CorpusSource:
     (.tsv, .jsonl, either .gz), else a prefix."""
     if isinstance(spec, DatasetCorpus):
         return HuggingFaceDataset(spec)
+    path = corpus_path(spec)  # the languages of a mapping's pair are the config's to give
     kinds = {"tsv": TsvFile, "jsonl": JsonLines}
     for kind, suffixes in CORPUS_FILE_SUFFIXES.items():
-        if spec.endswith(suffixes):
-            return kinds[kind](spec)
-    return PrefixFiles(spec)
+        if path.endswith(suffixes):
+            return kinds[kind](path)
+    return PrefixFiles(path)
+
+
+def training_inputs(data: DataConfig) -> list[CorpusInput]:
+    """Each data.train corpus as preparation reads it, in the languages of its pair."""
+    corpora = zip(data.train_corpora, data.aligned, strict=True)
+    return [CorpusInput(corpus_source(c), data.pair(c), aligned) for c, aligned in corpora]
 
 
 def read_corpus(spec: CorpusSpec, src: str, tgt: str) -> ParallelCorpus:
     """All the pairs of a config's corpus (a validation or test set), in languages `src`
-    and `tgt`."""
+    and `tgt` (`DataConfig.pair`)."""
     return corpus_source(spec).read((src, tgt))
 
 
@@ -40,4 +47,6 @@ def spec_record(spec: CorpusSpec) -> str:
 def spec_from_record(record: str) -> CorpusSpec:
     """The corpus `spec_record` wrote."""
     value = json.loads(record)
-    return value if isinstance(value, str) else DatasetCorpus(**value)
+    if isinstance(value, str):
+        return value
+    return DatasetCorpus(**value) if "dataset" in value else PathCorpus(**value)

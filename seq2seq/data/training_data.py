@@ -24,8 +24,8 @@ from seq2seq.data.corpus_encoder import (
     prepare_samples,
 )
 from seq2seq.data.prepared_corpus import PreparedCorpus
-from seq2seq.data.source import CorpusSource, Langs
-from seq2seq.data.sources import corpus_source
+from seq2seq.data.source import CorpusInput
+from seq2seq.data.sources import training_inputs
 from seq2seq.data.tokenizer import (
     SegmentationSample,
     Tokenizer,
@@ -45,8 +45,9 @@ class TrainingData:
     corpora: list[PreparedCorpus]  # one per corpus of data.train, in its order
     # data.subword_sampling's segmentations: for each, the corpora as above (none: off)
     samples: list[list[PreparedCorpus]] = field(default_factory=list)
-    # the piece id of each corpus's tag (data.tags), put before its sources; None: none
-    tags: list[int | None] = field(default_factory=list)
+    # the piece ids of each corpus's tags (its target language's, its data.tags'), put
+    # before its sources
+    tags: list[list[int]] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -73,37 +74,39 @@ def prepare_training_data(
     `cfg.model`) if there is none, or if the one there was made with another tokenizer
     config (left by a start that failed)."""
     directory = Path(directory)
-    langs = (data.src, data.tgt)
-    sources = [(corpus_source(c), a) for c, a in zip(data.train_corpora, data.aligned, strict=True)]
-    for source, aligned in sources:  # every file is found before anything is trained
+    inputs = training_inputs(data)
+    for source, langs, aligned in inputs:  # every file is found before anything is trained
         source.files(langs, aligned)
     with preparation_lock(directory, log):
-        sources = [
-            (cleaned_source(source, settings, directory, langs, aligned, log), aligned)
-            for (source, aligned), settings in zip(sources, data.corpus_filters, strict=True)
+        inputs = [
+            corpus._replace(source=cleaned_source(source, settings, directory, langs, aligned, log))
+            for corpus, settings in zip(inputs, data.corpus_filters, strict=True)
+            for source, langs, aligned in [corpus]
         ]
-        tokenizer = _tokenizer(data, cfg, directory, seed, log, [s for s, _ in sources])
+        tokenizer = _tokenizer(data, cfg, directory, seed, log, inputs)
         corpora = [
             prepare_corpus(tokenizer, directory, source, langs, log, aligned=aligned)
-            for source, aligned in sources
+            for source, langs, aligned in inputs
         ]
         samples = _samples(data, tokenizer)
-        sampled = prepare_samples(tokenizer, directory, sources, langs, samples, log)
+        sampled = prepare_samples(tokenizer, directory, inputs, samples, log)
     return TrainingData(tokenizer, corpora, sampled, _tag_ids(data, cfg, tokenizer))
 
 
-def _tag_ids(data: DataConfig, cfg: TokenizerConfig, tokenizer: Tokenizer) -> list[int | None]:
-    """The source piece id of each corpus's tag; one line for a tag the tokenizer splits
-    (a given `tokenizer.model` trained without it)."""
+def _tag_ids(data: DataConfig, cfg: TokenizerConfig, tokenizer: Tokenizer) -> list[list[int]]:
+    """The source piece ids of each corpus's tags (`DataConfig.corpus_tags`); one line for
+    a tag the tokenizer splits (a given `tokenizer.model` trained without it)."""
     ids = []
-    for tag in data.tags or [None] * len(data.train_corpora):
-        found = None if tag is None else tokenizer.src_piece_id(tag)
-        if tag is not None and found is None:
-            raise UserError(
-                f"data.tags: {tag} is not a piece of tokenizer.model {cfg.model}, so it would be "
-                "split; give a model trained with it as a user-defined symbol, or leave "
-                "tokenizer.model out to train one"
-            )
+    for tags in data.corpus_tags:
+        found = [tokenizer.src_piece_id(tag) for tag in tags]
+        for tag, piece in zip(tags, found, strict=True):
+            if piece is None:
+                what = "data.tags" if tag in data.tag_names else "data.target_tags"
+                raise UserError(
+                    f"{what}: {tag} is not a piece of tokenizer.model {cfg.model}, so it would "
+                    "be split; give a model trained with it as a user-defined symbol, or leave "
+                    "tokenizer.model out to train one"
+                )
         ids.append(found)
     return ids
 
@@ -131,10 +134,10 @@ def _tokenizer(
     directory: Path,
     seed: int,
     log: logging.Logger | None,
-    sources: list[CorpusSource],
+    inputs: list[CorpusInput],
 ) -> Tokenizer:
     """The tokenizer of `directory`: loaded, copied from `cfg.model`, or trained on the
-    training corpora (`sources`, as cleaned)."""
+    training corpora (`inputs`, as cleaned)."""
     recorded = trained_settings(directory) if directory.is_dir() else None
     if has_tokenizer(directory) and recorded in (None, cfg.model_dump()):
         return Tokenizer.load(directory)
@@ -145,37 +148,41 @@ def _tokenizer(
         if log:
             log.info("tokenizer: %s, copied to %s", cfg.model, directory)
         return tokenizer
-    langs = (data.src, data.tgt)
-    chunks = training_chunks(sources, langs)
+    chunks = training_chunks(inputs)
     # Read before saying anything: a corpus of one chunk is checked whole, and its error
     # (lines that differ in count, invalid UTF-8) is the only line printed.
     first = next(chunks)
     if log:
         log.info("training a %s SentencePiece model (%d pieces)", cfg.model_type, cfg.vocab_size)
     src = (line for chunk in chain([first], chunks) for line in chunk.src)
-    tgt = (line for chunk in training_chunks(sources, langs) for line in chunk.tgt)
-    tags = data.tag_names
-    return train_tokenizer(cfg, _tagless(src, tags), _tagless(tgt, tags), directory, seed)
+    tgt = (line for chunk in training_chunks(inputs) for line in chunk.tgt)
+    return train_tokenizer(cfg, _tagless(src, data), _tagless(tgt, data), directory, seed)
 
 
-def _tagless(lines: Iterator[str], tags: list[str]) -> Iterator[str]:
-    """The lines, or one line naming a tag that one of them holds: SentencePiece keeps a
-    tag whole wherever it stands, so text that holds it would be cut around it (the tag
-    `sise` in the word `sise` becomes the tag)."""
+def _tagless(lines: Iterator[str], data: DataConfig) -> Iterator[str]:
+    """The lines, or one line naming a tag (`data.symbols`) that one of them holds:
+    SentencePiece keeps a tag whole wherever it stands, so text that holds it would be cut
+    around it (the tag `sise` in the word `sise` becomes the tag)."""
+    tags = data.symbols
     for line in lines:
         for tag in tags:
             if tag in line:
+                field, fix = (
+                    ("data.tags", "name another")
+                    if tag in data.tag_names
+                    else ("data.target_tags", "set data.target_tags false")
+                )
                 raise UserError(
-                    f"data.tags: {tag} occurs in the training text ({line[:60]!r}); a tag must "
-                    "be a piece the text never holds: name another"
+                    f"{field}: {tag} occurs in the training text ({line[:60]!r}); a tag must "
+                    f"be a piece the text never holds: {fix}"
                 )
         yield line
 
 
-def training_chunks(sources: list[CorpusSource], langs: Langs) -> Iterator[PairChunk]:
+def training_chunks(inputs: list[CorpusInput]) -> Iterator[PairChunk]:
     """The pairs of every training corpus, in order, read as preparation reads them (pairs
     with an empty side left out); a corpus with none is an error."""
-    for source in sources:
+    for source, langs, _ in inputs:
         pairs = 0
         for chunk in source.chunks(langs, CHUNK_PAIRS):
             pairs += len(chunk.src)

@@ -12,14 +12,13 @@ engine). A target prefix is its `target_prefix`, whose pieces its scores leave o
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from pydantic import BaseModel, PositiveInt, ValidationError
 
-from seq2seq.config import DecodeConfig, describe_validation_error
+from seq2seq.config import DecodeConfig, SourceTags, describe_validation_error
 from seq2seq.config.decode import pytorch_only
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.line_translator import LineTranslator, SearchRequest, decode_options
@@ -44,6 +43,12 @@ class ExportSettings(BaseModel):
     # before it was recorded, with CTranslate2's default of the first head alone)
     alignment_heads: PositiveInt | None = None
     tags: list[str] = []  # the run's data.tags (none: exported before they were recorded)
+    languages: list[str] = []  # its target languages (none: exported before recorded)
+    targets: list[str] = []  # those with a tag (data.target_tags)
+
+    @property
+    def source_tags(self) -> SourceTags:
+        return SourceTags(tuple(self.tags), tuple(self.languages), tuple(self.targets))
 
 
 def _read_settings(directory: Path) -> ExportSettings:
@@ -73,7 +78,7 @@ class CTranslate2Translator(LineTranslator):
         decode: DecodeConfig,
         max_source: int | None,
         every_head: bool = True,
-        tags: Sequence[str] = (),
+        tags: SourceTags | None = None,
     ) -> None:
         super().__init__(tokenizer, decode, max_source, engine.device == "cuda", tags)
         self.engine = engine
@@ -100,7 +105,8 @@ class CTranslate2Translator(LineTranslator):
         tokenizer = _load_tokenizer(directory, settings)
         options = decode_options(settings.decode, decode)
         every_head = settings.alignment_heads is not None
-        return cls(engine, tokenizer, options, settings.max_source, every_head, settings.tags)
+        tags = settings.source_tags
+        return cls(engine, tokenizer, options, settings.max_source, every_head, tags)
 
     def search(self, request: SearchRequest) -> list[list[Hypothesis]]:
         """CTranslate2's search (never with attention), one call per output limit in the

@@ -43,8 +43,10 @@ class TeacherForcing(Protocol):
     decode: DecodeConfig
 
     def source_ids(
-        self, lines: list[str], tag: str | None
+        self, lines: list[str], options: DecodeConfig
     ) -> tuple[list[list[int]], list[bool]]: ...
+
+    def source_tags(self, options: DecodeConfig) -> tuple[str, ...]: ...
 
     def batch_tokens(self, options: DecodeConfig) -> int: ...
 
@@ -104,13 +106,13 @@ def _pair_ids(
     translator: TeacherForcing, sources: list[str], references: list[str], options: DecodeConfig
 ) -> tuple[list[list[int]], list[list[int]]]:
     """The piece ids of line-aligned sources (as translation reads them: cut, after
-    `options.tag`) and references."""
+    the tags of `options`) and references."""
     if len(sources) != len(references):
         raise UserError(
             f"{len(sources)} source lines but {len(references)} reference lines; "
             "give one reference per source line"
         )
-    src_ids = translator.source_ids(sources, options.tag)[0]
+    src_ids = translator.source_ids(sources, options)[0]
     return src_ids, translator.tokenizer.encode_tgt(references)
 
 
@@ -136,9 +138,10 @@ def forced_translations(
 ) -> list[Translation | None]:
     """Each line-aligned pair as the `Translation` of its source into its reference: the
     reference's tokens, their score (log P / lp, as the search ranks) and the attention
-    of the steps over them (`forced_steps`), and `options.tag`; None where a side is
-    blank."""
+    of the steps over them (`forced_steps`), and the tags of `options`; None where a side
+    is blank."""
     ids = _pair_ids(translator, sources, references, options)
+    tags = translator.source_tags(options)
     found: list[Translation | None] = [None] * len(sources)
     with tqdm(total=len(sources), unit="pair", disable=None if progress else True) as bar:
         for group, batch in _pair_batches(translator, ids, options):
@@ -150,7 +153,7 @@ def forced_translations(
                     score = picked[row, :n].sum() / length_penalty(float(n), options.length_penalty)
                     attention = weights[row, :n, ..., : len(ids[0][i]) + 1]
                     found[i] = Translation(
-                        references[i], float(score), tokens, attention, tag=options.tag
+                        references[i], float(score), tokens, attention, tags=tags
                     )
             bar.update(len(group))
     return found
@@ -167,7 +170,7 @@ def score_pairs(
     """The `ForcedScore` of each line-aligned pair (a blank side is scored as the empty
     sentence it is), with the length penalty of `options`, in batches of about its batch
     tokens (padded tokens per side), with its pieces' log-probabilities if `token_scores`;
-    sources are read as translation reads them (cut, after `options.tag`)."""
+    sources are read as translation reads them (cut, after the tags of `options`)."""
     src_ids, tgt_ids = _pair_ids(translator, sources, references, options)
     totals: list[float] = [0.0] * len(sources)
     steps: list[list[float] | None] = [None] * len(sources)

@@ -17,7 +17,7 @@ def inspect_attention(
     """{"pairs": N, "skipped": [line numbers], "sites": site -> diagnostics} of the
     translator's model on line-aligned sources and references. Pairs with a blank side are
     skipped and listed (1-based); sources are read as translation reads them (cut, after
-    the tag of `decode.tag`)."""
+    the tags of `decode.tgt_lang` and `decode.tag`)."""
     if isinstance(sources, str) or isinstance(references, str):
         raise TypeError("pass lists of lines; for one pair: [source], [reference]")
     if len(sources) != len(references):
@@ -29,7 +29,7 @@ def inspect_attention(
     keep = [i for i, (source, reference) in pairs if source.strip() and reference.strip()]
     if not keep:
         raise UserError("no sentence pair to inspect: every pair has a blank side")
-    src_ids = translator.source_ids([sources[i] for i in keep], translator.decode.tag)[0]
+    src_ids = translator.source_ids([sources[i] for i in keep], translator.decode)[0]
     tgt_ids = translator.tokenizer.encode_tgt([references[i] for i in keep])
     groups = token_batches(
         [len(s) for s in src_ids],

@@ -4,7 +4,7 @@ constraints) and the decoding options a call may change."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, overload
 
@@ -12,7 +12,7 @@ import torch
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from seq2seq.config import DecodeConfig, describe_validation_error
+from seq2seq.config import DecodeConfig, SourceTags, describe_validation_error
 from seq2seq.config.decode import SAMPLING_OPTIONS, call_problem
 from seq2seq.data.padded_batches import token_batches
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
@@ -57,7 +57,7 @@ class Translation:
     unconstrained: bool = False  # no hypothesis held the line's phrases: searched without
     # the log-probability of each token and of the EOS; None unless asked for
     token_scores: list[float] | None = None
-    tag: str | None = None  # the tag put before the source (decode.tag), its first piece
+    tags: tuple[str, ...] = ()  # the tags before the source (decode.tgt_lang's, decode.tag)
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,8 @@ class LineTranslator:
     hypotheses, sources are cut to `max_source` pieces (None: no limit), lines go in
     batches of `decode.batch_tokens` padded source tokens (counted once per beam, and at
     least one line per batch) in length order and come back in input order. `tags`: the
-    tags the model was trained with (data.tags), one of which `decode.tag` may put before
-    every source. An engine implements `search`."""
+    tags the model was trained to read before a source (`decode.tgt_lang` and `decode.tag`
+    choose which). An engine implements `search`."""
 
     def __init__(
         self,
@@ -116,13 +116,13 @@ class LineTranslator:
         decode: DecodeConfig,
         max_source: int | None = None,
         on_gpu: bool = False,
-        tags: Sequence[str] = (),
+        tags: SourceTags | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.decode = decode
         self.max_source = max_source
         self.on_gpu = on_gpu
-        self.tags = tuple(tags)
+        self.tags = tags or SourceTags()
         # set where the engine's CPU threads follow the CPUs other work leaves free
         self.cpu_threads: FreeCpuThreads | None = None
 
@@ -145,11 +145,10 @@ class LineTranslator:
         raise NotImplementedError
 
     def attention_labels(self, line: str, translation: Translation) -> tuple[list[str], list[str]]:
-        """The pieces that label a translation's attention: the (cut) source's, its tag
-        first if it has one, and the output's, each with its </s>."""
-        tag = [] if translation.tag is None else [translation.tag]
-        pieces = self.tokenizer.src_pieces(line)[: self._room(translation.tag)]
-        src_pieces = [*tag, *pieces, "</s>"]
+        """The pieces that label a translation's attention: the (cut) source's, its tags
+        first if it has some, and the output's, each with its </s>."""
+        pieces = self.tokenizer.src_pieces(line)[: self._room(len(translation.tags))]
+        src_pieces = [*translation.tags, *pieces, "</s>"]
         return src_pieces, self.tokenizer.tgt_pieces_from_ids([*translation.tokens, EOS_ID])
 
     def token_score_record(self, tokens: list[int], scores: list[float]) -> dict[str, Any]:
@@ -255,7 +254,7 @@ class LineTranslator:
         skip = None if served is None else served.skip
         outputs: list[list[Translation]] = [[] for _ in lines]
         keep = [i for i, line in enumerate(lines) if line.strip()]
-        src_ids, cut = self.source_ids([lines[i] for i in keep], options.tag)
+        src_ids, cut = self.source_ids([lines[i] for i in keep], options)
         candidates = options.mbr or nbest  # what a line's search finds
         columns = [[column[j] for j in keep] for column in (numbers, given, phrases)]
         every = SearchRequest(src_ids, options, candidates, attention, token_scores, *columns)
@@ -279,32 +278,37 @@ class LineTranslator:
         width = candidates if options.sample else options.beam
         return max(self.batch_tokens(options) // width, 1)
 
-    def source_ids(self, lines: list[str], tag: str | None) -> tuple[list[list[int]], list[bool]]:
-        """The piece ids of each line as the model reads them (no EOS): `tag`'s piece first,
-        if given, and at most `max_source` in all; and whether each line was cut."""
-        tag_id = self._tag_id(tag)
+    def source_ids(
+        self, lines: list[str], options: DecodeConfig
+    ) -> tuple[list[list[int]], list[bool]]:
+        """The piece ids of each line as the model reads them (no EOS): the tags of
+        `options` first (`source_tags`), and at most `max_source` in all; and whether each
+        line was cut."""
+        first = [self._tag_id(tag) for tag in self.source_tags(options)]
         src_ids = self.tokenizer.encode_src(lines)
-        limit = self._room(tag)
+        limit = self._room(len(first))
         cut = [limit is not None and len(ids) > limit for ids in src_ids]
-        first = [] if tag_id is None else [tag_id]
         return [[*first, *ids[:limit]] for ids in src_ids], cut
 
-    def _room(self, tag: str | None) -> int | None:
-        """The source pieces of a line a translation reads (None: all): `max_source`, less
-        one for a tag."""
-        if self.max_source is None or tag is None:
-            return self.max_source
-        return self.max_source - 1
+    def source_tags(self, options: DecodeConfig) -> tuple[str, ...]:
+        """The tags before each source translated with `options` (`SourceTags.pieces`: one
+        line for a language or tag the model does not know, or none where it needs one)."""
+        return tuple(self.tags.pieces(options.tag, options.tgt_lang))
 
-    def _tag_id(self, tag: str | None) -> int | None:
-        """The source piece id of `tag` (None: no tag); one line for a tag the model was
-        not trained with."""
-        if tag is None:
+    def _room(self, tags: int) -> int | None:
+        """The source pieces of a line a translation reads (None: all): `max_source`, less
+        one for each of its `tags`."""
+        if self.max_source is None:
             return None
-        found = self.tokenizer.src_piece_id(tag) if tag in self.tags else None
+        return self.max_source - tags
+
+    def _tag_id(self, tag: str) -> int:
+        """The source piece id of `tag`; one line where the vocabulary splits it."""
+        found = self.tokenizer.src_piece_id(tag)
         if found is None:
-            fix = f"give one of {', '.join(self.tags)}" if self.tags else "it was trained with none"
-            raise UserError(f"tag {tag} is not one this model was trained with (data.tags); {fix}")
+            raise UserError(
+                f"{tag} is not a piece of this model's source vocabulary; it cannot read it"
+            )
         return found
 
     def _options(
@@ -374,7 +378,7 @@ class LineTranslator:
                 cut,
                 unconstrained,
                 h.token_scores,
-                options.tag,
+                self.source_tags(options),
             )
             for text, h in zip(texts, found, strict=True)
         ]

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.config import Config
-from seq2seq.data.sources import corpus_source
+from seq2seq.data.sources import training_inputs
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from seq2seq.data.training_data import training_chunks
 from seq2seq.decode.cpu_weights import PackedLinear
@@ -112,9 +112,8 @@ def _kept_state(path: Path) -> dict | None:
 
 def training_pairs(config: Config, tokenizer: Tokenizer) -> Iterator[tuple[list, list]]:
     """The piece ids of the run's first `MAX_PAIRS` training pairs."""
-    data, left = config.data, MAX_PAIRS
-    sources, langs = [corpus_source(corpus) for corpus in data.train_corpora], (data.src, data.tgt)
-    for source in sources:
+    left, corpora = MAX_PAIRS, training_inputs(config.data)
+    for source, langs, _ in corpora:
         try:
             source.files(langs)
         except UserError as error:
@@ -122,7 +121,7 @@ def training_pairs(config: Config, tokenizer: Tokenizer) -> Iterator[tuple[list,
                 f"decode.shortlist is built from the training pairs ({error}); translate from "
                 "the directory the run was trained in"
             ) from None
-    for chunk in training_chunks(sources, langs):
+    for chunk in training_chunks(corpora):
         chunk_src, chunk_tgt = chunk.src[:left], chunk.tgt[:left]
         src, tgt = tokenizer.encode_src(chunk_src), tokenizer.encode_tgt(chunk_tgt)
         yield from zip(src, tgt, strict=True)

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from seq2seq.config import DecodeConfig
+from seq2seq.config import DecodeConfig, SourceTags
 from seq2seq.data.padded_batches import make_batch
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.alignment import pharaoh, word_alignment
@@ -66,7 +66,7 @@ class Translator(LineTranslator):
         device: torch.device,
         max_source: int | None = None,
         origin: Origin | None = None,
-        tags: Sequence[str] = (),
+        tags: SourceTags | None = None,
     ) -> None:
         super().__init__(tokenizer, decode, max_source, device.type == "cuda", tags)
         self.model = model.to(device).eval()
@@ -108,7 +108,7 @@ class Translator(LineTranslator):
         target = pick_device(device or ("cpu" if int8 else cfg.train.device))
         model = _decoding_weights(model, target, int8)
         made = (loaded.tokenizer, decode_cfg, target, loaded.max_source, loaded.origin)
-        translator = cls(model, *made, cfg.data.tag_names)
+        translator = cls(model, *made, cfg.data.source_tags)
         if threads is None and target.type == "cpu":
             translator.cpu_threads = FreeCpuThreads()
         return translator
@@ -126,10 +126,10 @@ class Translator(LineTranslator):
             return ""
         if translation.attention is None:
             raise UserError("word alignments need attention: call hypotheses(..., attention=True)")
-        tagged = translation.tag is not None  # the tag's column is no word's
+        tagged = len(translation.tags)  # the tags' columns are no word's
         pairs = word_alignment(
-            translation.attention[..., int(tagged) :],
-            self.attention_labels(line, translation)[0][int(tagged) : -1],
+            translation.attention[..., tagged:],
+            self.attention_labels(line, translation)[0][tagged:-1],
             self.tokenizer.tgt_pieces_from_ids(translation.tokens),
             len(line.split()),
             len(translation.text.split()),

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 from fastapi import HTTPException
 from pydantic import ValidationError
 
-from seq2seq.config import DecodeConfig
+from seq2seq.config import DecodeConfig, SourceTags
 from seq2seq.config.decode import call_problem
 from seq2seq.decode.inputs import text_problem, verbatim_problem
 from seq2seq.decode.line_translator import decode_options
@@ -139,18 +138,17 @@ def check_constraints(request: TranslateRequest, limits: ServeLimits) -> None:
 
 
 def check_search(
-    request: TranslateRequest, limits: ServeLimits, default: DecodeConfig, tags: Sequence[str]
+    request: TranslateRequest, limits: ServeLimits, default: DecodeConfig, tags: SourceTags
 ) -> SearchOptions:
     """How the request is decoded, from the run's `default`; 422 for bad decoding options
-    (a tag not among the model's `tags`) or a search over the server's limits."""
+    (a tag or target language the model does not know: `tags`, or none where it needs
+    one) or a search over the server's limits."""
     asked = {name: getattr(request, name) for name in DecodeConfig.model_fields}
     try:
         options = decode_options(default, asked)
+        tags.pieces(options.tag, options.tgt_lang)
     except UserError as error:
         raise HTTPException(422, str(error)) from None
-    if options.tag is not None and options.tag not in tags:
-        known = f"one of {', '.join(tags)}" if tags else "none: it was trained without data.tags"
-        raise HTTPException(422, f"tag: {options.tag} is not a tag of this model; send {known}")
     beam, nbest = options.beam, request.nbest
     if beam > limits.max_beam:
         raise HTTPException(

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from seq2seq.config import DataConfig, pair_name
 from seq2seq.decode.translate import Translator
 from seq2seq.device import use_threads
 from seq2seq.errors import UserError
@@ -64,11 +65,11 @@ def model_info(translator: Translator, limits: ServeLimits) -> dict[str, Any]:
     }
     return {
         "run": cfg.name,
-        "languages": {"source": cfg.data.src, "target": cfg.data.tgt},
+        "languages": _languages(cfg.data),
         "model": architecture,
         "checkpoint": {"name": origin.checkpoint_name, "step": origin.step},
         "decode": translator.decode.model_dump(),
-        "tags": list(translator.tags),
+        "tags": list(translator.tags.tags),
         "max_source_pieces": translator.max_source,
         "limits": asdict(limits) | {"max_body": limits.max_body},
         "device": str(translator.device),
@@ -94,6 +95,18 @@ class Served:
 
     def load(self) -> Translator:
         return Translator.load(self.run, self.checkpoint, self.device, self.threads, **self.decode)
+
+
+def _languages(data: DataConfig) -> dict[str, Any]:
+    """The languages a model translates: data.src and data.tgt (null where each corpus
+    names its own), its pairs, and the target languages a request's tgt_lang may choose."""
+    pairs = [pair_name(data.pair(corpus)) for corpus in data.train_corpora]
+    return {
+        "source": data.src,
+        "target": data.tgt,
+        "pairs": list(dict.fromkeys(pairs)),
+        "tgt_lang": list(data.source_tags.targets),
+    }
 
 
 def serve(

@@ -26,7 +26,6 @@ from seq2seq.checkpoint import RunDir
 from seq2seq.config import (
     Config,
     config_from_dict,
-    corpus_name,
     describe_validation_error,
     flatten,
 )
@@ -205,7 +204,7 @@ def read_finished(run: RunDir, cfg: Config) -> FinishedRun:
     check_kept_attention(run)
     hypotheses = {}
     for corpus in cfg.data.test:
-        name = corpus_name(corpus)
+        name = cfg.data.test_name(corpus)
         if not isinstance(scores, dict) or not isinstance(scores.get(name), dict):
             raise ValueError(f"{run.test / 'scores.json'} has no scores of test set {name}")
         path = run.test_hypotheses(name)
@@ -213,7 +212,7 @@ def read_finished(run: RunDir, cfg: Config) -> FinishedRun:
             lines = read_lines(path)
         except UserError as error:  # missing, not UTF-8: the run's file, not the data
             raise ValueError(str(error)) from None
-        expected = len(read_corpus(corpus, cfg.data.src, cfg.data.tgt))
+        expected = len(read_corpus(corpus, *cfg.data.pair(corpus)))
         if len(lines) != expected:
             raise ValueError(
                 f"{path} has {len(lines)} lines, not one per test sentence ({expected}): truncated"

@@ -37,8 +37,10 @@ def initial_sites(run: RunDir, cfg: Config) -> dict | None:
         return None
     if cfg.train.init_from is not None:  # its start is its parent's weights, not a draw
         return None
-    valid = read_corpus(cfg.data.valid, cfg.data.src, cfg.data.tgt)
-    initial = Translator.load(run.root, "init", device="cpu", threads=_run_threads())
+    corpus = cfg.data.valid_corpora[0]
+    valid = read_corpus(corpus, *cfg.data.pair(corpus))
+    into = cfg.data.tgt_lang(corpus)
+    initial = Translator.load(run.root, "init", "cpu", _run_threads(), tgt_lang=into)
     sites = initial.attention_diagnostics(valid.src, valid.tgt)["sites"]
     atomic_write_text(run.initial_attention, json.dumps(sites) + "\n")
     return sites
@@ -50,9 +52,11 @@ def save_best_attention(run: RunDir, cfg: Config) -> None:
     attention (nothing where the model finished no translation)."""
     if run.best_attention.is_file() or not run.checkpoint("best").is_file():
         return
-    sources = read_corpus(cfg.data.valid, cfg.data.src, cfg.data.tgt).src
+    corpus = cfg.data.valid_corpora[0]
+    sources = read_corpus(corpus, *cfg.data.pair(corpus)).src
     sentence = next(line for line in sources if line.strip())
-    best = Translator.load(run.root, "best", threads=_run_threads(), **GREEDY_SEARCH)
+    into = cfg.data.tgt_lang(corpus)
+    best = Translator.load(run.root, "best", threads=_run_threads(), tgt_lang=into, **GREEDY_SEARCH)
     amap = best.attention_map(sentence)
     if amap is not None:
         saved = {

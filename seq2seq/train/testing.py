@@ -34,9 +34,11 @@ def score_test_sets(
     OUT/scores.json (OUT: the run's test/, or test/last/ for its last checkpoint);
     CHECKPOINT names the weights in the log lines (`best`, `last`, `average`)."""
     scores: dict[str, dict] = {}
-    for source in map(corpus_source, cfg.data.test):
-        corpus, name = source.read((cfg.data.src, cfg.data.tgt)), source.name
-        found = translator.hypotheses(corpus.src, progress=True, attention=False)
+    data = cfg.data
+    for spec in data.test:
+        corpus, name = corpus_source(spec).read(data.pair(spec)), data.test_name(spec)
+        into = data.tgt_lang(spec)
+        found = translator.hypotheses(corpus.src, progress=True, attention=False, tgt_lang=into)
         hypotheses = [hyps[0].text if hyps else "" for hyps in found]
         cut = sum(1 for hyps in found if hyps and hyps[0].truncated)
         if cut:
@@ -68,7 +70,7 @@ def score_test(trainer: Trainer) -> dict:
         cfg.decode,
         trainer.device,
         max_source_pieces(cfg),
-        tags=cfg.data.tag_names,
+        tags=cfg.data.source_tags,
     )
     finish = "training is finished and saved: run the same command again to score the test sets"
 

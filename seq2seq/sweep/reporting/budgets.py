@@ -13,7 +13,6 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from seq2seq.config import corpus_name
 from seq2seq.data.sources import read_corpus
 from seq2seq.errors import UserError
 from seq2seq.metrics import HEADLINE
@@ -90,8 +89,8 @@ def _first_scores(
             steps[result.cell.key, seed] = run.summary.steps
             config = first_sweep.run(cells[result.cell.key], seed).config
             for corpus in config.data.test:  # the test sets whose hypotheses it read
-                name = corpus_name(corpus)
-                references = read_corpus(corpus, config.data.src, config.data.tgt).tgt
+                name = config.data.test_name(corpus)
+                references = read_corpus(corpus, *config.data.pair(corpus)).tgt
                 sums = HEADLINE.sentence_statistics(run.hypotheses[name], references).sum(axis=0)
                 score = float(HEADLINE.score_sums(sums[None])[0])
                 found.setdefault(name, {})[result.cell.key, seed] = score

@@ -14,7 +14,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from seq2seq.config import Config, CorpusSpec, corpus_name
+from seq2seq.config import Config, CorpusSpec
 from seq2seq.data.sources import read_corpus
 from seq2seq.metrics import HEADLINE, METRICS, bleu_by_source_length
 from seq2seq.significance import Comparison, SeedScores, compare, holm, score_system
@@ -117,10 +117,11 @@ def collect(directory: SweepDir) -> SweepResults:
                 unfinished.append((run, not_finished.state))
     cells = [_cell_result(cell, finished[cell.key]) for cell in sweep.cells if finished[cell.key]]
     names = [
-        corpus_name(corpus)
+        data.test_name(corpus)
         for c in cells
         for s in c.runs
-        for corpus in sweep.run(c.cell, s).config.data.test
+        for data in [sweep.run(c.cell, s).config.data]
+        for corpus in data.test
     ]
     results = SweepResults(sweep, cells, unfinished, damaged, list(dict.fromkeys(names)))
     for name in results.test_sets:
@@ -161,8 +162,8 @@ def _score_test_set(results: SweepResults, name: str) -> None:
         corpus = _test_corpus(cfg, name)
         if corpus is None:
             continue
-        sentences[result.cell] = (corpus, cfg.data.src, cfg.data.tgt)
-        test = read_corpus(corpus, cfg.data.src, cfg.data.tgt)
+        sentences[result.cell] = (corpus, cfg.data.pair(corpus))
+        test = read_corpus(corpus, *cfg.data.pair(corpus))
         references = test.tgt
         hypotheses = {seed: run.hypotheses[name] for seed, run in result.runs.items()}
         result.scores[name] = {
@@ -229,4 +230,4 @@ def _config(sweep: Sweep, result: CellResult) -> Config:
 
 def _test_corpus(cfg: Config, name: str) -> CorpusSpec | None:
     """The `data.test` corpus whose hypotheses are test/NAME.hyp (see train.testing)."""
-    return next((corpus for corpus in cfg.data.test if corpus_name(corpus) == name), None)
+    return next((corpus for corpus in cfg.data.test if cfg.data.test_name(corpus) == name), None)
