@@ -178,7 +178,7 @@ def test_the_server_takes_a_target_language_per_request(two_way):
     translator, limits = Translator.load(two_way, beam=1), ServeLimits()
     with TestClient(create_app(translator, model_info(translator, limits), limits)) as client:
         info = client.get("/info").json()["languages"]
-        assert info["pairs"] == ["src-tgt", "tgt-src"] and info["tgt_lang"] == ["tgt", "src"]
+        assert info["pairs"] == [["src", "tgt"], ["tgt", "src"]] and info["tgt_lang"] == ["tgt", "src"]
         answer = client.post("/translate", json={"text": ["a b"], "tgt_lang": "src"})
         texts = [line["text"] for line in answer.json()["translations"]]
         assert texts == translator.translate(["a b"], tgt_lang="src")

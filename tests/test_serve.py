@@ -140,7 +140,7 @@ def test_health_info_and_the_page(client, translator):
     assert info["languages"] == {
         "source": "src",
         "target": "tgt",
-        "pairs": ["src-tgt"],
+        "pairs": [["src", "tgt"]],
         "tgt_lang": [],
     }
     assert info["model"]["attention"] == {"type": "bahdanau", "heads": 1, "normalizer": "softmax"}

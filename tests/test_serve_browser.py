@@ -63,6 +63,7 @@ def test_the_page_translates_and_draws_the_attention(page, trained):
     assert len(columns) == best[0].attention.size(-1) and len(rows) == best[0].attention.size(0)
     assert page.locator("#heatmap rect.cell").count() == len(columns) * len(rows)
     assert page.locator("#head-label").is_hidden()  # one head: nothing to choose
+    assert page.locator("#into-label").is_hidden()  # one target language: none to choose
 
 
 def test_an_error_is_shown_on_the_page(page):

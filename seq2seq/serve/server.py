@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from seq2seq.config import DataConfig, pair_name
+from seq2seq.config import DataConfig
 from seq2seq.decode.translate import Translator
 from seq2seq.device import use_threads
 from seq2seq.errors import UserError
@@ -100,11 +100,11 @@ class Served:
 def _languages(data: DataConfig) -> dict[str, Any]:
     """The languages a model translates: data.src and data.tgt (null where each corpus
     names its own), its pairs, and the target languages a request's tgt_lang may choose."""
-    pairs = [pair_name(data.pair(corpus)) for corpus in data.train_corpora]
+    pairs = dict.fromkeys(data.pair(corpus) for corpus in data.train_corpora)
     return {
         "source": data.src,
         "target": data.tgt,
-        "pairs": list(dict.fromkeys(pairs)),
+        "pairs": [list(pair) for pair in pairs],
         "tgt_lang": list(data.source_tags.targets),
     }
 
