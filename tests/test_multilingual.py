@@ -165,6 +165,13 @@ def test_translating_names_the_target_language(two_way, toy, capsys):
     assert run_cli("translate", "--run", two_way, "--input", source, "--tgt-lang", "tgt") == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first == Translator.load(two_way).translate([line], tgt_lang="tgt")[0]
+    assert run_cli("evaluate", "--run", two_way, "--corpus", toy / "data/test") == 2
+    assert "names a pair per corpus: give --src and --ref" in capsys.readouterr().err
+    scored = ["--src", source, "--ref", toy / "data/test.tgt", "--tgt-lang", "tgt", "--json"]
+    assert run_cli("evaluate", "--run", two_way, *scored) == 0
+    found = json.loads(capsys.readouterr().out)
+    expected = json.loads((two_way / "test/scores.json").read_text())["test.src-tgt"]
+    assert found["bleu"] == expected["bleu"]
 
 
 def test_the_server_takes_a_target_language_per_request(two_way):
@@ -178,7 +185,8 @@ def test_the_server_takes_a_target_language_per_request(two_way):
     translator, limits = Translator.load(two_way, beam=1), ServeLimits()
     with TestClient(create_app(translator, model_info(translator, limits), limits)) as client:
         info = client.get("/info").json()["languages"]
-        assert info["pairs"] == [["src", "tgt"], ["tgt", "src"]] and info["tgt_lang"] == ["tgt", "src"]
+        assert info["pairs"] == [["src", "tgt"], ["tgt", "src"]]
+        assert info["tgt_lang"] == ["tgt", "src"]
         answer = client.post("/translate", json={"text": ["a b"], "tgt_lang": "src"})
         texts = [line["text"] for line in answer.json()["translations"]]
         assert texts == translator.translate(["a b"], tgt_lang="src")

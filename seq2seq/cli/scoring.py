@@ -92,6 +92,11 @@ def _corpus_pairs(corpus: str, run: list[Path] | None, others: list) -> tuple[li
     if not run:
         raise UserError("--corpus needs --run RUN, which translates its sources")
     data = RunDir(run[0]).load_config().data
+    if data.src is None or data.tgt is None:
+        raise UserError(
+            f"--corpus reads the run's data.src and data.tgt, and {run[0]} names a pair per "
+            "corpus: give --src and --ref (and --tgt-lang where it translates into several)"
+        )
     pairs = read_corpus(corpus, *data.pair(corpus))
     return pairs.src, [pairs.tgt]
 
