@@ -44,6 +44,7 @@ from seq2seq.config.schema import (
 from seq2seq.config.training import (
     VALIDATION_AER,
     VALIDATION_LOSS,
+    DistillConfig,
     OptimizerConfig,
     ScheduleConfig,
     TrainConfig,
@@ -63,6 +64,7 @@ __all__ = [
     "CorpusSpec",
     "DataConfig",
     "DatasetCorpus",
+    "DistillConfig",
     "PathCorpus",
     "SourceTags",
     "DecodeConfig",

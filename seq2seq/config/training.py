@@ -58,6 +58,34 @@ def selection_metrics() -> list[str]:
 _Beta = Annotated[float, Field(ge=0, lt=1)]
 
 
+class DistillConfig(Section):
+    """Word-level knowledge distillation: the student learns each next piece from a
+    teacher's distribution as well as from the reference (docs/training.md#distillation)."""
+
+    teachers: list[Annotated[str, Field(min_length=1)]] = Field(
+        min_length=1,
+        description="the trained run directories that teach (several: their ensemble, the "
+        "mean of their log-probabilities); they must share the student's tokenizer",
+    )
+    checkpoint: str = Field("best", min_length=1, description="the teachers' checkpoint")
+    weight: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="lambda: the loss is (1 - lambda) x cross-entropy + lambda x the KL "
+        "divergence from the teacher's distribution to the student's, per target piece",
+    )
+    top_k: int = Field(
+        8, ge=1, le=1000, description="the teacher's k most probable pieces, renormalised"
+    )
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        le=100,
+        description="both distributions softened as softmax(z / T), the KL scaled by T^2",
+    )
+
+
 class OptimizerConfig(Section):
     name: Literal["adam", "adamw"] = Field("adam", description="adamw: decoupled weight decay")
     lr: float = Field(1e-3, gt=0, le=10, description="learning rate (the peak, with warm-up)")
@@ -176,6 +204,11 @@ class TrainConfig(Section):
         description="transformer: keep each layer's input alone in the forward pass and "
         "recompute the rest in the backward pass (torch.utils.checkpoint): less memory for "
         "more compute, the same gradients; no CUDA graphs",
+    )
+    distill: DistillConfig | None = Field(
+        None,
+        description="word-level knowledge distillation from trained teacher runs; null: none "
+        "(docs/training.md#distillation)",
     )
     init_from: str | None = Field(
         None,

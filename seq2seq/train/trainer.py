@@ -18,6 +18,7 @@ from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_bytes
 from seq2seq.models import Seq2Seq
 from seq2seq.train.datasets import Datasets
+from seq2seq.train.distillation import load_teacher
 from seq2seq.train.distributed import World, data_parallel
 from seq2seq.train.ema import WeightAverage
 from seq2seq.train.feed import BatchFeed, PreparedBatch
@@ -34,7 +35,8 @@ def captures_graphs(cfg: Config, model: Seq2Seq) -> bool:
     """Whether updates may be CUDA graphs, where the device and precision allow them. A graph
     replays one batch's update; accumulating updates run op by op, and so do recomputed
     layers (their replay of the random generators not tried under capture) and guided
-    alignment (its gold attention is not among a graph's inputs)."""
+    alignment (its gold attention is not among a graph's inputs), and so does distillation
+    (its teacher's time is measured)."""
     train = cfg.train
     return (
         train.cuda_graphs
@@ -42,6 +44,7 @@ def captures_graphs(cfg: Config, model: Seq2Seq) -> bool:
         and train.accumulate == 1
         and not train.checkpoint_activations
         and not any(cfg.data.aligned)
+        and train.distill is None
     )
 
 
@@ -71,6 +74,8 @@ class Trainer:
         graphs = deferred and device.type == "cuda" and captures_graphs(cfg, model)
         model.checkpoint_activations = cfg.train.checkpoint_activations
         self.optimizer = build_optimizer(cfg.train.optimizer, model.parameters(), fused=deferred)
+        distill = cfg.train.distill
+        self.teacher = None if distill is None else load_teacher(distill, data.tokenizer, device)
         self.update = Update(self._update_setup(deferred, graphs), in_a_row=0)
         decay = cfg.train.ema_decay
         self.average = None if decay is None else WeightAverage(model, decay)
@@ -104,6 +109,7 @@ class Trainer:
             train.clip_grad_norm,
             deferred,
             graphs,
+            self.teacher,
         )
 
     def elapsed(self) -> float:
@@ -368,13 +374,14 @@ class Trainer:
         guided = any(self.cfg.data.aligned)
         aligned = f"  alignment {window.mean_alignment:.4f}" if guided else ""
         self.log.info(
-            "step %d  epoch %d  loss %.4f%s  lr %.2e  %.0f target tokens/s",
+            "step %d  epoch %d  loss %.4f%s  lr %.2e  %.0f target tokens/s%s",
             self.progress.step,
             self.progress.epoch + 1,
             window.mean_loss,
             aligned,
             lr,
             window.speed,
+            "" if self.teacher is None else self.teacher.share(window.start),
         )
         values = {
             "loss": window.mean_loss,

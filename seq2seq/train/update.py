@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.data.padded_batches import Batch, padding_mask
+from seq2seq.train.distillation import Teacher
 from seq2seq.train.distributed import World
 from seq2seq.train.feed import PreparedBatch
 from seq2seq.train.graphs import GraphedUpdates
@@ -165,6 +166,7 @@ class UpdateSetup:
     clip_grad_norm: float  # 0: no clipping (the norm is still measured)
     deferred: bool  # skip on the device; the tally read back only when asked
     graphs: bool  # the gradients stay allocated (CUDA graphs write into them)
+    teacher: Teacher | None = None  # word-level distillation's (train.distill)
 
 
 class Update:
@@ -282,8 +284,11 @@ class Update:
         self.model.keeps_attention = alignment is not None
         with autocast:
             logits = s.network(src, mask, tgt_in)
+            taught = None if s.teacher is None else s.teacher.log_probs(src, mask, tgt_in)
         self.model.keeps_attention = False
         loss = token_cross_entropy(logits, tgt_out, s.label_smoothing)
+        if taught is not None:
+            loss = s.teacher.mixed_loss(loss, logits, taught, tgt_out)  # type: ignore[union-attr]
         # Hard attention's REINFORCE and entropy terms are valued 0, so the tally's loss
         # stays the cross-entropy; their gradient is what counts.
         auxiliary = self.model.auxiliary_loss(logits, tgt_out)

@@ -1,0 +1,92 @@
+"""Word-level knowledge distillation (`train.distill`; Hinton et al., 2015; Kim and Rush,
+2016): a trained teacher, in evaluation mode in the training process, gives its
+distribution over each next target piece of every batch, and the student learns from it as
+well as from the reference. Sequence-level distillation, training on the teacher's
+translations, is `seq2seq distill` (distill.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from seq2seq.config import DistillConfig
+from seq2seq.data.tokenizer import PAD_ID, Tokenizer
+from seq2seq.decode.ensemble import load_models
+from seq2seq.errors import UserError
+from seq2seq.models.base import Seq2Seq
+
+
+def distillation_loss(
+    student_logits: Tensor, teacher_log_probs: Tensor, targets: Tensor, top_k: int, t: float
+) -> Tensor:
+    """The summed KL divergence, over the target positions that are not padding, from the
+    teacher's distribution p to the student's q, both softened by temperature t:
+
+        t^2 * sum over v in K of p_v (log p_v - log q_v),
+
+    p_v = softmax(log p_T / t) over K, the teacher's k most probable pieces (renormalised
+    over them: 0 elsewhere), q = softmax(z / t) over the whole vocabulary, z the student's
+    logits. Its gradient in z is t (q - p) per position, the usual KD gradient."""
+    top, pieces = (teacher_log_probs.float() / t).topk(top_k, dim=-1)
+    log_p = top.log_softmax(-1)
+    log_q = (student_logits.float() / t).log_softmax(-1).gather(-1, pieces)
+    per_position = (log_p.exp() * (log_p - log_q)).sum(-1)
+    return (per_position * (targets != PAD_ID)).sum() * t**2
+
+
+class Teacher:
+    """The teacher's model (one run, or an ensemble of several) and how its distribution
+    enters the loss; it keeps the seconds its forward passes took, for the log."""
+
+    def __init__(self, model: Seq2Seq, settings: DistillConfig) -> None:
+        self.model = model.eval()
+        self.settings = settings
+        self.seconds = 0.0  # since `take_seconds` last read them
+
+    @torch.no_grad()
+    def log_probs(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
+        started = time.perf_counter()
+        found = self.model.log_probs(src, src_mask, tgt_in)
+        if found.device.type == "cuda":  # what the clock reads is the work, not its launch
+            torch.cuda.synchronize(found.device)
+        self.seconds += time.perf_counter() - started
+        return found
+
+    def mixed_loss(self, loss: Tensor, logits: Tensor, taught: Tensor, targets: Tensor) -> Tensor:
+        """(1 - lambda) `loss` + lambda x the distillation loss of the student's `logits`
+        against the teacher's log-probabilities `taught` (`log_probs`) of `targets`, both
+        summed over tokens."""
+        settings = self.settings
+        kd = distillation_loss(logits, taught, targets, settings.top_k, settings.temperature)
+        return (1 - settings.weight) * loss + settings.weight * kd
+
+    def share(self, since: float) -> str:
+        """The share of the time since `since` (time.time()) its forward passes took, for
+        the log line; counted afresh from here."""
+        share = self.seconds / max(time.time() - since, 1e-9)
+        self.seconds = 0.0
+        return f"  teacher {100 * share:.0f}% of the time"
+
+
+def load_teacher(settings: DistillConfig, tokenizer: Tokenizer, device: torch.device) -> Teacher:
+    """The teacher of `settings` on `device`; one line where it reads or writes other
+    pieces than the student (`tokenizer`)."""
+    # Building a model draws its initial weights: the student's random stream stays its own.
+    with torch.random.fork_rng(devices=[]):
+        loaded = load_models([Path(run) for run in settings.teachers], [settings.checkpoint])
+    theirs = loaded.tokenizer
+    for side, ours, its in (
+        ("target", tokenizer.tgt_vocabulary(), theirs.tgt_vocabulary()),
+        ("source", tokenizer.src_vocabulary(), theirs.src_vocabulary()),
+    ):
+        if ours != its:
+            raise UserError(
+                f"train.distill: {settings.teachers[0]} has another {side} vocabulary than the "
+                f"student ({len(its)} pieces, not {len(ours)}, or other ones): a teacher's "
+                "distribution is over its pieces; give the student its tokenizer "
+                f"(tokenizer.model: {Path(settings.teachers[0]) / 'tokenizer'})"
+            )
+    return Teacher(loaded.model.to(device), settings)
