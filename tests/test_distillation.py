@@ -2,17 +2,23 @@
 its gradient, lambda 0 as ordinary training, exact resumption, and a teacher of another
 vocabulary refused."""
 
+import json
+import logging
 import math
 import re
+from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import train, train_straight_and_resumed
+from cli_helpers import run_cli, train, train_straight_and_resumed
 
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.config import config_from_dict
+from seq2seq.config import config_from_dict, corpus_path, load_config
 from seq2seq.errors import UserError
+from seq2seq.train import distilled_corpus
 from seq2seq.train.distillation import distillation_loss
+from seq2seq.train.distilled_corpus import Teachers, distill, planned
 
 TEACHER = [0.5, 0.2, 0.15, 0.1, 0.05]  # the teacher's distribution over 5 pieces
 
@@ -100,3 +106,66 @@ def test_an_rnn_teaches_a_transformer(toy, trained, tmp_path):
     student = ["model.arch=transformer", "model.attention.type=multihead", "train.max_steps=2"]
     assert train(toy, tmp_path / "run", *distilled(trained, 0.5), *student) == 0
     assert "teacher" in (tmp_path / "run/train.log").read_text()
+
+
+class Killed(Exception):
+    """What stops a distillation midway here, as a kill would."""
+
+
+def test_a_distillation_cut_short_goes_on_to_the_same_corpus(toy, trained, tmp_path, monkeypatch):
+    """Chunks of 50 pairs: an uninterrupted distillation, and one whose third chunk fails
+    (as a kill would leave it: two chunks written) then run again, which translates the
+    four chunks left and writes the same bytes."""
+    cfg = load_config(toy / "run.yaml")
+    teachers = Teachers((trained,), decode=(("beam", 2),))
+    monkeypatch.setattr(distilled_corpus, "CHUNK_PAIRS", 50)
+    log = logging.getLogger("test")
+    straight = planned(cfg, teachers, tmp_path / "straight")
+    distill(straight, teachers, 1, log)
+    translate = distilled_corpus._translate_chunk
+    calls = []
+
+    def failing(work, stop_at: int | None = 3):
+        calls.append(work)
+        if len(calls) == stop_at:
+            raise Killed
+        return translate(work)
+
+    monkeypatch.setattr(distilled_corpus, "_translate_chunk", failing)
+    cut = planned(cfg, teachers, tmp_path / "cut")
+    with pytest.raises(Killed):
+        distill(cut, teachers, 1, log)
+    assert len(list(cut[0].parts.iterdir())) == 2 and not cut[0].done()
+    calls.clear()
+    monkeypatch.setattr(distilled_corpus, "_translate_chunk", partial(failing, stop_at=None))
+    distill(cut, teachers, 1, log)
+    assert len(calls) == 4 and cut[0].done() and not cut[0].parts.exists()
+    for language in ("src", "tgt"):
+        ours, theirs = (Path(f"{plan[0].prefix}.{language}") for plan in (cut, straight))
+        assert ours.read_bytes() == theirs.read_bytes()
+    manifest = json.loads(cut[0].manifest_path.read_text())
+    assert manifest["decode"]["beam"] == 2 and manifest["teachers"][0]["checkpoint"] == "best"
+    assert cut[0].prefix.name == straight[0].prefix.name  # named by what made it
+
+
+def test_distill_trains_the_student_on_the_teacher_s_translations(toy, trained, tmp_path):
+    sources = (toy / "data/train.src").read_text().splitlines()
+    common = ["--teacher", trained, "--beam", "1", "--out", tmp_path / "kd", toy / "run.yaml"]
+    assert run_cli("distill", *common, "--jobs", "2", "--no-train") == 0
+    (made,) = tmp_path.glob("kd/train.kd-*.src")
+    assert made.read_text().splitlines() == sources  # in order, whichever process translated
+    student = [
+        "--set",
+        "train.max_steps=2",
+        "--original-weight",
+        "0.5",
+        "--run-dir",
+        tmp_path / "run",
+    ]
+    assert run_cli("distill", *common, *student) == 0
+    data = load_config(tmp_path / "run/config.yaml").data
+    assert [corpus_path(corpus) for corpus in data.train_corpora] == [
+        str(made.with_suffix("")),
+        str(toy / "data/train"),
+    ]
+    assert data.weights == [1.0, 0.5] and (tmp_path / "run/test/scores.json").is_file()

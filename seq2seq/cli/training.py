@@ -1,4 +1,4 @@
-"""Commands that train: `train`, `prepare`, `config`, `average` and `sweep`."""
+"""Commands that train: `train`, `prepare`, `distill`, `config`, `average` and `sweep`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,15 @@ from typing import Annotated
 import typer
 
 from seq2seq.cli.app import HELP, app
+from seq2seq.cli.decoding import decoding_options
 from seq2seq.cli.option_groups import option_group
-from seq2seq.cli.options import ConfigArgument, ConfigOption, Overrides, RunDirOption
+from seq2seq.cli.options import (
+    Checkpoints,
+    ConfigArgument,
+    ConfigOption,
+    Overrides,
+    RunDirOption,
+)
 from seq2seq.errors import UserError
 
 
@@ -80,6 +87,71 @@ def prepare(
         f"train with: seq2seq train CONFIG (same --set and --run-dir)",
         file=sys.stderr,
     )
+
+
+@dataclass(frozen=True)
+class Distillation:
+    """Who teaches and how the distilled corpora are made and used (`seq2seq distill`)."""
+
+    teachers: Annotated[
+        list[Path],
+        typer.Option(
+            "--teacher",
+            metavar="RUN",
+            help="a trained run that translates the student's training corpora; repeat it "
+            "for an ensemble",
+        ),
+    ]
+    checkpoint: Checkpoints = None
+    jobs: Annotated[int, typer.Option(min=1, help="processes that translate")] = 1
+    original: Annotated[
+        float | None,
+        typer.Option(
+            "--original-weight",
+            min=0,
+            help="train on the original pairs too, each corpus at this weight times its "
+            "data.weights (default: on the distilled pairs alone)",
+        ),
+    ] = None
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False, help="where the distilled corpora go (default: beside each corpus)"
+        ),
+    ] = None
+    no_train: Annotated[
+        bool, typer.Option("--no-train", help="make the distilled corpora, train nothing")
+    ] = False
+
+
+@app.command()
+@option_group("how", Distillation)
+@decoding_options()
+def distill(
+    config_file: ConfigArgument = None,
+    config: ConfigOption = None,
+    overrides: Overrides = None,
+    run_dir: RunDirOption = None,
+    *,
+    how: Distillation,
+    decode: dict,
+) -> None:
+    """Sequence-level knowledge distillation: the teacher translates the sources of the
+    student config's training corpora (resumable: run it again to go on), then the student
+    trains on them: seq2seq distill --teacher RUN CONFIG [--beam N] [--jobs N]
+    (docs/training.md#distillation)."""
+    cfg = _run_config("distill", config_file, config, overrides)
+    from seq2seq.train.distilled_corpus import Teachers, distill, planned, student_config
+    from seq2seq.train.logs import setup_logging
+    from seq2seq.train.run import train as run_training
+
+    checkpoints = tuple(how.checkpoint or ["best"])
+    teachers = Teachers(tuple(how.teachers), checkpoints, tuple(decode.items()))
+    plan = planned(cfg, teachers, how.out)
+    distill(plan, teachers, how.jobs, setup_logging())
+    if not how.no_train:
+        student = student_config(cfg, plan, how.original)
+        run_training(student, run_dir or Path("runs") / cfg.name)
 
 
 def _run_config(command: str, config_file: Path | None, config: Path | None, overrides):
