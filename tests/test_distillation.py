@@ -169,3 +169,14 @@ def test_distill_trains_the_student_on_the_teacher_s_translations(toy, trained, 
         str(toy / "data/train"),
     ]
     assert data.weights == [1.0, 0.5] and (tmp_path / "run/test/scores.json").is_file()
+
+
+def test_the_deployment_table_puts_each_run_against_the_teacher(load_script, trained, monkeypatch):
+    bench = load_script("bench_deployment")
+    measured = {("float32", 1): 40.0, ("float32", 5): 10.0, ("int8", 1): 80.0, ("int8", 5): 30.0}
+    monkeypatch.setattr(bench, "speeds", lambda run, args: measured)
+    rows = bench.table([trained, trained], None).splitlines()
+    found = json.loads((trained / "test/scores.json").read_text())["test"]
+    assert rows[0].startswith("| run | parameters | test BLEU / chrF | float32, beam 1 |")
+    assert f"{found['bleu']:.2f} / {found['chrf']:.2f}" in rows[2]
+    assert rows[3].endswith("| 40.0 (4.0x) | 10.0 (1.0x) | 80.0 (8.0x) | 30.0 (3.0x) |")

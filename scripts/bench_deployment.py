@@ -1,0 +1,81 @@
+"""A teacher and its students in one table: the size of each, its test BLEU and chrF (from
+its run's test/scores.json), and its CPU decoding speed (`scripts/bench.py decode`:
+sentences/s, greedy and beam 5, float32 and int8 weights, 2 threads by default), each
+speed also as a multiple of the first run's (the teacher's) at beam 5 in float32.
+
+    python scripts/bench_deployment.py --run runs/teacher runs/student-kd [...] \\
+        --input data/multi30k/test_2016_flickr.de.gz [--threads 2] [--limit N]
+
+Markdown on stdout; every measurement's JSON line (bench.py's) on stderr as it comes. Run it
+from the repository root on an otherwise idle machine: speeds compare only within one
+sitting (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).with_name("bench.py")
+ENGINES = {"torch": "float32", "torch-int8": "int8"}
+BEAMS = (1, 5)
+
+
+def speeds(run: Path, args: argparse.Namespace) -> dict[tuple[str, int], float]:
+    """(weights, beam) -> sentences/s of `run`, measured by bench.py decode."""
+    command = [sys.executable, str(BENCH), "decode", "--run", str(run), "--input", str(args.input)]
+    command += ["--beam", *map(str, BEAMS), "--engine", *ENGINES, "--threads", str(args.threads)]
+    command += ["--limit", str(args.limit)] if args.limit else []
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    found = {}
+    for line in done.stdout.splitlines():
+        print(line, file=sys.stderr, flush=True)
+        measured = json.loads(line)
+        found[ENGINES[measured["engine"]], measured["beam"]] = measured["sentences_per_s"]
+    return found
+
+
+def scores(run: Path) -> dict[str, dict[str, float]]:
+    """Test set -> its scores, as the run's test decode wrote them."""
+    return json.loads((run / "test/scores.json").read_text())
+
+
+def parameters(run: Path) -> int:
+    return json.loads((run / "summary.json").read_text())["parameters"]
+
+
+def table(runs: list[Path], args: argparse.Namespace) -> str:
+    tests = list(scores(runs[0]))
+    columns = [f"{weights}, beam {beam}" for weights in ENGINES.values() for beam in BEAMS]
+    head = ["run", "parameters", *(f"{test} BLEU / chrF" for test in tests), *columns]
+    rows = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    reference = None
+    for run in runs:
+        measured = speeds(run, args)
+        reference = reference or measured["float32", 5]
+        found = scores(run)
+        quality = [f"{found[t]['bleu']:.2f} / {found[t]['chrf']:.2f}" for t in tests]
+        fast = [
+            f"{measured[weights, beam]:.1f} ({measured[weights, beam] / reference:.1f}x)"
+            for weights in ENGINES.values()
+            for beam in BEAMS
+        ]
+        rows.append(f"| {run.name} | {parameters(run):,} | " + " | ".join(quality + fast) + " |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, nargs="+", required=True, help="the teacher first")
+    parser.add_argument("--input", type=Path, required=True, help="the source lines timed")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--limit", type=int, help="only the first N lines")
+    args = parser.parse_args()
+    print(table(args.run, args))
+
+
+if __name__ == "__main__":
+    main()
