@@ -1,0 +1,157 @@
+"""Knowledge distillation on Multi30k de->en (docs/benchmarks.md#distillation): a teacher,
+the Transformer recipe trained 1,550 updates (about its 25-minute run), and two students
+that share its tokenizer, the attention study's small Transformer (1,500 updates) and its
+RNN (2,500), each from scratch, with sequence-level distillation (`seq2seq distill`, beam
+5), with word-level distillation (`train.distill`, weight 0.5, top 8) and with both, seeds
+1 and 2; the last checkpoint tested on the three test sets.
+
+    python scripts/distillation_benchmark.py train [--only NAME ...]   # resumable
+    python scripts/distillation_benchmark.py table                     # markdown
+
+`train` trains what is missing into docs/results/distillation/runs/ (the distilled corpus
+goes to data/distilled/), in order: the teacher, the distilled corpus, then each student.
+A killed `train` goes on where it stopped when run again. The decoding speeds of the
+teacher and the students: scripts/bench_deployment.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+RUNS = Path("docs/results/distillation/runs")
+TEACHER = RUNS / "teacher"
+DISTILLED = Path("data/distilled")
+SEEDS = (1, 2)
+STUDENTS = {
+    "transformer": ("configs/study/transformer.yaml", 1500),
+    "rnn": ("configs/study/rnn.yaml", 2500),
+}
+KINDS = ("scratch", "sequence", "word", "both")
+TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
+WORD_LEVEL = f"{{teachers: [{TEACHER}], weight: 0.5, top_k: 8, temperature: 1}}"
+
+
+def seq2seq(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "seq2seq", *args], check=True)
+
+
+def sets(*assignments: str) -> list[str]:
+    return [word for assignment in assignments for word in ("--set", assignment)]
+
+
+def finished(run: Path) -> bool:
+    return (run / "test/scores.json").is_file()
+
+
+def train_teacher() -> None:
+    budget = ["train.max_steps=1550", "train.max_time=null", "train.patience=null"]
+    fixed = ["train.precision=fp32", "train.test_checkpoint=last", "name=teacher"]
+    seq2seq(
+        "train",
+        "configs/multi30k_transformer.yaml",
+        *sets(*budget, *fixed),
+        "--run-dir",
+        str(TEACHER),
+    )
+
+
+def distilled_prefix(config: str) -> str:
+    """The distilled corpus of the student config's training corpus (made if missing)."""
+    from seq2seq.config import load_config
+    from seq2seq.train.distilled_corpus import Teachers, planned
+
+    student = [f"tokenizer.model={TEACHER / 'tokenizer'}"]
+    seq2seq(
+        "distill",
+        "--teacher",
+        str(TEACHER),
+        config,
+        "--beam",
+        "5",
+        "--out",
+        str(DISTILLED),
+        "--no-train",
+        *sets(*student),
+    )
+    (corpus,) = planned(
+        load_config(config, student), Teachers((TEACHER,), decode=(("beam", 5),)), DISTILLED
+    )
+    return str(corpus.prefix)
+
+
+def student_settings(student: str, kind: str, seed: int, prefix: str) -> list[str]:
+    config, steps = STUDENTS[student]
+    settings = [
+        f"tokenizer.model={TEACHER / 'tokenizer'}",
+        f"train.max_steps={steps}",
+        f"seed={seed}",
+    ]
+    settings.append(f"name={student}-{kind}-seed{seed}")
+    if kind in ("sequence", "both"):
+        settings.append(f"data.train={prefix}")
+    if kind in ("word", "both"):
+        settings.append(f"train.distill={WORD_LEVEL}")
+    return [config, *sets(*settings)]
+
+
+def train_runs(only: list[str]) -> None:
+    """The teacher, the distilled corpus, then every student not finished."""
+    if not finished(TEACHER):
+        train_teacher()
+    prefix = distilled_prefix(STUDENTS["transformer"][0])
+    for seed in SEEDS:
+        for student in STUDENTS:
+            for kind in KINDS:
+                name = f"{student}-{kind}-seed{seed}"
+                if finished(RUNS / name) or (only and name not in only):
+                    continue
+                print(f"training {name}", flush=True)
+                arguments = student_settings(student, kind, seed, prefix)
+                seq2seq("train", *arguments, "--run-dir", str(RUNS / name))
+
+
+def bleu(run: Path, test: str) -> float | None:
+    path = run / "test/scores.json"
+    return json.loads(path.read_text())[test]["bleu"] if path.is_file() else None
+
+
+def cell(values: list[float | None]) -> str:
+    found = [v for v in values if v is not None]
+    if len(found) < len(values):
+        return f"({len(found)} of {len(values)} seeds)"
+    return f"{statistics.fmean(found):.2f} ({' / '.join(f'{v:.2f}' for v in found)})"
+
+
+def table() -> str:
+    rows = ["| model | " + " | ".join(TEST_SETS) + " |", "|---" + "|---:" * len(TEST_SETS) + "|"]
+    rows.append(
+        "| teacher | " + " | ".join(cell([bleu(TEACHER, test)]) for test in TEST_SETS) + " |"
+    )
+    for student in STUDENTS:
+        for kind in KINDS:
+            runs = [RUNS / f"{student}-{kind}-seed{seed}" for seed in SEEDS]
+            scores = [cell([bleu(run, test) for run in runs]) for test in TEST_SETS]
+            rows.append(f"| {student}, {kind} | " + " | ".join(scores) + " |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train the missing runs (resumable)")
+    train.add_argument("--only", nargs="*", default=[], help="these students alone, by name")
+    commands.add_parser("table", help="print the BLEU table (mean of the seeds, each seed)")
+    args = parser.parse_args()
+    if args.command == "train":
+        train_runs(args.only)
+    else:
+        print(table())
+
+
+if __name__ == "__main__":
+    main()
