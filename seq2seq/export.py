@@ -30,8 +30,9 @@ from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.loading import load_trained_model, max_source_pieces
 from seq2seq.errors import UserError
 from seq2seq.files import publish_directory
+from seq2seq.models.blocks import GATED, NORM_EPS, FeedForward
 from seq2seq.models.build import ARCHITECTURES
-from seq2seq.models.transformer import FeedForward, TransformerSeq2Seq, sinusoids
+from seq2seq.models.transformer import TransformerSeq2Seq, sinusoids
 
 QUANTIZATIONS = ("float32", "int16", "int8")
 SETTINGS = "seq2seq.json"  # decoding settings and the source limit, for translate
@@ -132,11 +133,15 @@ def export_ctranslate2(
     publish_directory(Path(output), write, new=True)
 
 
+CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}  # CTranslate2's names
+
+
 def _spec(model: TransformerSeq2Seq, cfg: Config, tokenizer: Tokenizer):
     """The CTranslate2 TransformerSpec of `model`, weights and vocabularies set."""
-    from ctranslate2.specs import TransformerSpec
+    from ctranslate2.specs import TransformerSpec, common_spec
 
     heads, pre_norm = cfg.model.heads(cfg.model.attention), cfg.model.norm == "pre"
+    activation = GATED.get(cfg.model.ffn_activation, cfg.model.ffn_activation)
     # Its returned attention (the coverage penalty's) averages the heads of the layer that
     # ours reads, as ours: model.alignment_layer and model.alignment_heads are its own.
     spec = TransformerSpec.from_config(
@@ -145,7 +150,12 @@ def _spec(model: TransformerSeq2Seq, cfg: Config, tokenizer: Tokenizer):
         pre_norm=pre_norm,
         alignment_layer=cfg.model.alignment_layer,
         alignment_heads=cfg.model.alignment_heads or heads,
+        activation=getattr(common_spec.Activation, CT2_ACTIVATIONS[activation]),
+        ffn_glu=cfg.model.ffn_activation in GATED,
+        rms_norm=cfg.model.norm_type == "rmsnorm",
     )
+    for stack in (spec.encoder, spec.decoder):
+        stack.scale_embeddings = cfg.model.scale_embedding
     # Positions for the longest source and the longest output its limit allows.
     source = max_source_pieces(cfg) + 1
     output = math.ceil(cfg.decode.max_len_ratio * source) + cfg.decode.max_len_offset + 1
@@ -172,7 +182,7 @@ def _spec(model: TransformerSeq2Seq, cfg: Config, tokenizer: Tokenizer):
     # The encoder reads pieces + </s>; the decoder starts from <s>; torch's layer norm eps.
     spec.config.add_source_eos = True
     spec.config.decoder_start_token = "<s>"
-    spec.config.layer_norm_epsilon = 1e-5
+    spec.config.layer_norm_epsilon = NORM_EPS
     return spec
 
 
@@ -206,12 +216,22 @@ def _set_self_attention(spec, attention) -> None:
     _set_linear(spec.linear[1], attention.out_proj)
 
 
-def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
-    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+def _set_norm(spec, norm: torch.nn.Module) -> None:
+    """A LayerNorm's gain and bias, or an RMSNorm's gain."""
+    spec.gamma = _array(norm.weight)
+    if getattr(norm, "bias", None) is not None:
+        spec.beta = _array(norm.bias)
 
 
-def _set_feed_forward(spec, layers: FeedForward, norm: torch.nn.LayerNorm) -> None:
-    _set_linear(spec.linear_0, layers.expand)
+def _set_feed_forward(spec, layers: FeedForward, norm: torch.nn.Module) -> None:
+    """The feed-forward layers; a gated one's expanding matrix is CTranslate2's two, the
+    activated half (linear_0) and the other (linear_0_noact)."""
+    if layers.gated:
+        weights, biases = layers.expand.weight.chunk(2), layers.expand.bias.chunk(2)
+        for part, half in ((spec.linear_0, 0), (spec.linear_0_noact, 1)):
+            part.weight, part.bias = _array(weights[half]), _array(biases[half])
+    else:
+        _set_linear(spec.linear_0, layers.expand)
     _set_linear(spec.linear_1, layers.contract)
     _set_norm(spec.layer_norm, norm)
 

@@ -26,10 +26,13 @@ TRANSFORMER = (
     "model.encoder_layers=2", "model.decoder_layers=2", "model.attention.type=multihead",
     "train.max_steps=40", "train.valid_every=40",
 )  # fmt: skip
-VARIANTS = {  # both layer-norm placements; separate and tied-and-shared embeddings
+VARIANTS = {  # both norm placements and kinds; separate and tied-and-shared embeddings
     "pre": (),
     "post-tied": ("model.norm=post", "model.tied_embeddings=true", "model.shared_embeddings=true"),
-}
+    "gated-rms": (  # a gated GELU, RMSNorm, embeddings not scaled
+        "model.ffn_activation=geglu", "model.norm_type=rmsnorm", "model.scale_embedding=false"
+    ),
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS))

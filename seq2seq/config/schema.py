@@ -57,6 +57,20 @@ class ModelConfig(Section):
     bidirectional: bool = Field(True, description="rnn: a bidirectional encoder")
     ff_dim: PositiveInt = Field(512, description="transformer: feed-forward inner size")
     norm: Literal["pre", "post"] = Field("pre", description="transformer: layer-norm placement")
+    norm_type: Literal["layernorm", "rmsnorm"] = Field(
+        "layernorm",
+        description="transformer: the norm, LayerNorm or RMSNorm (Zhang and Sennrich, 2019: "
+        "no centring, no bias), wherever `norm` places one",
+    )
+    ffn_activation: Literal["relu", "gelu", "silu", "swiglu", "geglu"] = Field(
+        "relu",
+        description="transformer: the feed-forward layers' activation; silu is swish; swiglu "
+        "and geglu are gated (Shazeer, 2020: act(xW) * xV), their inner size 2/3 of ff_dim "
+        "so that the parameters stay those of ff_dim",
+    )
+    scale_embedding: bool = Field(
+        True, description="transformer: embeddings times sqrt(hidden_dim) (Vaswani et al.)"
+    )
     positions: str = Field(
         "sinusoidal",
         description="transformer: how it reads where its tokens are, a registered positional "
@@ -66,6 +80,12 @@ class ModelConfig(Section):
         json_schema_extra=POSITION_TYPES.names_in,
     )
     dropout: float = Field(0.3, ge=0, lt=1, description="dropout probability")
+
+    @field_validator("ffn_activation", mode="before")
+    @classmethod
+    def _swish_is_silu(cls, value: Any) -> Any:
+        return "silu" if value == "swish" else value
+
     tied_embeddings: bool = Field(False, description="share target embedding and output layer")
     shared_embeddings: bool = Field(
         False, description="one embedding for source and target (needs tokenizer.joint)"

@@ -2,8 +2,9 @@
 
 Self-attention is `model.self_attention` (scaled-dot, multi-head, by default) and the
 decoder's cross-attention is `model.attention`, each multi-head over its score (4 heads
-unless `heads` says otherwise). Every sublayer is residual, with its layer norm before
-(`norm: pre`, plus a final norm) or after (`norm: post`, the paper's) the residual sum.
+unless `heads` says otherwise). Every sublayer is residual, with its norm (`norm_type`)
+before (`norm: pre`, plus a final norm) or after (`norm: post`, the paper's) the residual
+sum; the feed-forward layers' activation is `ffn_activation` (blocks.py).
 
 Attention positions: a query at position t attends to itself at t in self-attention,
 and maps onto the source at t * length_ratio in cross-attention (see `Seq2Seq`).
@@ -33,6 +34,7 @@ from seq2seq.attention.hard import attending_softly, choice_loss
 from seq2seq.attention.positions import Positions, frequencies, position_type
 from seq2seq.config import ModelConfig
 from seq2seq.models.base import Memory, Seq2Seq, Step
+from seq2seq.models.blocks import FeedForward, Sublayer, make_norm
 from seq2seq.models.dropout import Dropout
 
 
@@ -104,18 +106,25 @@ def sinusoids(length: int, dim: int) -> Tensor:
 
 
 class Embedding(nn.Module):
-    """Token embedding times sqrt(d), plus sinusoidal positions (unless `add_positions` is
-    false: ALiBi's positions are in the attention), then dropout."""
+    """Token embedding times `scale` (sqrt(d): model.scale_embedding), plus sinusoidal
+    positions (unless `add_positions` is false: ALiBi's positions are in the attention),
+    then dropout."""
 
     def __init__(
-        self, vocab_size: int, dim: int, pad_id: int, dropout: float, add_positions: bool = True
+        self,
+        vocab_size: int,
+        dim: int,
+        pad_id: int,
+        dropout: float,
+        add_positions: bool = True,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
         nn.init.normal_(self.tokens.weight, std=dim**-0.5)
         with torch.no_grad():
             self.tokens.weight[pad_id].zero_()
-        self.scale = math.sqrt(dim)
+        self.scale = math.sqrt(dim) if scale is None else scale
         table = sinusoids(1024 if add_positions else 0, dim)
         self.register_buffer("positions", table, persistent=False)
         self.add_positions = add_positions
@@ -133,41 +142,6 @@ class Embedding(nn.Module):
             table = sinusoids(2 * length, self.positions.size(1))
             self.positions = table.to(self.positions.device)
         return self.dropout(embedded + self.positions[positions])
-
-
-class Sublayer(nn.Module):
-    """A residual block around `fn` with layer norm before (pre) or after (post) the sum."""
-
-    def __init__(self, dim: int, pre_norm: bool, dropout: float) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.pre_norm = pre_norm
-        self.dropout = Dropout(dropout)
-
-    def function_input(self, x: Tensor) -> Tensor:
-        """What the wrapped function reads: the normalised x (pre-norm) or x itself."""
-        return self.norm(x) if self.pre_norm else x
-
-    def add_output(self, x: Tensor, fx: Tensor) -> Tensor:
-        """The residual sum x + dropout(f(x)), normalised afterwards under post-norm."""
-        x = x + self.dropout(fx)
-        return x if self.pre_norm else self.norm(x)
-
-
-class FeedForward(nn.Sequential):
-    """linear(dim -> inner), ReLU, dropout, linear(inner -> dim). A `Sequential`, so that
-    parameters keep the names checkpoints hold (feed_forward.0, feed_forward.3)."""
-
-    def __init__(self, dim: int, inner: int, dropout: float) -> None:
-        super().__init__(nn.Linear(dim, inner), nn.ReLU(), Dropout(dropout), nn.Linear(inner, dim))
-
-    @property
-    def expand(self) -> nn.Linear:
-        return self[0]
-
-    @property
-    def contract(self) -> nn.Linear:
-        return self[3]
 
 
 def self_attend(
@@ -200,9 +174,9 @@ class EncoderLayer(nn.Module):
         self.self_attention = build_attention(
             cfg.self_attention, dim, dim, cfg.heads(cfg.self_attention)
         )
-        self.feed_forward = FeedForward(dim, cfg.ff_dim, dropout)
-        self.attention_block = Sublayer(dim, pre, dropout)
-        self.feed_forward_block = Sublayer(dim, pre, dropout)
+        self.feed_forward = FeedForward(dim, cfg.ff_dim, dropout, cfg.ffn_activation)
+        self.attention_block = Sublayer(make_norm(cfg), pre, dropout)
+        self.feed_forward_block = Sublayer(make_norm(cfg), pre, dropout)
 
     def forward(self, x: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
         block = self.attention_block
@@ -220,10 +194,10 @@ class DecoderLayer(nn.Module):
             cfg.self_attention, dim, dim, cfg.heads(cfg.self_attention)
         )
         self.cross_attention = build_attention(cfg.attention, dim, dim, cfg.heads(cfg.attention))
-        self.feed_forward = FeedForward(dim, cfg.ff_dim, dropout)
-        self.self_attention_block = Sublayer(dim, pre, dropout)
-        self.cross_attention_block = Sublayer(dim, pre, dropout)
-        self.feed_forward_block = Sublayer(dim, pre, dropout)
+        self.feed_forward = FeedForward(dim, cfg.ff_dim, dropout, cfg.ffn_activation)
+        self.self_attention_block = Sublayer(make_norm(cfg), pre, dropout)
+        self.cross_attention_block = Sublayer(make_norm(cfg), pre, dropout)
+        self.feed_forward_block = Sublayer(make_norm(cfg), pre, dropout)
 
     def forward(
         self,
@@ -257,8 +231,9 @@ class TransformerSeq2Seq(Seq2Seq):
         super().__init__()
         dim, positions = cfg.hidden_dim, position_type(cfg.positions)
         sinusoidal = positions.in_embeddings
-        self.src_embed = Embedding(src_vocab, dim, pad_id, cfg.dropout, sinusoidal)
-        self.tgt_embed = Embedding(tgt_vocab, dim, pad_id, cfg.dropout, sinusoidal)
+        scale = math.sqrt(dim) if cfg.scale_embedding else 1.0
+        self.src_embed = Embedding(src_vocab, dim, pad_id, cfg.dropout, sinusoidal, scale)
+        self.tgt_embed = Embedding(tgt_vocab, dim, pad_id, cfg.dropout, sinusoidal, scale)
         if cfg.shared_embeddings:
             self.src_embed.tokens.weight = self.tgt_embed.tokens.weight
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
@@ -267,8 +242,8 @@ class TransformerSeq2Seq(Seq2Seq):
         self.set_alignment_heads(cfg)
         # Pre-norm leaves each stack's output unnormalised: one final norm per stack.
         pre = cfg.norm == "pre"
-        self.encoder_norm = nn.LayerNorm(dim) if pre else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(dim) if pre else nn.Identity()
+        self.encoder_norm = make_norm(cfg) if pre else nn.Identity()
+        self.decoder_norm = make_norm(cfg) if pre else nn.Identity()
         self.output = nn.Linear(dim, tgt_vocab, bias=False)
         for layer in [*self.encoder_layers, *self.decoder_layers]:
             for module in layer.modules():
