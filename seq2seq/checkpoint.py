@@ -224,26 +224,58 @@ def load_checkpoint(path: Path, mapped: bool = False) -> dict[str, Any]:
     )
 
 
-def model_weights(state: Any, path: Path) -> dict[str, torch.Tensor]:
-    """The parameters (`state["model"]`) of a loaded checkpoint."""
+def model_weights(state: Any, path: Path, merged: bool = True) -> dict[str, torch.Tensor]:
+    """The parameters (`state["model"]`) of a loaded checkpoint. A LoRA run's checkpoint
+    holds its adapters and names its base (`state["lora"]`: the frozen weights, a file
+    beside it): with `merged`, the base's weights with the adapters' updates added
+    (`merged_weights`), what a plain model loads; else the base's and the adapters', what
+    the adapted model loads."""
     weights = state.get("model") if isinstance(state, dict) else None
     if not isinstance(weights, dict):
         raise UserError(
             f"checkpoint {path} holds no model parameters; use a checkpoint written by seq2seq"
         )
+    adapters = state.get("lora")
+    if adapters is None:
+        return weights
+    base_path = path.parent / adapters["base"]
+    if not base_path.is_file():
+        raise UserError(
+            f"checkpoint {path} holds LoRA adapters of {base_path}, which is gone; "
+            "put the run's checkpoints/ back whole"
+        )
+    base = model_weights(load_checkpoint(base_path), base_path)
+    return merged_weights(base, weights, adapters["scale"]) if merged else base | weights
+
+
+def merged_weights(
+    base: dict[str, torch.Tensor], adapters: dict[str, torch.Tensor], scale: float
+) -> dict[str, torch.Tensor]:
+    """`base` with each adapted weight W made W + scale B A (`models.lora`), computed as
+    the adapted layer merges itself, so that both give the same floats."""
+    weights = dict(base)
+    for name, lora_a in adapters.items():
+        if name.endswith(".lora_a"):
+            layer = name.removesuffix(".lora_a")
+            lora_b, weight = adapters[f"{layer}.lora_b"], base[f"{layer}.weight"]
+            weights[f"{layer}.weight"] = weight + scale * lora_b @ lora_a
     return weights
 
 
 def load_model_weights(
-    model: torch.nn.Module, state: dict[str, Any], model_cfg: ModelConfig, path: Path
+    model: torch.nn.Module,
+    state: dict[str, Any],
+    model_cfg: ModelConfig,
+    path: Path,
+    merged: bool = True,
 ) -> None:
     """Load `state["model"]` into `model`. A checkpoint whose recorded model config
     (`state["model_config"]`) differs from `model_cfg` is a `UserError` naming the fields,
     even where the shapes match (heads 4 -> 2, another attention type's weights); one
     written before checkpoints recorded it is checked by its shapes: the first parameter
     that differs, and both shapes. A checkpoint with a NaN or infinite weight is refused,
-    naming it."""
-    weights = model_weights(state, path)
+    naming it. `merged`: as `model_weights` reads a LoRA checkpoint."""
+    weights = model_weights(state, path, merged)
     why = _config_misfit(state.get("model_config"), model_cfg)
     if why is None:
         try:

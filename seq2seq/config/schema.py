@@ -353,6 +353,22 @@ class Config(Section):
         return self
 
     @model_validator(mode="after")
+    def _adapters_have_a_base(self) -> Config:
+        if self.train.lora is None:
+            return self
+        if self.train.init_from is None:
+            raise ValueError(
+                "train.lora adapts a trained model and freezes its weights: give "
+                "train.init_from (a run directory, or a checkpoint in one)"
+            )
+        if self.train.ema_decay is not None:
+            raise ValueError(
+                "train.lora with train.ema_decay: the moving average would be of the frozen "
+                "weights too; set ema_decay null"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _recomputed_layers_are_transformers(self) -> Config:
         if not self.train.checkpoint_activations:
             return self

@@ -86,6 +86,23 @@ class DistillConfig(Section):
     )
 
 
+class LoraConfig(Section):
+    """Low-rank adaptation (Hu et al., 2021): the fine-tuned model's weights stay frozen,
+    and each targeted projection W learns an update (alpha / rank) B A of rank `rank`
+    (docs/trained-models.md#lora)."""
+
+    rank: int = Field(8, ge=1, le=1024, description="the rank r of each update B A")
+    alpha: float = Field(16.0, gt=0, le=10_000, description="the update's scale is alpha / rank")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the update's input")
+    targets: list[Literal["q", "k", "v", "o", "ffn"]] = Field(
+        default_factory=lambda: ["q", "k", "v", "o"],
+        min_length=1,
+        description="what is adapted: the attention's query, key, value and output "
+        "projections (every attention module that has them), and the Transformer's "
+        "feed-forward layers",
+    )
+
+
 class OptimizerConfig(Section):
     name: Literal["adam", "adamw"] = Field("adam", description="adamw: decoupled weight decay")
     lr: float = Field(1e-3, gt=0, le=10, description="learning rate (the peak, with warm-up)")
@@ -209,6 +226,11 @@ class TrainConfig(Section):
         None,
         description="word-level knowledge distillation from trained teacher runs; null: none "
         "(docs/training.md#distillation)",
+    )
+    lora: LoraConfig | None = Field(
+        None,
+        description="fine-tune low-rank adapters alone, the weights of train.init_from "
+        "frozen; null: every weight trains (docs/trained-models.md#lora)",
     )
     init_from: str | None = Field(
         None,

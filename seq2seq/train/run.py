@@ -38,6 +38,7 @@ from seq2seq.device import (
 from seq2seq.errors import ResourceError, UserError
 from seq2seq.files import atomic_write_text
 from seq2seq.models import Seq2Seq, build_model, count_parameters
+from seq2seq.models.lora import LORA_BASE, adapt
 from seq2seq.train.datasets import Datasets, load_datasets
 from seq2seq.train.distributed import World, lost_peer, start_world, stop_world
 from seq2seq.train.init_from import Parent
@@ -288,6 +289,9 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     if parent is not None:  # before the trainer: DDP copies rank 0's weights to the others
         parent.load_weights(model, cfg, data.tokenizer)
         log.info("fine-tuning from %s", parent.checkpoint)
+    if cfg.train.lora is not None:
+        base = run.checkpoint(LORA_BASE) if world.is_main and not resuming else None
+        adapt(model, cfg, base, data.tokenizer.fingerprint)
     trainer = Trainer(cfg, run, model, data, device, log, world)
     found = resume_state(run, log) if resuming else None
     if found is not None:

@@ -23,6 +23,7 @@ from seq2seq.device import out_of_memory_reported
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text
 from seq2seq.metrics import Scores, score_corpus
+from seq2seq.models.lora import merged
 from seq2seq.train.interrupt import StopSignals
 from seq2seq.train.trainer import Trainer
 
@@ -62,6 +63,8 @@ def score_test(trainer: Trainer) -> dict:
     one beside it. Training is over and saved: a signal now stops at once, and running out
     of memory stops too, each saying how to finish."""
     cfg, run, log = trainer.cfg, trainer.run, trainer.log
+    if cfg.train.lora is not None:  # plain layers, to load the merged weights of checkpoints
+        merged(trainer.model)
     # Training is over: on the CPU the test sets decode as `seq2seq evaluate` would.
     model = packed_weights(trainer.model) if trainer.device.type == "cpu" else trainer.model
     translator = Translator(

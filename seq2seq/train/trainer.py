@@ -17,6 +17,7 @@ from seq2seq.config import Config
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_bytes
 from seq2seq.models import Seq2Seq
+from seq2seq.models.lora import weights_state
 from seq2seq.train.datasets import Datasets
 from seq2seq.train.distillation import load_teacher
 from seq2seq.train.distributed import World, data_parallel
@@ -73,7 +74,8 @@ class Trainer:
         deferred = defers_reading(device, self.world, self.scaler)
         graphs = deferred and device.type == "cuda" and captures_graphs(cfg, model)
         model.checkpoint_activations = cfg.train.checkpoint_activations
-        self.optimizer = build_optimizer(cfg.train.optimizer, model.parameters(), fused=deferred)
+        trained = [p for p in model.parameters() if p.requires_grad]  # train.lora: adapters
+        self.optimizer = build_optimizer(cfg.train.optimizer, trained, fused=deferred)
         distill = cfg.train.distill
         self.teacher = None if distill is None else load_teacher(distill, data.tokenizer, device)
         self.update = Update(self._update_setup(deferred, graphs), in_a_row=0)
@@ -125,7 +127,7 @@ class Trainer:
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         return {
-            "model": self.kept_model.state_dict(),
+            **weights_state(self.kept_model, self.cfg.train.lora),
             **({} if self.average is None else {"training_model": self.model.state_dict()}),
             "model_config": self.model_config(),
             "optimizer": self.optimizer.state_dict(),
@@ -149,6 +151,7 @@ class Trainer:
             # Over the whole wall clock of training, validation included.
             "target_tokens_per_s": round(progress.target_tokens / max(progress.elapsed, 1e-9), 1),
             "parameters": sum(p.numel() for p in self.model.parameters()),
+            "trained_parameters": sum(p.numel() for p in self.update.parameters),
             "skipped_updates": progress.skipped_updates,
             "validations": [
                 record
@@ -167,7 +170,8 @@ class Trainer:
         if self.average is not None:  # "model" holds the average, "training_model" the weights
             load_model_weights(self.average.averaged, state, self.cfg.model, path)
             state = {**state, "model": state.get("training_model", state["model"])}
-        load_model_weights(self.model, state, self.cfg.model, path)
+        adapted = self.cfg.train.lora is not None  # the adapters load beside their base
+        load_model_weights(self.model, state, self.cfg.model, path, merged=not adapted)
         self.last_is_loadable = path == self.run.checkpoint("last")
         if state.get("corpus", self.data.corpus_key) != self.data.corpus_key:
             self.log.warning(
@@ -209,7 +213,7 @@ class Trainer:
         if any(s == step for _, s in best):
             path = self.run.checkpoint(f"step-{step}")
             state = {
-                "model": self.kept_model.state_dict(),
+                **weights_state(self.kept_model, self.cfg.train.lora),
                 "model_config": self.model_config(),
                 "tokenizer": self.data.tokenizer.fingerprint,
             }
