@@ -81,6 +81,11 @@ def unexportable(cfg: Config) -> str | None:
                 "implements multi-head scaled dot-product attention only: with "
                 f"{heads} head(s), type {' or '.join(runnable)}, without a temperature"
             )
+    if model.final_norms and model.norm == "post":
+        return (
+            "model.final_norm is true with model.norm post; CTranslate2 has no norm after "
+            "post-norm layers: translate with the PyTorch engine instead"
+        )
     heads = {name: model.heads(section) for name, section in sections.items()}
     if len(set(heads.values())) > 1:
         counts = " and ".join(f"model.{name} {count}" for name, count in heads.items())
@@ -148,6 +153,7 @@ def _spec(model: TransformerSeq2Seq, cfg: Config, tokenizer: Tokenizer):
         (cfg.model.encoder_layers, cfg.model.decoder_layers),
         heads,
         pre_norm=pre_norm,
+        no_final_norm=not cfg.model.final_norms,
         alignment_layer=cfg.model.alignment_layer,
         alignment_heads=cfg.model.alignment_heads or heads,
         activation=getattr(common_spec.Activation, CT2_ACTIVATIONS[activation]),
@@ -161,8 +167,9 @@ def _spec(model: TransformerSeq2Seq, cfg: Config, tokenizer: Tokenizer):
     output = math.ceil(cfg.decode.max_len_ratio * source) + cfg.decode.max_len_offset + 1
     positions = max(1024, source, output)
     table = _array(sinusoids(positions, cfg.model.hidden_dim))
-    _set_stack(spec.encoder, model.src_embed.tokens, model.encoder_norm, table, pre_norm)
-    _set_stack(spec.decoder, model.tgt_embed.tokens, model.decoder_norm, table, pre_norm)
+    final = cfg.model.final_norms
+    _set_stack(spec.encoder, model.src_embed.tokens, model.encoder_norm, table, final)
+    _set_stack(spec.decoder, model.tgt_embed.tokens, model.decoder_norm, table, final)
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder_layers, strict=True):
         _set_self_attention(layer_spec.self_attention, layer.self_attention)
         _set_norm(layer_spec.self_attention.layer_norm, layer.attention_block.norm)
@@ -190,13 +197,13 @@ def _array(tensor: torch.Tensor):
     return tensor.detach().float().contiguous().numpy()
 
 
-def _set_stack(spec, embedding: torch.nn.Embedding, final_norm, table, pre_norm: bool) -> None:
-    """Embeddings, positions and final norm of an encoder or decoder spec (the encoder's
-    embeddings are a list, one per source feature)."""
+def _set_stack(spec, embedding: torch.nn.Embedding, final_norm, table, final: bool) -> None:
+    """Embeddings, positions and final norm (where it has one) of an encoder or decoder
+    spec (the encoder's embeddings are a list, one per source feature)."""
     embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     embeddings.weight = _array(embedding.weight)
     spec.position_encodings.encodings = table
-    if pre_norm:
+    if final:
         _set_norm(spec.layer_norm, final_norm)
 
 
@@ -207,8 +214,11 @@ def _set_linear(spec, linear: torch.nn.Linear) -> None:
 
 
 def _set_fused(spec, linears: list[torch.nn.Linear]) -> None:
-    """One matrix for several bias-free projections of the same input, stacked in order."""
+    """One matrix (and bias, where they have them) for several projections of the same
+    input, stacked in order."""
     spec.weight = _array(torch.cat([linear.weight for linear in linears]))
+    if linears[0].bias is not None:
+        spec.bias = _array(torch.cat([linear.bias for linear in linears]))
 
 
 def _set_self_attention(spec, attention) -> None:

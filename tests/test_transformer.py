@@ -7,8 +7,10 @@ import torch
 
 from seq2seq.attention import MultiHead
 from seq2seq.attention.scores import GeneralAttention, ScaledDotAttention
-from seq2seq.config import ModelConfig
+from seq2seq.config import ModelConfig, config_from_dict
 from seq2seq.data.padded_batches import padding_mask
+from seq2seq.errors import UserError
+from seq2seq.export import unexportable
 from seq2seq.models import build_model, transformer
 from seq2seq.models.transformer import sinusoids
 
@@ -160,3 +162,24 @@ def test_a_gated_feed_forward_has_the_parameters_of_an_ungated_one():
     assert ModelConfig(ffn_activation="swish").ffn_activation == "silu"
     rms = tiny(norm_type="rmsnorm").encoder_layers[0].attention_block.norm
     assert isinstance(rms, torch.nn.RMSNorm) and tiny(scale_embedding=False).src_embed.scale == 1
+
+
+def test_biases_output_bias_and_final_norms_are_where_the_config_says():
+    model = tiny(attention={"type": "multihead", "bias": True}, output_bias=True, final_norm=False)
+    cross = model.decoder_layers[0].cross_attention
+    assert cross.query_proj.bias is not None and cross.out_proj.bias is not None
+    assert model.decoder_layers[0].self_attention.query_proj.bias is None
+    assert model.output.bias is not None and isinstance(model.encoder_norm, torch.nn.Identity)
+    post = tiny(norm="post", final_norm=True)
+    assert isinstance(post.decoder_norm, torch.nn.LayerNorm)
+    data = {"src": "a", "tgt": "b", "train": "t", "valid": "v"}
+    model_section = {
+        "arch": "transformer",
+        "norm": "post",
+        "final_norm": True,
+        "attention": {"type": "multihead"},
+    }
+    cfg = config_from_dict({"data": data, "model": model_section})
+    assert "no norm after post-norm layers" in unexportable(cfg)
+    with pytest.raises(UserError, match="bahdanau attention with one head has no multi-head"):
+        config_from_dict({"data": data, "model": {"attention": {"bias": True}}})

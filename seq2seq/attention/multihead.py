@@ -47,12 +47,14 @@ class MultiHead(Attention):
         self.is_multi_head_scaled_dot = (
             self.fusable and type(self.inner) is ScaledDotAttention and self.inner.log_scale is None
         )
-        self.query_proj = nn.Linear(query_dim, key_dim, bias=False)
-        self.key_proj = nn.Linear(key_dim, key_dim, bias=False)
-        self.value_proj = nn.Linear(key_dim, key_dim, bias=False)
-        self.out_proj = nn.Linear(key_dim, key_dim, bias=False)
+        self.query_proj = nn.Linear(query_dim, key_dim, bias=cfg.bias)
+        self.key_proj = nn.Linear(key_dim, key_dim, bias=cfg.bias)
+        self.value_proj = nn.Linear(key_dim, key_dim, bias=cfg.bias)
+        self.out_proj = nn.Linear(key_dim, key_dim, bias=cfg.bias)
         for proj in (self.query_proj, self.key_proj, self.value_proj, self.out_proj):
             nn.init.xavier_uniform_(proj.weight)  # variance-preserving, as Vaswani et al.
+            if proj.bias is not None:
+                nn.init.zeros_(proj.bias)
 
     @property
     def fusable(self) -> bool:

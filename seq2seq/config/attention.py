@@ -33,7 +33,9 @@ def _content_scores() -> list[str]:
 # hard: one position chosen from the softmax's distribution, seq2seq/attention/hard.py).
 Normalizer = Literal["softmax", "sparsemax", "entmax15", "entmax", "hard"]
 # Options every type reads: the normalizer and its own.
-_SHARED_OPTIONS = frozenset({"type", "heads", "normalizer", "alpha_per_head", "hard", "dropout"})
+_SHARED_OPTIONS = frozenset(
+    {"type", "heads", "bias", "normalizer", "alpha_per_head", "hard", "dropout"}
+)
 Estimator = Literal["exact", "reinforce", "gumbel"]
 
 
@@ -134,6 +136,12 @@ class AttentionConfig(Section):
         None,
         description="heads; H > 1 runs `type` once per head; null: 4 in the transformer, "
         "else the type's own (multihead: 4 where it divides hidden_dim, the others 1)",
+    )
+    bias: bool = Field(
+        False,
+        description="multi-head attention (several heads, or type multihead): biases in its "
+        "query, key, value and output projections (Marian's, BERT's); false: none, as "
+        "Vaswani et al.",
     )
     window: PositiveInt = Field(10, description="local-m/local-p: window half-width D")
     score: str = Field(

@@ -71,6 +71,14 @@ class ModelConfig(Section):
     scale_embedding: bool = Field(
         True, description="transformer: embeddings times sqrt(hidden_dim) (Vaswani et al.)"
     )
+    final_norm: bool | None = Field(
+        None,
+        description="transformer: a norm after each stack's last layer; null: where `norm` "
+        "is pre (post-norm layers end in one)",
+    )
+    output_bias: bool = Field(
+        False, description="transformer: a bias in the output layer (Marian's final logits bias)"
+    )
     positions: str = Field(
         "sinusoidal",
         description="transformer: how it reads where its tokens are, a registered positional "
@@ -80,6 +88,11 @@ class ModelConfig(Section):
         json_schema_extra=POSITION_TYPES.names_in,
     )
     dropout: float = Field(0.3, ge=0, lt=1, description="dropout probability")
+
+    @property
+    def final_norms(self) -> bool:
+        """Whether each Transformer stack ends in a norm (`final_norm`; null: pre-norm's)."""
+        return self.norm == "pre" if self.final_norm is None else self.final_norm
 
     @field_validator("ffn_activation", mode="before")
     @classmethod
@@ -130,6 +143,16 @@ class ModelConfig(Section):
         """The attention sections this architecture reads, by field name: `attention` (the
         decoder's over the source) always, `self_attention` in the Transformer."""
         return {name: getattr(self, name) for name in self.ATTENTION_SECTIONS[self.arch]}
+
+    @model_validator(mode="after")
+    def _biases_have_projections(self) -> ModelConfig:
+        for name, section in self.attention_sections().items():
+            if section.bias and self.heads(section) == 1 and section.type != "multihead":
+                raise ValueError(
+                    f"model.{name}.bias: {section.type} attention with one head has no "
+                    "multi-head projections to bias; give it heads > 1, or leave bias false"
+                )
+        return self
 
     def describe_attention(self) -> str:
         """Each attention section this architecture reads, with its type and heads, for

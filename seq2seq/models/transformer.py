@@ -241,10 +241,11 @@ class TransformerSeq2Seq(Seq2Seq):
         self.alignment_layer = cfg.alignment_layer % cfg.decoder_layers
         self.set_alignment_heads(cfg)
         # Pre-norm leaves each stack's output unnormalised: one final norm per stack.
-        pre = cfg.norm == "pre"
-        self.encoder_norm = make_norm(cfg) if pre else nn.Identity()
-        self.decoder_norm = make_norm(cfg) if pre else nn.Identity()
-        self.output = nn.Linear(dim, tgt_vocab, bias=False)
+        self.encoder_norm = make_norm(cfg) if cfg.final_norms else nn.Identity()
+        self.decoder_norm = make_norm(cfg) if cfg.final_norms else nn.Identity()
+        self.output = nn.Linear(dim, tgt_vocab, bias=cfg.output_bias)
+        if self.output.bias is not None:
+            nn.init.zeros_(self.output.bias)
         for layer in [*self.encoder_layers, *self.decoder_layers]:
             for module in layer.modules():
                 if isinstance(module, nn.Linear):
