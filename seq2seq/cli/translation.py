@@ -1,5 +1,5 @@
 """Commands that use a trained run: `translate`, `evaluate`, `export`, `plot-attention`
-and `serve`."""
+and `serve`; and `import`, which makes one of a published model."""
 
 from __future__ import annotations
 
@@ -192,6 +192,35 @@ def export(
 
     export_ctranslate2(run, output, quantization.value, checkpoint)
     print(f"exported {run} to {output} ({quantization.value})", file=sys.stderr)
+
+
+@app.command("import")
+def import_model(
+    source: Annotated[
+        Path,
+        typer.Option(
+            "--from",
+            file_okay=False,
+            help="a Marian model in the Hugging Face format (config.json, the weights, "
+            "source.spm, target.spm, vocab.json)",
+        ),
+    ],
+    run_dir: Annotated[Path, typer.Option("--run-dir", help="the new run directory")],
+    src: Annotated[str, typer.Option("--src", help="its source language, e.g. de")],
+    tgt: Annotated[str, typer.Option("--tgt", help="its target language, e.g. en")],
+) -> None:
+    """Write a published Marian model (OPUS-MT) as a run directory, which translates,
+    serves, exports and fine-tunes (--init-from) as a trained one
+    (docs/trained-models.md#import-an-opus-mt-model)."""
+    from seq2seq.importing import import_marian
+
+    cfg = import_marian(source, run_dir, src, tgt)
+    model = cfg.model
+    print(
+        f"imported {source} into {run_dir}: a Transformer of {model.encoder_layers}+"
+        f"{model.decoder_layers} layers, d_model {model.hidden_dim}",
+        file=sys.stderr,
+    )
 
 
 @app.command("plot-attention")

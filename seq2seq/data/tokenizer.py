@@ -20,6 +20,7 @@ import sentencepiece as spm
 from pydantic import ValidationError
 
 from seq2seq.config import TokenizerConfig
+from seq2seq.data.vocabulary import VOCABULARY, read_table, tabled
 from seq2seq.errors import UserError
 from seq2seq.files import publish_directory
 
@@ -87,6 +88,7 @@ class Tokenizer:
         digest = hashlib.sha256(self._src.serialized_model_proto())
         if not self.joint:
             digest.update(self._tgt.serialized_model_proto())
+        digest.update(getattr(self._src, "table", b""))  # a vocabulary table (vocabulary.py)
         return digest.hexdigest()[:16]
 
     @functools.cached_property
@@ -169,8 +171,16 @@ class Tokenizer:
 
     @classmethod
     def load(cls, directory: Path) -> Tokenizer:
-        """Load `joint.model`, or `src.model` and `tgt.model`, from a directory."""
+        """Load `joint.model`, or `src.model` and `tgt.model`, from a directory; with a
+        vocabulary table beside them (vocab.json), their pieces numbered by it."""
         directory = Path(directory)
+        table = directory / VOCABULARY
+        if table.is_file() and (directory / SRC_MODEL).is_file():
+            pieces = read_table(table)
+            models = [
+                _load_model(directory / name, own_ids=False) for name in (SRC_MODEL, TGT_MODEL)
+            ]
+            return cls(*(tabled(model, pieces, table) for model in models))  # type: ignore[arg-type]
         if (directory / JOINT_MODEL).is_file():
             return cls(_load_model(directory / JOINT_MODEL))
         if (directory / SRC_MODEL).is_file() and (directory / TGT_MODEL).is_file():
@@ -181,7 +191,9 @@ class Tokenizer:
         )
 
 
-def _load_model(path: Path) -> spm.SentencePieceProcessor:
+def _load_model(path: Path, own_ids: bool = True) -> spm.SentencePieceProcessor:
+    """A SentencePiece model, checked to have this project's special ids unless a
+    vocabulary table numbers its pieces (`own_ids` false)."""
     processor = spm.SentencePieceProcessor()
     if not path.is_file():
         raise UserError(f"{path}: no such SentencePiece model; give the path of one")
@@ -190,7 +202,7 @@ def _load_model(path: Path) -> spm.SentencePieceProcessor:
     except (OSError, RuntimeError):
         raise UserError(f"{path}: not a SentencePiece model; retrain the tokenizer") from None
     found = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
-    if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+    if own_ids and found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
         raise UserError(
             f"{path}: special ids (pad, unk, bos, eos) are {found}, expected "
             f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; train it with --pad_id={PAD_ID} "
@@ -325,15 +337,18 @@ def copy_tokenizer(cfg: TokenizerConfig, directory: Path) -> Tokenizer:
             f"tokenizer.model {source}: no such file or directory; give a SentencePiece "
             f".model file, or a directory with {JOINT_MODEL} or {SRC_MODEL} and {TGT_MODEL}"
         )
-    loaded = {name: _load_model(path) for name, path in models.items()}
-    if cfg.joint != (JOINT_MODEL in models):
-        kind = "one joint model" if JOINT_MODEL in models else "separate source and target models"
+    own_ids = not (source / VOCABULARY).is_file()  # else its table numbers the pieces
+    loaded = {name: _load_model(path, own_ids) for name, path in models.items()}
+    joint = JOINT_MODEL in models or not own_ids  # a table: one vocabulary for both sides
+    if cfg.joint != joint:
+        kind = "one vocabulary for both sides" if joint else "separate source and target models"
         raise UserError(
-            f"tokenizer.model {source} is {kind}; "
-            f"set tokenizer.joint: {str(JOINT_MODEL in models).lower()}"
+            f"tokenizer.model {source} is {kind}; set tokenizer.joint: {str(joint).lower()}"
         )
 
     models = {name: processor.serialized_model_proto() for name, processor in loaded.items()}
+    if (source / VOCABULARY).is_file():  # its table numbers the pieces (vocabulary.py)
+        models[VOCABULARY] = (source / VOCABULARY).read_bytes()
     publish_directory(directory, lambda tmp: _fill(tmp, directory, models, cfg), replace=True)
     return Tokenizer.load(directory)
 
