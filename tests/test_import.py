@@ -179,3 +179,15 @@ def test_its_export_translates_as_ctranslate2_s_own_converter(marian, imported, 
     pieces = [[*source.encode(line, out_type=str), "</s>"] for line in lines]
     found = ctranslate2.Translator(str(tmp_path / "theirs")).translate_batch(pieces, beam_size=4)
     assert ours == [target.decode_pieces(result.hypotheses[0]) for result in found]
+
+
+def test_a_vocabulary_that_disagrees_with_its_models_is_one_line(marian, tmp_path):
+    source = tmp_path / "copy"
+    shutil.copytree(marian[0], source)
+    vocab = json.loads((source / "vocab.json").read_text())
+    renamed = next(p for p in vocab if p not in ("</s>", "<unk>", "<pad>"))
+    vocab[renamed + "x"] = vocab.pop(renamed)  # numbered as before, one piece not the model's
+    (source / "vocab.json").write_text(json.dumps(vocab))
+    with pytest.raises(UserError, match=f"does not hold the piece '{renamed}' of the Senten"):
+        import_marian(source, tmp_path / "run", "src", "tgt")
+    assert not (tmp_path / "run").exists()  # nothing half-written
