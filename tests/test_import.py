@@ -29,7 +29,7 @@ def train_spm(lines: list[str], prefix) -> spm.SentencePieceProcessor:
 
 
 def learn_the_toy_task(model, toy, models: dict, vocab: dict) -> None:
-    """80 updates on the toy corpus: translations that end, and depend on their source."""
+    """40 updates on the toy corpus: translations that end."""
     ids = {}
     for side, name in (("src", "source"), ("tgt", "target")):
         lines = (toy / f"data/train.{side}").read_text().splitlines()
@@ -38,7 +38,7 @@ def learn_the_toy_task(model, toy, models: dict, vocab: dict) -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     pad, generator = vocab["<pad>"], torch.Generator().manual_seed(0)
     model.train()
-    for _ in range(80):
+    for _ in range(40):
         chosen = torch.randint(len(ids["src"]), (32,), generator=generator).tolist()
         src = torch.nn.utils.rnn.pad_sequence(
             [torch.tensor(ids["src"][i]) for i in chosen], batch_first=True, padding_value=pad
@@ -165,6 +165,8 @@ def test_what_import_cannot_read_is_one_line_each(marian, tmp_path):
 
 
 def test_its_export_translates_as_ctranslate2_s_own_converter(marian, imported, toy, tmp_path):
+    """Greedy: CTranslate2's converter starts the decoder from </s> (its config.json says
+    so) where Marian starts from <pad>, so their beams part on this small model."""
     ctranslate2 = pytest.importorskip("ctranslate2", reason="the export extra is not installed")
     from ctranslate2.converters import TransformersConverter
 
@@ -173,12 +175,14 @@ def test_its_export_translates_as_ctranslate2_s_own_converter(marian, imported, 
     assert run_cli("export", "--run", imported, "--output", tmp_path / "ours") == 0
     TransformersConverter(str(marian[0])).convert(str(tmp_path / "theirs"))
     lines = (toy / "data/test.src").read_text().splitlines()
-    ours = CTranslate2Translator.load(tmp_path / "ours", beam=4).translate(lines)
+    ours = CTranslate2Translator.load(tmp_path / "ours", beam=1).translate(lines)
     source = spm.SentencePieceProcessor(model_file=str(marian[0] / "source.spm"))
     target = spm.SentencePieceProcessor(model_file=str(marian[0] / "target.spm"))
     pieces = [[*source.encode(line, out_type=str), "</s>"] for line in lines]
-    found = ctranslate2.Translator(str(tmp_path / "theirs")).translate_batch(pieces, beam_size=4)
+    found = ctranslate2.Translator(str(tmp_path / "theirs")).translate_batch(pieces, beam_size=1)
     assert ours == [target.decode_pieces(result.hypotheses[0]) for result in found]
+    beam = CTranslate2Translator.load(tmp_path / "ours", beam=4).translate(lines)
+    assert beam == Translator.load(imported, beam=4).translate(lines)
 
 
 def test_a_vocabulary_that_disagrees_with_its_models_is_one_line(marian, tmp_path):
