@@ -1,6 +1,7 @@
 """`seq2seq import`: a Marian model in the Hugging Face format (OPUS-MT's: config.json,
-model.safetensors or pytorch_model.bin, source.spm, target.spm, vocab.json) written as an
-ordinary run directory, which translates, scores, serves, exports and fine-tunes as any.
+model.safetensors or pytorch_model.bin, source.spm, target.spm, vocab.json; a directory, or
+a hub name fetched where the network allows) written as an ordinary run directory, which
+translates, scores, serves, exports and fine-tunes as any.
 
 Marian's Transformer is this project's with post-norm layers, SiLU feed-forward layers,
 biases in every projection and a final logits bias, one embedding for both sides and the
@@ -41,6 +42,7 @@ def import_marian(source: Path, run_dir: Path, src: str, tgt: str) -> Config:
     """Write the Marian model in `source` as the run `run_dir` (translating `src` into
     `tgt`); one line for a file missing, an architecture or option this project has no
     equivalent for, or a vocabulary that disagrees with its SentencePiece models."""
+    source = _local(source)
     for name in FILES:
         if not (source / name).is_file():
             raise UserError(
@@ -72,6 +74,29 @@ def import_marian(source: Path, run_dir: Path, src: str, tgt: str) -> Config:
 
     publish_directory(run_dir, write, new=True)
     return settings
+
+
+def _local(source: Path) -> Path:
+    """The model's directory: `source` itself, or a hub name (Helsinki-NLP/opus-mt-de-en)
+    downloaded by huggingface_hub where it is installed and the network allows."""
+    if source.is_dir() or len(source.parts) != 2:
+        return source
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise UserError(
+            f"{source} is no directory, and fetching it from the hub needs huggingface_hub: "
+            "pip install huggingface_hub, or give the model's downloaded directory"
+        ) from None
+    patterns = [*FILES, "model.safetensors", "pytorch_model.bin"]
+    try:
+        return Path(snapshot_download(str(source), allow_patterns=patterns))
+    except Exception as error:  # offline, unknown repository, refused: all say why
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(
+            f"{source}: no such directory, and the hub did not give it ({reason}); download "
+            "the model's directory and give its path"
+        ) from None
 
 
 def _dumped(settings: Config) -> dict[str, Any]:

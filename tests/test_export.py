@@ -113,6 +113,7 @@ def test_a_target_prefix_is_forced_as_ours_is(transformer, toy, tmp_path):
         theirs.translate(sources[:2], beam=2, beam_groups=2)
 
 
+@pytest.mark.parametrize("transformer", ["pre"], indirect=True)
 def test_translate_with_the_engine_through_the_command_line(transformer, toy, tmp_path):
     exported = tmp_path / "int8"
     assert run_cli("export", "--run", transformer, "-o", exported, "--quantization", "int8") == 0
@@ -130,6 +131,7 @@ def test_translate_with_the_engine_through_the_command_line(transformer, toy, tm
     assert len(lines) == 11 and lines[0] == "" and any(lines[1:]) and outputs[1] == lines
 
 
+@pytest.mark.parametrize("transformer", ["pre"], indirect=True)
 def test_unexportable_runs_and_bad_uses_are_one_line(trained, transformer, tmp_path, capsys):
     cases = [
         (("export", "--run", trained, "-o", tmp_path / "a"), "model.arch is rnn"),

@@ -134,21 +134,21 @@ def test_the_cache_grows_and_a_state_advanced_twice_keeps_both_successors(monkey
 )
 def test_every_activation_and_norm_learns_a_copy_task(options):
     """Each feed-forward activation and norm fits 8 pairs of the copy task: the
-    cross-entropy falls below a third of where it started in 25 updates."""
+    cross-entropy falls below half of where it started in 20 updates."""
     model = tiny(**options).train()
     torch.manual_seed(1)
     src = torch.randint(4, 30, (8, 6))
     mask, tgt_in, tgt_out = padding_mask(torch.full((8,), 6), 6), src[:, :-1], src[:, 1:]
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
     losses = []
-    for _ in range(25):
+    for _ in range(20):
         logits = model(src, mask, tgt_in)
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt_out.flatten())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    assert losses[-1] < losses[0] / 3
+    assert losses[-1] < losses[0] / 2
 
 
 def test_a_gated_feed_forward_has_the_parameters_of_an_ungated_one():

@@ -202,7 +202,8 @@ def import_model(
             "--from",
             file_okay=False,
             help="a Marian model in the Hugging Face format (config.json, the weights, "
-            "source.spm, target.spm, vocab.json)",
+            "source.spm, target.spm, vocab.json): its directory, or its hub name "
+            "(Helsinki-NLP/opus-mt-de-en) where huggingface_hub and the network allow",
         ),
     ],
     run_dir: Annotated[Path, typer.Option("--run-dir", help="the new run directory")],
