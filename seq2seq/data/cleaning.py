@@ -267,9 +267,9 @@ def filter_pool(settings: FiltersConfig, langs: Langs) -> Any:
 def dry_run(data: DataConfig, pairs: int, warn: Callable[[str], None]) -> list[CleaningReport]:
     """What `data.filters` would drop of the first `pairs` pairs of each training corpus;
     nothing is written."""
-    langs, reports = (data.src, data.tgt), []
+    reports = []
     for corpus, settings in zip(data.train_corpora, data.corpus_filters, strict=True):
-        source = corpus_source(corpus)
+        source, langs = corpus_source(corpus), data.pair(corpus)
         cleaner = Cleaner(settings, langs, warn)
         report = cleaner.report(str(source))
         chunks = _first(source.chunks(langs, min(pairs, CHUNK_PAIRS)), pairs)

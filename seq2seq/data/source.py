@@ -98,7 +98,7 @@ def pair_of(record: dict, langs: Langs, where: str) -> tuple[str, str]:
             problem = "no" if text is None else f"a {type(text).__name__} for"
             raise UserError(
                 f"{where}: {problem} {lang!r} text (keys: {found}); each pair needs a text "
-                "in both languages (data.src and data.tgt)"
+                "in both languages of its pair (data.src and data.tgt, or its own)"
             )
         if "\n" in text or "\r" in text:
             raise UserError(

@@ -54,8 +54,16 @@ _RESERVED = {
     "name": "the sweep names every run after its directory",
 }
 # Grid fields that change what the tokenizer is trained on, or how.
-# (data.tags: a tag is one of the tokenizer's user symbols)
-_TOKENIZER_FIELDS = {"tokenizer", "data", "data.train", "data.src", "data.tgt", "data.tags"}
+# (data.tags, data.target_tags: a tag is one of the tokenizer's user symbols)
+_TOKENIZER_FIELDS = {
+    "tokenizer",
+    "data",
+    "data.train",
+    "data.src",
+    "data.tgt",
+    "data.tags",
+    "data.target_tags",
+}
 
 
 class SweepFile(BaseModel):
