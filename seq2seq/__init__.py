@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from seq2seq.config.attention import ATTENTION_TYPES
-from seq2seq.config.schema import POSITION_TYPES
+from seq2seq.config.model import POSITION_TYPES
 from seq2seq.version import VERSION
 
 if TYPE_CHECKING:

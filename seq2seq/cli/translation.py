@@ -207,12 +207,8 @@ def import_model(
         ),
     ],
     run_dir: Annotated[Path, typer.Option("--run-dir", help="the new run directory")],
-    src: Annotated[
-        str, typer.Option("--src", metavar="LANG", help="its source language, e.g. de")
-    ],
-    tgt: Annotated[
-        str, typer.Option("--tgt", metavar="LANG", help="its target language, e.g. en")
-    ],
+    src: Annotated[str, typer.Option("--src", metavar="LANG", help="its source language, e.g. de")],
+    tgt: Annotated[str, typer.Option("--tgt", metavar="LANG", help="its target language, e.g. en")],
 ) -> None:
     """Write a published Marian model (OPUS-MT) as a run directory, which translates,
     serves, exports and fine-tunes (--init-from) as a trained one

@@ -33,14 +33,8 @@ from seq2seq.config.loading import (
     load_config,
     read_yaml,
 )
-from seq2seq.config.schema import (
-    POSITION_TYPES,
-    Config,
-    ModelConfig,
-    PositionType,
-    config_differences,
-    flatten,
-)
+from seq2seq.config.model import POSITION_TYPES, ModelConfig, PositionType
+from seq2seq.config.schema import Config, config_differences, flatten
 from seq2seq.config.training import (
     VALIDATION_AER,
     VALIDATION_LOSS,

@@ -55,15 +55,8 @@ _RESERVED = {
 }
 # Grid fields that change what the tokenizer is trained on, or how.
 # (data.tags, data.target_tags: a tag is one of the tokenizer's user symbols)
-_TOKENIZER_FIELDS = {
-    "tokenizer",
-    "data",
-    "data.train",
-    "data.src",
-    "data.tgt",
-    "data.tags",
-    "data.target_tags",
-}
+_TOKENIZER_FIELDS = {"tokenizer", "data", "data.train", "data.src", "data.tgt", "data.tags"}
+_TOKENIZER_FIELDS.add("data.target_tags")
 
 
 class SweepFile(BaseModel):
