@@ -53,10 +53,10 @@ _RESERVED = {
     "seed": "list the seeds under `seeds:`",
     "name": "the sweep names every run after its directory",
 }
-# Grid fields that change what the tokenizer is trained on, or how.
-# (data.tags, data.target_tags: a tag is one of the tokenizer's user symbols)
-_TOKENIZER_FIELDS = {"tokenizer", "data", "data.train", "data.src", "data.tgt", "data.tags"}
-_TOKENIZER_FIELDS.add("data.target_tags")
+# Grid fields that change what the tokenizer is trained on, or how (a tag is one of the
+# tokenizer's user symbols).
+_TAG_FIELDS = {"data.tags", "data.target_tags"}
+_TOKENIZER_FIELDS = {"tokenizer", "data", "data.train", "data.src", "data.tgt", *_TAG_FIELDS}
 
 
 class SweepFile(BaseModel):
