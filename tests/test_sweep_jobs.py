@@ -18,6 +18,8 @@ from sweep_helpers import FAST, assert_same_runs, write_sweep
 from seq2seq.checkpoint import RunDir, training_lock
 from seq2seq.config import load_config
 from seq2seq.errors import UserError
+from seq2seq.sweep import load_sweep
+from seq2seq.sweep.running import runner
 from seq2seq.sweep.running.display import time_left
 from seq2seq.sweep.running.jobs import Slot, plan_slots
 
@@ -58,14 +60,20 @@ def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, caps
     )
     runs = tmp_path / "runs/sweeps/s/runs"
     with training_lock(RunDir(runs / "data.max_len=50,seed=1")):
-        assert run_cli("sweep", "--config", path, "--jobs", "4") == 2
+        assert run_cli("sweep", "--config", path, "--jobs", "2") == 2
     err = capsys.readouterr().err
-    assert "--jobs 4, and 3 run(s) to train: 3 at once" in err
     assert "data.max_len=1,seed=1 failed: no training pair is at most 1 pieces" in err
     busy = "data.max_len=50,seed=1 skipped: runs/sweeps/s/runs/data.max_len=50,seed=1 is being "
     assert f"{busy}trained by process {os.getpid()}" in err
     assert "1 run(s) of sweep s failed (data.max_len=1,seed=1)" in err.splitlines()[-1]
     assert (runs / "data.max_len=40,seed=1/test/scores.json").is_file()
+
+
+def test_more_jobs_than_runs_to_train_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    sweep = load_sweep(write_sweep(tmp_path, grid={"model.attention.type": ["dot"]}, seeds=[1]))
+    assert len(runner._slots(sweep, tmp_path / "s", None, 4, None)) == 1
+    assert "--jobs 4, and 1 run(s) to train: 1 at once" in capsys.readouterr().err
 
 
 def wait_for(condition, seconds: float, what: str) -> None:
