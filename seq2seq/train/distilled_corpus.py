@@ -27,7 +27,6 @@ from tqdm import tqdm
 
 from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config, CorpusSpec, DatasetCorpus, PathCorpus, corpus_name, corpus_path
-from seq2seq.data.corpus_encoder import CHUNK_PAIRS
 from seq2seq.data.prepared_corpus import file_sha256
 from seq2seq.data.sources import corpus_source
 from seq2seq.decode.line_translator import decode_options
@@ -36,6 +35,9 @@ from seq2seq.errors import UserError
 from seq2seq.files import atomic_write, atomic_write_text
 
 _FORMAT = 1  # of the manifest
+# Pairs a chunk: what a kill may lose, and what one process translates at a time (a
+# corpus of fewer chunks than --jobs keeps some processes idle).
+CHUNK_PAIRS = 2_000
 
 
 @dataclass(frozen=True)
