@@ -29,6 +29,7 @@ from seq2seq.checkpoint import RunDir
 from seq2seq.config import Config, CorpusSpec, DatasetCorpus, PathCorpus, corpus_name, corpus_path
 from seq2seq.data.prepared_corpus import file_sha256
 from seq2seq.data.sources import corpus_source
+from seq2seq.decode.ensemble import pair_members
 from seq2seq.decode.line_translator import decode_options
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
@@ -53,11 +54,9 @@ class Teachers:
         """The manifest's record of the teachers and their decoding options, in full."""
         first = RunDir(self.runs[0]).load_config()
         options = decode_options(first.decode, dict(self.decode))
-        checkpoints = self.checkpoints * (len(self.runs) if len(self.checkpoints) == 1 else 1)
-        runs = self.runs * (len(checkpoints) if len(self.runs) == 1 else 1)
         members = [
             {"run": str(run.absolute()), "checkpoint": name, "sha256": _checkpoint_sha(run, name)}
-            for run, name in zip(runs, checkpoints, strict=True)
+            for run, name in pair_members(list(self.runs), list(self.checkpoints))
         ]
         return {"teachers": members, "decode": options.model_dump(mode="json")}
 
