@@ -20,13 +20,32 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from seq2seq.config import Config
 from seq2seq.data.padded_batches import Batch
+from seq2seq.models import Seq2Seq
 from seq2seq.train.logs import LOGGER_NAME
 
 # compute(src, src_lengths, tgt_in, tgt_out, tokens, weight) -> ok (a bool tensor)
 Compute = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, float], Tensor]
 # eager(batch, tokens) -> found_inf: the same update, launched op by op
 Eager = Callable[[Batch, int], Tensor]
+
+
+def captures_graphs(cfg: Config, model: Seq2Seq) -> bool:
+    """Whether updates may be CUDA graphs, where the device and precision allow them. A graph
+    replays one batch's update; accumulating updates run op by op, and so do recomputed
+    layers (their replay of the random generators not tried under capture) and guided
+    alignment (its gold attention is not among a graph's inputs), and so does distillation
+    (its teacher's time is measured)."""
+    train = cfg.train
+    return (
+        train.cuda_graphs
+        and model.graph_capturable
+        and train.accumulate == 1
+        and not train.checkpoint_activations
+        and not any(cfg.data.aligned)
+        and train.distill is None
+    )
 
 
 class ShapeGraph:

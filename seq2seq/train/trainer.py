@@ -23,6 +23,7 @@ from seq2seq.train.distillation import load_teacher
 from seq2seq.train.distributed import World, data_parallel
 from seq2seq.train.ema import WeightAverage
 from seq2seq.train.feed import BatchFeed, PreparedBatch
+from seq2seq.train.graphs import captures_graphs
 from seq2seq.train.interrupt import StopSignals
 from seq2seq.train.logs import FILE_ONLY, TensorBoardLog, progress_bar
 from seq2seq.train.loss import perplexity
@@ -30,23 +31,6 @@ from seq2seq.train.optim import LearningRate, build_optimizer
 from seq2seq.train.progress import Progress, TrainWindow, budget_spent, expected_last_step
 from seq2seq.train.update import Settled, Update, UpdateSetup, defers_reading
 from seq2seq.train.validation import Validator, higher_is_better, report_validation
-
-
-def captures_graphs(cfg: Config, model: Seq2Seq) -> bool:
-    """Whether updates may be CUDA graphs, where the device and precision allow them. A graph
-    replays one batch's update; accumulating updates run op by op, and so do recomputed
-    layers (their replay of the random generators not tried under capture) and guided
-    alignment (its gold attention is not among a graph's inputs), and so does distillation
-    (its teacher's time is measured)."""
-    train = cfg.train
-    return (
-        train.cuda_graphs
-        and model.graph_capturable
-        and train.accumulate == 1
-        and not train.checkpoint_activations
-        and not any(cfg.data.aligned)
-        and train.distill is None
-    )
 
 
 class Trainer:
