@@ -28,11 +28,10 @@ TRANSFORMER = (
 )  # fmt: skip
 VARIANTS = {  # both norm placements and kinds; separate and tied-and-shared embeddings
     "pre": (),
-    "post-tied": ("model.norm=post", "model.tied_embeddings=true", "model.shared_embeddings=true"),
-    "gated-rms-biased": (  # a gated GELU, RMSNorm, no final norm, unscaled embeddings, biases
+    "post-tied-gated-rms-biased": (  # and a gated GELU, unscaled embeddings, biases
+        "model.norm=post", "model.tied_embeddings=true", "model.shared_embeddings=true",
         "model.ffn_activation=geglu", "model.norm_type=rmsnorm", "model.scale_embedding=false",
-        "model.final_norm=false", "model.attention.bias=true", "model.self_attention.bias=true",
-        "model.output_bias=true",
+        "model.attention.bias=true", "model.self_attention.bias=true", "model.output_bias=true",
     ),
 }  # fmt: skip
 
