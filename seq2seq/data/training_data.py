@@ -79,9 +79,12 @@ def prepare_training_data(
         source.files(langs, aligned)
     with preparation_lock(directory, log):
         inputs = [
-            corpus._replace(source=cleaned_source(source, settings, directory, langs, aligned, log))
+            corpus._replace(
+                source=cleaned_source(
+                    corpus.source, settings, directory, corpus.langs, corpus.aligned, log
+                )
+            )
             for corpus, settings in zip(inputs, data.corpus_filters, strict=True)
-            for source, langs, aligned in [corpus]
         ]
         tokenizer = _tokenizer(data, cfg, directory, seed, log, inputs)
         corpora = [
