@@ -16,12 +16,9 @@ teacher and the students: scripts/bench_deployment.py.
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import subprocess
-import sys
 from pathlib import Path
+
+from benchmark_runs import bleu, cell, finished, main, seq2seq, sets
 
 RUNS = Path("docs/results/distillation/runs")
 TEACHER = RUNS / "teacher"
@@ -34,18 +31,6 @@ STUDENTS = {
 KINDS = ("scratch", "sequence", "word", "both")
 TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
 WORD_LEVEL = f"{{teachers: [{TEACHER}], weight: 0.5, top_k: 8, temperature: 1}}"
-
-
-def seq2seq(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "seq2seq", *args], check=True)
-
-
-def sets(*assignments: str) -> list[str]:
-    return [word for assignment in assignments for word in ("--set", assignment)]
-
-
-def finished(run: Path) -> bool:
-    return (run / "test/scores.json").is_file()
 
 
 def train_teacher() -> None:
@@ -115,18 +100,6 @@ def train_runs(only: list[str]) -> None:
                 seq2seq("train", *arguments, "--run-dir", str(RUNS / name))
 
 
-def bleu(run: Path, test: str) -> float | None:
-    path = run / "test/scores.json"
-    return json.loads(path.read_text())[test]["bleu"] if path.is_file() else None
-
-
-def cell(values: list[float | None]) -> str:
-    found = [v for v in values if v is not None]
-    if len(found) < len(values):
-        return f"({len(found)} of {len(values)} seeds)"
-    return f"{statistics.fmean(found):.2f} ({' / '.join(f'{v:.2f}' for v in found)})"
-
-
 def table() -> str:
     rows = ["| model | " + " | ".join(TEST_SETS) + " |", "|---" + "|---:" * len(TEST_SETS) + "|"]
     rows.append(
@@ -140,18 +113,5 @@ def table() -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="train the missing runs (resumable)")
-    train.add_argument("--only", nargs="*", default=[], help="these students alone, by name")
-    commands.add_parser("table", help="print the BLEU table (mean of the seeds, each seed)")
-    args = parser.parse_args()
-    if args.command == "train":
-        train_runs(args.only)
-    else:
-        print(table())
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, train_runs, table)

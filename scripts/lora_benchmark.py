@@ -14,13 +14,12 @@ or a LoRA run's adapters) and training speed.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import statistics
-import subprocess
-import sys
 from pathlib import Path
+
+from benchmark_runs import finished, main, seq2seq, sets
 
 RUNS = Path("docs/results/lora/runs")
 SPLIT = Path("data/multi30k-split")
@@ -30,14 +29,6 @@ KINDS = {"full": None, "lora-8": 8, "lora-32": 32}
 TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
 FIXED = ["train.precision=fp32", "train.max_time=null", "train.patience=null"]
 FIXED += ["train.test_checkpoint=last"]
-
-
-def seq2seq(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "seq2seq", *args], check=True)
-
-
-def sets(*assignments: str) -> list[str]:
-    return [word for assignment in assignments for word in ("--set", assignment)]
 
 
 def split() -> None:
@@ -55,7 +46,7 @@ def train_runs(only: list[str]) -> None:
     if not (SPLIT / "rest.en").is_file():
         split()
     base = RUNS / "base"
-    if not (base / "test/scores.json").is_file():
+    if not finished(base):
         budget = ["train.max_steps=1500", f"data.train={SPLIT / 'base'}", "name=base"]
         seq2seq(
             "train",
@@ -68,7 +59,7 @@ def train_runs(only: list[str]) -> None:
         for kind, rank in KINDS.items():
             name = f"{kind}-seed{seed}"
             run = RUNS / name
-            if (run / "test/scores.json").is_file() or (only and name not in only):
+            if finished(run) or (only and name not in only):
                 continue
             settings = [*FIXED, "train.max_steps=1000", f"data.train={SPLIT / 'rest'}"]
             settings += [f"train.init_from={base}", f"seed={seed}", f"name={name}"]
@@ -80,7 +71,7 @@ def train_runs(only: list[str]) -> None:
 
 def row(kind: str) -> str:
     runs = [RUNS / f"{kind}-seed{seed}" for seed in SEEDS]
-    if not all((run / "test/scores.json").is_file() for run in runs):
+    if not all(map(finished, runs)):
         return f"| {kind} | (not finished) |"
     scores = [json.loads((run / "test/scores.json").read_text()) for run in runs]
     bleu = [statistics.fmean(s[test]["bleu"] for s in scores) for test in TEST_SETS]
@@ -100,18 +91,5 @@ def table() -> str:
     return "\n".join([*rows, *(row(kind) for kind in KINDS)])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="train the missing runs (resumable)")
-    train.add_argument("--only", nargs="*", default=[], help="these fine-tunings alone, by name")
-    commands.add_parser("table", help="print the table (BLEU: the mean of the seeds)")
-    args = parser.parse_args()
-    if args.command == "train":
-        train_runs(args.only)
-    else:
-        print(table())
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, train_runs, table)

@@ -19,13 +19,11 @@ A killed `train` goes on where it stopped when run again. `table` prints what is
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import statistics
-import subprocess
-import sys
 from pathlib import Path
+
+from benchmark_runs import bleu, cell, finished, main, seq2seq
 
 RUNS = Path("docs/results/multilingual/runs")
 SEEDS = (1, 2)
@@ -50,14 +48,6 @@ def pairs(model: str) -> list[str]:
 def test_sets(pair: str) -> list[str]:
     """The test sets a pair has (Czech: test_2016_flickr alone)."""
     return TEST_SETS[:1] if "cs" in pair else list(TEST_SETS)
-
-
-def seq2seq(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "seq2seq", *args], check=True)
-
-
-def finished(run: Path) -> bool:
-    return (run / "test/scores.json").is_file()
 
 
 def train_runs(only: list[str]) -> None:
@@ -106,27 +96,12 @@ def train_runs(only: list[str]) -> None:
         )
 
 
-def bleu(run: Path, name: str) -> float | None:
-    path = run / "test/scores.json"
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text())[name]["bleu"]
-
-
 def bilingual_run(pair: str, seed: int) -> Path:
     return (
         Path(STUDY[pair].format(seed=seed))
         if pair in STUDY
         else RUNS / f"bilingual-{pair}-seed{seed}"
     )
-
-
-def cell(values: list[float | None]) -> str:
-    """The mean of the seeds' BLEU and each seed's, or what is missing."""
-    found = [v for v in values if v is not None]
-    if len(found) < len(values):
-        return f"({len(found)} of {len(values)} seeds)"
-    return f"{statistics.fmean(found):.2f} ({' / '.join(f'{v:.2f}' for v in found)})"
 
 
 def table() -> str:
@@ -175,18 +150,5 @@ def times() -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="train the missing runs (resumable)")
-    train.add_argument("--only", nargs="*", default=[], help="these runs alone, by name")
-    commands.add_parser("table", help="print the BLEU table (mean of the seeds, each seed)")
-    args = parser.parse_args()
-    if args.command == "train":
-        train_runs(args.only)
-    else:
-        print(table(), times(), sep="\n\n")
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, train_runs, lambda: f"{table()}\n\n{times()}")
