@@ -29,6 +29,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from scipy.stats import spearmanr
+
 RUN = re.compile(r"(?P<cell>.*),seed=(?P<seed>\d+)")
 
 
@@ -83,26 +85,6 @@ def left_their_twins(short: Path, long: Path, found: dict) -> None:
           f"{statistics.mean(gains):+.2f} ({min(gains):+.2f} to {max(gains):+.2f})")  # fmt: skip
 
 
-def ranks(values: list[float]) -> list[float]:
-    """Each value's rank, from 1, ties sharing their mean rank."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    rank = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in order[i : j + 1]:
-            rank[k] = (i + j) / 2 + 1
-        i = j + 1
-    return rank
-
-
-def spearman(x: list[float], y: list[float]) -> float:
-    """Spearman's rank correlation: Pearson's of the ranks."""
-    return statistics.correlation(ranks(x), ranks(y))
-
-
 def cell_name(cell: str) -> str:
     """The cell's name without its swept keys' prefixes (`attention.type=dot` -> `dot`)."""
     return ", ".join(part.split("=", 1)[1] for part in cell.split(","))
@@ -123,7 +105,9 @@ def describe(found: dict[tuple[str, int], tuple[dict, dict]], test: str, leave_o
     kept = {cell: m for cell, m in means.items() if cell not in leave_out}
     for label, chosen in (("all cells", means), (f"without {sorted(leave_out)}", kept)):
         if len(chosen) > 2:
-            rho = spearman([s for s, _ in chosen.values()], [lo for _, lo in chosen.values()])
+            rho = spearmanr(
+                [s for s, _ in chosen.values()], [lo for _, lo in chosen.values()]
+            ).statistic
             print(f"  Spearman between the budgets' cell means, {label}: {rho:.2f}")
     for cell, (s, lo) in sorted(means.items(), key=lambda item: item[1][0] - item[1][1]):
         print(f"  {cell}: {s:.2f} -> {lo:.2f} ({lo - s:+.2f}, {len(by_cell[cell])} seeds)")

@@ -44,6 +44,7 @@ def load_script():
     def load(name: str) -> ModuleType:
         spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # where dataclasses look up the module's annotations
         spec.loader.exec_module(module)
         return module
 

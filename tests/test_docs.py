@@ -40,3 +40,11 @@ def test_nothing_names_a_file_outside_the_repository():
     outside = [str(p.relative_to(ROOT)) for p in texts
                if re.search(r"\.\./shared|DESIGN\.md", p.read_text(encoding="utf-8"))]  # fmt: skip
     assert not outside, outside
+
+
+def test_no_page_cites_an_issue_number():
+    """Issue numbers mean nothing to a reader: pages say what changed, and where, instead."""
+    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    citing = [str(p.relative_to(ROOT)) for p in pages
+              if re.search(r"(?i)\bissues? #?\d+", p.read_text(encoding="utf-8"))]  # fmt: skip
+    assert not citing, citing
