@@ -36,6 +36,7 @@ WORD_LEVEL = f"{{teachers: [{TEACHER}], weight: 0.5, top_k: 8, temperature: 1}}"
 def train_teacher() -> None:
     budget = ["train.max_steps=1550", "train.max_time=null", "train.patience=null"]
     fixed = ["train.precision=fp32", "train.test_checkpoint=last", "name=teacher"]
+    fixed.append("train.threads=1")  # as the students: runs beside others share the cores
     seq2seq(
         "train",
         "configs/multi30k_transformer.yaml",
