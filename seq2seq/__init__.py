@@ -4,14 +4,15 @@ The Python API is `Translator` (see docs/python-api.md); it is imported on first
 that `import seq2seq.config` and the command line stay quick to start.
 
 Python runs this file before any module of the package, so it is where the config schema
-(floor 0) learns how to fill its table of attention types (floor 1) on first use.
+(floor 0) learns how to fill its tables of attention types, normalizers and positional encodings
+(floor 1) on first use.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from seq2seq.config.attention import ATTENTION_TYPES
+from seq2seq.config.attention import ATTENTION_TYPES, NORMALIZERS
 from seq2seq.config.model import POSITION_TYPES
 from seq2seq.version import VERSION
 
@@ -25,7 +26,7 @@ def _register_attention_types() -> None:
     import seq2seq.attention  # noqa: F401  (its classes register themselves)
 
 
-ATTENTION_TYPES.load = POSITION_TYPES.load = _register_attention_types
+ATTENTION_TYPES.load = NORMALIZERS.load = POSITION_TYPES.load = _register_attention_types
 __all__ = ["Translation", "Translator", "__version__"]
 
 

@@ -2,7 +2,6 @@
 
 import json
 import math
-import typing
 
 import pytest
 import torch
@@ -12,9 +11,8 @@ from test_cli import parameters
 
 from seq2seq.attention import MultiHead, attention_names, build_attention
 from seq2seq.attention.diagnostics import measure_attention
-from seq2seq.attention.normalizers import NORMALIZERS, build_normalizer
+from seq2seq.attention.normalizers import NORMALIZERS, Normalizer, build_normalizer
 from seq2seq.config import AttentionConfig, ModelConfig, config_from_dict
-from seq2seq.config.attention import Normalizer
 from seq2seq.data.padded_batches import padding_mask
 from seq2seq.errors import UserError
 from seq2seq.export import unexportable
@@ -28,9 +26,31 @@ def normalize(name, energies, heads=1):
     return build_normalizer(AttentionConfig(normalizer=name, heads=heads))(energies)
 
 
-def test_the_table_and_the_config_name_the_same_normalizers():
+def test_the_registry_holds_every_normalizer_and_the_config_lists_it():
     # hard: the softmax its choice draws from (test_hard_attention.py)
-    assert list(NORMALIZERS) == list(typing.get_args(Normalizer)) == [*NAMES, "hard"]
+    assert list(NORMALIZERS) == [*NAMES, "hard"]
+    field = AttentionConfig.model_json_schema()["properties"]["normalizer"]
+    assert field["enum"] == sorted(NORMALIZERS)
+
+
+def test_a_new_normalizer_is_one_registered_class(monkeypatch):
+    """Registered, a normalizer is a config value, built into every attention, and its own
+    option is refused with the others and read with it."""
+
+    class Halved(Normalizer):
+        options = frozenset({"alpha_per_head"})  # borrowed: an option this one alone reads
+
+        def forward(self, energies):
+            return torch.softmax(energies / 2, dim=-1)
+
+    monkeypatch.setitem(NORMALIZERS, "halved", Halved)
+    attention = build_attention(AttentionConfig(type="dot", normalizer="halved"), 8, 8)
+    assert isinstance(attention.normalizer, Halved)
+    z = torch.tensor([[[2.0, 0.0]]])
+    torch.testing.assert_close(attention.normalizer(z), torch.softmax(z / 2, dim=-1))
+    AttentionConfig(normalizer="halved", alpha_per_head=False)
+    with pytest.raises(ValueError, match="alpha_per_head is read by normalizer entmax or halved"):
+        AttentionConfig(normalizer="softmax", alpha_per_head=False)
 
 
 def test_sparsemax_and_entmax15_by_hand():
@@ -220,7 +240,7 @@ def test_export_refuses_a_normalizer_other_than_softmax_in_one_line(section):
 @pytest.mark.parametrize(
     "attention, fragment",
     [
-        ({"normalizer": "tsallis"}, "normalizer"),
+        ({"normalizer": "tsallis"}, "'tsallis' is none of the normalizers: entmax, entmax15, hard"),
         ({"alpha_per_head": False}, "alpha_per_head is read by normalizer entmax only"),
     ],
 )

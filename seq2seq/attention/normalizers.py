@@ -27,11 +27,15 @@ import entmax
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import AttentionConfig
+from seq2seq.config import NORMALIZERS, AttentionConfig
 
 
 class Normalizer(nn.Module):
-    """Energies (rows, Tq, Tk), -inf where masked -> weights of the same shape."""
+    """Energies (rows, Tq, Tk), -inf where masked -> weights of the same shape. A new one
+    is a subclass registered with `@NORMALIZERS.add(name)`: the config accepts the name."""
+
+    # The AttentionConfig fields it alone reads (the config refuses them with the others).
+    options: ClassVar[frozenset[str]] = frozenset()
 
     # Whether PyTorch's fused attention computes the same weights (softmax only).
     fusable: ClassVar[bool] = False
@@ -54,6 +58,7 @@ def _at_least_float32(energies: Tensor) -> Tensor:
     return energies.to(torch.promote_types(energies.dtype, torch.float32))
 
 
+@NORMALIZERS.add("softmax")
 class Softmax(Normalizer):
     fusable = True
     sparse = False
@@ -62,6 +67,7 @@ class Softmax(Normalizer):
         return torch.softmax(energies, dim=-1)
 
 
+@NORMALIZERS.add("sparsemax")
 class Sparsemax(Normalizer):
     # Its backward zeroes gradients through a boolean index, which may read the mask on
     # the host: a captured update could fail, so the model trains op by op instead.
@@ -71,13 +77,17 @@ class Sparsemax(Normalizer):
         return entmax.sparsemax(_at_least_float32(energies), dim=-1)
 
 
+@NORMALIZERS.add("entmax15")
 class Entmax15(Normalizer):
     def forward(self, energies: Tensor) -> Tensor:
         return entmax.entmax15(_at_least_float32(energies), dim=-1)
 
 
+@NORMALIZERS.add("entmax")
 class LearnedEntmax(Normalizer):
     """alpha-entmax, alpha = 1 + sigmoid(s) per head (or per module), s learned from 0."""
+
+    options = frozenset({"alpha_per_head"})
 
     def __init__(self, cfg: AttentionConfig) -> None:
         super().__init__(cfg)
@@ -98,16 +108,13 @@ class LearnedEntmax(Normalizer):
         return {"alpha": self.alpha()}
 
 
-# The one table of normalizers by config name (AttentionConfig.normalizer lists the same).
-NORMALIZERS: dict[str, type[Normalizer]] = {
-    "softmax": Softmax,
-    "sparsemax": Sparsemax,
-    "entmax15": Entmax15,
-    "entmax": LearnedEntmax,
-    "hard": Softmax,
-}
+@NORMALIZERS.add("hard")
+class HardChoice(Softmax):
+    """The softmax, as the distribution hard attention chooses positions from (hard.py)."""
+
+    options = frozenset({"hard"})
 
 
 def build_normalizer(cfg: AttentionConfig) -> Normalizer:
     """The normalizer of `cfg`; `cfg.heads` is how many heads its rows interleave."""
-    return NORMALIZERS[cfg.normalizer](cfg)
+    return NORMALIZERS.registered()[cfg.normalizer](cfg)  # type: ignore[return-value]

@@ -9,9 +9,11 @@ overrides are applied, and the result is validated by the schema's pydantic mode
 
 from seq2seq.config.attention import (
     ATTENTION_TYPES,
+    NORMALIZERS,
     AttentionConfig,
     AttentionType,
     HardAttentionConfig,
+    NormalizerType,
     SelfAttentionConfig,
 )
 from seq2seq.config.corpora import (
@@ -50,6 +52,8 @@ from seq2seq.config.training import (
 
 __all__ = [
     "ATTENTION_TYPES",
+    "NORMALIZERS",
+    "NormalizerType",
     "POSITION_TYPES",
     "VALIDATION_AER",
     "VALIDATION_LOSS",

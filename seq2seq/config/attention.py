@@ -24,14 +24,22 @@ class AttentionType(Protocol):
 ATTENTION_TYPES: Registry[type[AttentionType]] = Registry("attention types")
 
 
+class NormalizerType(Protocol):
+    """What the schema reads of a registered normalizer (seq2seq/attention/normalizers.py)."""
+
+    options: ClassVar[frozenset[str]]  # the AttentionConfig fields it alone reads
+
+
+# What turns energies into weights, for every type, by name: registered as the attention
+# package is imported (hard: one position chosen from the softmax's distribution, hard.py).
+NORMALIZERS: Registry[type[NormalizerType]] = Registry("normalizers")
+
+
 def _content_scores() -> list[str]:
     """The types local attention may wrap: those that score by content alone."""
     return sorted(n for n, t in ATTENTION_TYPES.registered().items() if t.content_based)
 
 
-# What turns energies into weights, for every type (seq2seq/attention/normalizers.py;
-# hard: one position chosen from the softmax's distribution, seq2seq/attention/hard.py).
-Normalizer = Literal["softmax", "sparsemax", "entmax15", "entmax", "hard"]
 # Options every type reads: the normalizer and its own.
 _SHARED_OPTIONS = frozenset(
     {"type", "heads", "bias", "normalizer", "alpha_per_head", "hard", "dropout"}
@@ -164,11 +172,12 @@ class AttentionConfig(Section):
         "false: g stays g0 (false needs a temperature)",
     )
 
-    normalizer: Normalizer = Field(
+    normalizer: str = Field(
         "softmax",
         description="every type: softmax; sparsemax or entmax15 (exact zeros); entmax: "
         "alpha-entmax with a learned alpha in (1, 2), from 1.5; hard: one position chosen "
         "from the softmax (model.attention only; see hard) (docs/attention.md)",
+        json_schema_extra=NORMALIZERS.names_in,
     )
     alpha_per_head: bool = Field(
         True, description="normalizer entmax: one learned alpha per head; false: one per module"
@@ -199,6 +208,13 @@ class AttentionConfig(Section):
         names = sorted(ATTENTION_TYPES.registered())
         if value not in names:
             raise ValueError(f"unknown attention type {value!r}; known: {', '.join(names)}")
+        return value
+
+    @field_validator("normalizer")
+    @classmethod
+    def _registered_normalizer(cls, value: str) -> str:
+        if problem := NORMALIZERS.problem(value):
+            raise ValueError(problem)
         return value
 
     @field_validator("score")
@@ -248,21 +264,18 @@ class AttentionConfig(Section):
         return self
 
     @model_validator(mode="after")
-    def _alpha_is_entmax(self) -> AttentionConfig:
-        if not self.alpha_per_head and self.normalizer != "entmax":
-            raise ValueError(
-                f"alpha_per_head is read by normalizer entmax only, not {self.normalizer}; "
-                "remove it or set normalizer: entmax"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _hard_options_are_hard(self) -> AttentionConfig:
-        if not self.is_hard and self.hard != HardAttentionConfig():
-            raise ValueError(
-                f"hard is read by normalizer hard only, not {self.normalizer}; remove it or "
-                "set normalizer: hard"
-            )
+    def _normalizer_options_are_its_own(self) -> AttentionConfig:
+        """An option a normalizer reads alone (entmax's alpha_per_head, hard's hard) is
+        refused, where set, with any other normalizer."""
+        registered, fields = NORMALIZERS.registered(), type(self).model_fields
+        for option in sorted(set().union(*(n.options for n in registered.values()))):
+            readers = sorted(name for name, n in registered.items() if option in n.options)
+            default = fields[option].get_default(call_default_factory=True)
+            if self.normalizer not in readers and getattr(self, option) != default:
+                raise ValueError(
+                    f"{option} is read by normalizer {' or '.join(readers)} only, not "
+                    f"{self.normalizer}; remove it or set normalizer: {readers[0]}"
+                )
         return self
 
     @model_validator(mode="after")
