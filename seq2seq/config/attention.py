@@ -213,9 +213,7 @@ class AttentionConfig(Section):
     @field_validator("normalizer")
     @classmethod
     def _registered_normalizer(cls, value: str) -> str:
-        if problem := NORMALIZERS.problem(value):
-            raise ValueError(problem)
-        return value
+        return NORMALIZERS.checked(value)
 
     @field_validator("score")
     @classmethod

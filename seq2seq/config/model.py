@@ -185,9 +185,7 @@ class ModelConfig(Section):
     @field_validator("positions")
     @classmethod
     def _registered_positions(cls, value: str) -> str:
-        if problem := POSITION_TYPES.problem(value):
-            raise ValueError(problem)
-        return value
+        return POSITION_TYPES.checked(value)
 
     @model_validator(mode="after")
     def _positions_fit(self) -> ModelConfig:

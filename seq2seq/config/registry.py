@@ -46,6 +46,12 @@ class Registry(dict[str, T]):
         names = sorted(self.registered())
         return None if name in names else f"{name!r} is none of the {self.kind}: {', '.join(names)}"
 
+    def checked(self, name: str) -> str:
+        """`name` where it is registered; otherwise a ValueError saying `problem`."""
+        if problem := self.problem(name):
+            raise ValueError(problem)
+        return name
+
     def names_in(self, schema: dict[str, Any]) -> None:
         """A field's JSON schema lists the registered names (`json_schema_extra`)."""
         schema.update(enum=sorted(self.registered()))

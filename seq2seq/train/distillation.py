@@ -2,7 +2,7 @@
 2016): a trained teacher, in evaluation mode in the training process, gives its
 distribution over each next target piece of every batch, and the student learns from it as
 well as from the reference. Sequence-level distillation, training on the teacher's
-translations, is `seq2seq distill` (distill.py)."""
+translations, is `seq2seq distill` (distilled_corpus.py)."""
 
 from __future__ import annotations
 
