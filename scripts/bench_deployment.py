@@ -43,6 +43,19 @@ def scores(run: Path) -> dict[str, dict[str, float]]:
     return json.loads((run / "test/scores.json").read_text())
 
 
+def untestable(runs: list[Path]) -> str | None:
+    """Why the runs cannot share one table (a run not finished, or not tested on the
+    teacher's test sets), or None."""
+    for run in runs:
+        if not (run / "test/scores.json").is_file() or not (run / "summary.json").is_file():
+            return f"{run}: no test/scores.json or summary.json: give runs trained to their end"
+    teacher = set(scores(runs[0]))
+    for run in runs[1:]:
+        if missing := sorted(teacher - set(scores(run))):
+            return f"{run}: not tested on {', '.join(missing)}, as the teacher ({runs[0]}) was"
+    return None
+
+
 def parameters(run: Path) -> int:
     return json.loads((run / "summary.json").read_text())["parameters"]
 
@@ -74,6 +87,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--limit", type=int, help="only the first N lines")
     args = parser.parse_args()
+    if problem := untestable(args.run):
+        raise SystemExit(problem)
     print(table(args.run, args))
 
 

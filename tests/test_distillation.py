@@ -180,3 +180,18 @@ def test_the_deployment_table_puts_each_run_against_the_teacher(load_script, tra
     assert rows[0].startswith("| run | parameters | test BLEU / chrF | float32, beam 1 |")
     assert f"{found['bleu']:.2f} / {found['chrf']:.2f}" in rows[2]
     assert rows[3].endswith("| 40.0 (4.0x) | 10.0 (1.0x) | 80.0 (8.0x) | 30.0 (3.0x) |")
+
+
+def test_the_deployment_table_refuses_runs_it_cannot_compare(load_script, trained, tmp_path):
+    bench = load_script("bench_deployment")
+    assert bench.untestable([trained, trained]) is None
+    assert bench.untestable([trained, tmp_path]) == (
+        f"{tmp_path}: no test/scores.json or summary.json: give runs trained to their end"
+    )
+    other = tmp_path / "other"
+    (other / "test").mkdir(parents=True)
+    (other / "summary.json").write_text("{}")
+    (other / "test/scores.json").write_text(json.dumps({"elsewhere": {"bleu": 1.0}}))
+    assert bench.untestable([trained, other]) == (
+        f"{other}: not tested on test, as the teacher ({trained}) was"
+    )
