@@ -15,17 +15,15 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from seq2seq.checkpoint import (
     RunDir,
-    load_checkpoint,
     training_lock,
 )
-from seq2seq.config import Config, config_differences, validation_metrics
-from seq2seq.data.tokenizer import PAD_ID, SETTINGS, trained_settings
+from seq2seq.config import Config, validation_metrics
+from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.device import (
     check_precision,
     machine,
@@ -44,31 +42,11 @@ from seq2seq.train.distributed import World, lost_peer, start_world, stop_world
 from seq2seq.train.init_from import Parent
 from seq2seq.train.interrupt import Interrupted, StopSignals
 from seq2seq.train.logs import FILE_ONLY, TensorBoardLog, setup_logging
+from seq2seq.train.resumption import check_same_run, check_tokenizer_kept, resume_state
 from seq2seq.train.testing import score_test
 from seq2seq.train.trainer import Trainer
 from seq2seq.version import VERSION
 
-# Fields that may change when a run is resumed: budgets, and what does not change the
-# parameters trained (its name, logging, the validation's alignment scores, checkpoints
-# kept, the guard on skipped updates, the sections only the test decode reads, the CPU
-# threads, which change speed and at most the float rounding of sums, and recomputed
-# activations, which are the same); never the model, the training data or the arithmetic.
-RESUMABLE_CHANGES = {
-    "name",
-    "train.max_time",
-    "train.max_steps",
-    "train.max_epochs",
-    "train.patience",
-    "train.log_every",
-    "train.keep_best",
-    "train.max_skipped_updates",
-    "train.test_checkpoint",
-    "train.threads",
-    "train.checkpoint_activations",
-    "train.heatmaps",
-    "data.valid_alignments",
-}
-RESUMABLE_SECTIONS = ("decode.",)
 ONEDNN_KERNEL_CACHE = 64
 
 
@@ -129,76 +107,6 @@ def _read_meta(run: RunDir) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def refused_on_resume(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
-    """(field, old value, new value) for each difference that resuming a run trained with
-    `old` under `new` refuses: any but RESUMABLE_CHANGES and RESUMABLE_SECTIONS."""
-    return [
-        d
-        for d in config_differences(old, new)
-        if not (d[0] in RESUMABLE_CHANGES or d[0].startswith(RESUMABLE_SECTIONS))
-    ]
-
-
-def _check_same_run(run: RunDir, cfg: Config) -> None:
-    differences = refused_on_resume(run.load_config(), cfg)
-    if differences:
-        shown = "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in differences[:3])
-        raise UserError(
-            f"{run.root} holds a run with another config ({shown}); "
-            "resume it with its own config or pass a new --run-dir"
-        )
-
-
-def _check_tokenizer_kept(run: RunDir, cfg: Config) -> None:
-    """A run's checkpoints read the pieces of its tokenizer: refuse to start where training
-    would make another one (the tokenizer is gone, or tokenizer.json records other
-    settings), since the checkpoints could never translate again."""
-    fix = "restore it from a copy of the run, or train into a new --run-dir"
-    if not run.tokenizer.is_dir():
-        raise UserError(
-            f"{run.root} has checkpoints but no tokenizer/ (they need the one they were "
-            f"trained with); {fix}"
-        )
-    recorded, own = trained_settings(run.tokenizer), cfg.tokenizer.model_dump()
-    if recorded not in (None, own):
-        old = recorded if isinstance(recorded, dict) else {}
-        changed = sorted(k for k in old.keys() | own.keys() if old.get(k) != own.get(k))
-        raise UserError(
-            f"{run.tokenizer / SETTINGS} records other settings than the run's config "
-            f"({', '.join(changed)}), and a run with checkpoints keeps its tokenizer; {fix}"
-        )
-
-
-def resume_state(run: RunDir, log: logging.Logger) -> tuple[dict, Path] | None:
-    """The newest loadable resume checkpoint (`last`, else `previous`) and its path, or None
-    for a new run. A corrupt or truncated one is reported and skipped, never silently."""
-    problems = []
-    for name in ("last", "previous"):
-        path = run.checkpoint(name)
-        if not path.is_file():
-            continue
-        try:
-            state = load_checkpoint(path)
-        except UserError as error:
-            log.warning("%s; falling back to the checkpoint before it", error)
-            problems.append(str(error))
-            continue
-        if "progress" not in state:
-            raise UserError(
-                f"{path} is not a resume checkpoint (no training progress in it); "
-                "move it out of the way or train into a new --run-dir"
-            )
-        if problems:
-            log.warning("resuming from %s (step %d)", path, state["progress"]["step"])
-        return state, path
-    if problems:
-        raise UserError(
-            f"no loadable checkpoint to resume {run.root} from: {'; '.join(problems)}; "
-            "train into a new --run-dir"
-        )
-    return None
-
-
 def train(cfg: Config, run_dir: Path) -> dict:
     """Train (or resume) the run in `run_dir`, then score the test sets with `best`.
 
@@ -234,9 +142,9 @@ def prepare(cfg: Config, run_dir: Path) -> Datasets:
     created = _outermost_missing(run.root)
     try:
         if run.checkpoint("last").is_file() or run.checkpoint("previous").is_file():
-            _check_same_run(run, cfg)
+            check_same_run(run, cfg)
         if run.has_checkpoints():
-            _check_tokenizer_kept(run, cfg)
+            check_tokenizer_kept(run, cfg)
         return load_datasets(cfg, run, setup_logging(run.log))
     except (UserError, OSError):
         if created is not None:
@@ -273,9 +181,9 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     """Set up (or resume) the run directory, data, model and trainer; also for benchmarks."""
     resuming = run.checkpoint("last").is_file() or run.checkpoint("previous").is_file()
     if resuming:
-        _check_same_run(run, cfg)
+        check_same_run(run, cfg)
     if run.has_checkpoints():
-        _check_tokenizer_kept(run, cfg)
+        check_tokenizer_kept(run, cfg)
     parent = None if resuming or cfg.train.init_from is None else Parent.find(cfg.train.init_from)
     if parent is not None:
         parent.check_fits(cfg)

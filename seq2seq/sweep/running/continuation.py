@@ -4,7 +4,7 @@ anything is written, dry runs included, and its runs started as copies of their 
 The first sweep must be a sweep directory other than this sweep's own, whose runs this
 sweep's can resume: the same grid fields; a namesake there for every run (no grid value,
 seed or cell it lacks); each run's config its namesake's but for what resuming may change
-(`train.run.RESUMABLE_CHANGES`: the budgets, logging, decoding); and no budget that a
+(`train.resumption.RESUMABLE_CHANGES`: the budgets, logging, decoding); and no budget that a
 finished namesake has used up already, which its copy would resume only to stop at once,
 tested again at the old budget under the new one's name.
 """
@@ -20,7 +20,7 @@ from seq2seq.files import publish_directory
 from seq2seq.sweep.directory import RunState, SweepDir, run_state
 from seq2seq.sweep.spec import Run, Sweep, format_value
 from seq2seq.train.progress import Progress, budgets_reached
-from seq2seq.train.run import refused_on_resume
+from seq2seq.train.resumption import refused_on_resume
 
 # What a continued run does not take from the run it continues: the test scores (they stay
 # with the first sweep, as the scores at its budget), and what training writes at the end.
