@@ -1,5 +1,6 @@
 """The front door holds: the README is short, links every page of docs/, and no link in
-the README or docs/ points at a file that is not there, or outside the repository."""
+the README or docs/ points at a file that is not there, at a heading its page lacks, or
+outside the repository; no page cites an issue number."""
 
 from __future__ import annotations
 
@@ -48,3 +49,35 @@ def test_no_page_cites_an_issue_number():
     citing = [str(p.relative_to(ROOT)) for p in pages
               if re.search(r"(?i)\bissues? #?\d+", p.read_text(encoding="utf-8"))]  # fmt: skip
     assert not citing, citing
+
+
+def slugs(page: Path) -> set[str]:
+    """The anchors of a markdown page's headings, as GitHub makes them (a repeated heading's
+    with -1, -2, ...)."""
+    found: set[str] = set()
+    in_code = False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        in_code ^= line.startswith("```")
+        if in_code or not line.startswith("#"):
+            continue
+        slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        number, unique = 0, slug
+        while unique in found:
+            number += 1
+            unique = f"{slug}-{number}"
+        found.add(unique)
+    return found
+
+
+def test_every_anchor_names_a_heading_of_its_page():
+    broken = []
+    for page in [ROOT / "README.md", *PAGES]:
+        text = page.read_text(encoding="utf-8")
+        for target in LINK.findall(text):
+            path, _, anchor = target.partition("#")
+            if not anchor or re.match(r"[a-z]+:", path):
+                continue
+            linked = (page.parent / path).resolve() if path else page
+            if linked.suffix == ".md" and anchor not in slugs(linked):
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken
