@@ -148,10 +148,14 @@ def test_a_distillation_cut_short_goes_on_to_the_same_corpus(toy, trained, tmp_p
     assert cut[0].prefix.name == straight[0].prefix.name  # named by what made it
 
 
-def test_distill_trains_the_student_on_the_teacher_s_translations(toy, trained, tmp_path):
+def test_distill_trains_the_student_on_the_teacher_s_translations(toy, trained, tmp_path, capsys):
     sources = (toy / "data/train.src").read_text().splitlines()
     common = ["--teacher", trained, "--beam", "1", "--out", tmp_path / "kd", toy / "run.yaml"]
     assert run_cli("distill", *common, "--jobs", "2", "--no-train") == 0
+    done = f"translated {len(sources)} of {len(sources)} pairs ("  # a log file's progress
+    assert re.search(
+        re.escape(done) + r"[\d.]+ pairs/s; about 0 min left\)", capsys.readouterr().err
+    )
     (made,) = tmp_path.glob("kd/train.kd-*.src")
     assert made.read_text().splitlines() == sources  # in order, whichever process translated
     student = [

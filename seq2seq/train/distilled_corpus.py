@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -34,11 +35,13 @@ from seq2seq.decode.line_translator import decode_options
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write, atomic_write_text
+from seq2seq.train.logs import duration_words
 
 _FORMAT = 1  # of the manifest
 # Pairs a chunk: what a kill may lose, and what one process translates at a time (a
 # corpus of fewer chunks than --jobs keeps some processes idle).
 CHUNK_PAIRS = 2_000
+PROGRESS_SECONDS = 60  # between the progress lines of a log file (a terminal has a bar)
 
 
 @dataclass(frozen=True)
@@ -137,10 +140,35 @@ def _distill_one(
         *(distilled.corpus, left, total, jobs, distilled.prefix),
     )
     with tqdm(total=total, initial=total - left, unit="line", disable=None) as bar:
+        logged = _LoggedProgress(log, total, total - left)
         for lines in _translate(distilled, missing, teachers, jobs):
             bar.update(lines)
+            if bar.disable:  # not a terminal: a log file, where the bar stays quiet
+                logged.update(lines)
     _assemble(distilled, [number for number, _ in chunks])
     log.info("%s: distilled into %s (%d pairs)", distilled.corpus, distilled.prefix, total)
+
+
+class _LoggedProgress:
+    """The pairs translated so far, their rate and the time left, as a log line at most
+    every PROGRESS_SECONDS, and once all are done."""
+
+    def __init__(self, log: logging.Logger, total: int, done: int) -> None:
+        self.log, self.total, self.done, self.first = log, total, done, done
+        self.started = self.shown = time.monotonic()
+
+    def update(self, lines: int) -> None:
+        self.done += lines
+        now = time.monotonic()
+        if now - self.shown < PROGRESS_SECONDS and self.done < self.total:
+            return
+        self.shown = now
+        rate = (self.done - self.first) / max(now - self.started, 1e-9)
+        left = duration_words((self.total - self.done) / rate) if rate else "?"
+        self.log.info(
+            "translated %d of %d pairs (%.1f pairs/s; about %s left)",
+            *(self.done, self.total, rate, left),
+        )
 
 
 def _chunks(distilled: DistilledCorpus) -> Iterator[tuple[int, list[str]]]:

@@ -20,6 +20,12 @@ LOGGER_NAME = "seq2seq"
 FILE_ONLY = {"file_only": True}
 
 
+def duration_words(seconds: float) -> str:
+    """`seconds` as a log line says it: "7 min", "2 h 05 min"."""
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
 class _TqdmHandler(logging.StreamHandler):
     """Console lines that do not break an active progress bar."""
 

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from seq2seq.train.logs import duration_words
+
 _REDRAW_S = 1.0  # on a terminal
 _PRINT_S = 60.0  # elsewhere
 
@@ -34,11 +36,6 @@ def time_left(durations: list[float], running: list[float], left: int, slots: in
     return work / max(slots, 1)
 
 
-def _duration(seconds: float) -> str:
-    minutes = round(seconds / 60)
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
-
-
 class SweepDisplay:
     def __init__(self, name: str, slots: int, stream: TextIO | None = None) -> None:
         self.name, self.slots = name, slots
@@ -59,9 +56,11 @@ class SweepDisplay:
         self._shown = now
         eta = time_left(self.durations, [now - run.started for run in running], left, self.slots)
         head = f"{finished} finished, {len(running)} running, {left} left"
-        lines = [f"sweep {self.name}: {head}" + (f"; about {_duration(eta)} left" if eta else "")]
+        lines = [
+            f"sweep {self.name}: {head}" + (f"; about {duration_words(eta)} left" if eta else "")
+        ]
         for run in running:
-            lines.append(f"  {run.name} ({_duration(now - run.started)}): {run.latest}")
+            lines.append(f"  {run.name} ({duration_words(now - run.started)}): {run.latest}")
         self._erase()
         if self.terminal:
             width = shutil.get_terminal_size().columns - 1  # a wrapped line would count twice
