@@ -135,6 +135,13 @@ class RunDir:
 class RunBusy(UserError):
     """Another process is training the run."""
 
+    @classmethod
+    def of(cls, run: RunDir, holder: str) -> RunBusy:
+        return cls(
+            f"{run.root} is being trained by {holder}; let it finish (or stop it) and run the "
+            "same command again"
+        )
+
 
 @contextmanager
 def training_lock(run: RunDir) -> Iterator[None]:
@@ -152,11 +159,7 @@ def training_lock(run: RunDir) -> Iterator[None]:
     with handle:
         if not _take(handle, fcntl.LOCK_EX, _LOCK_TRIES):
             handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise RunBusy(
-                f"{run.root} is being trained by {holder}; let it finish (or stop it) and "
-                "run the same command again"
-            )
+            raise RunBusy.of(run, handle.read().strip() or "another process")
         handle.truncate(0)
         handle.write(f"process {os.getpid()} on {socket.gethostname()}\n")
         handle.flush()

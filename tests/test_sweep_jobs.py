@@ -48,8 +48,9 @@ def test_runs_trained_two_at_once_equal_runs_trained_one_after_another(
 
 
 def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, capsys, undrawn_charts):
-    """One run fails on its data, another is held by another process: the third trains,
-    and the sweep's last line names the failure."""
+    """One run fails on its data, another is held by another process (and refused without
+    a worker started for it): the third trains, and the sweep's last line names the
+    failure."""
     monkeypatch.chdir(tmp_path)
     path = write_sweep(
         tmp_path,
@@ -65,6 +66,7 @@ def test_a_failing_run_does_not_stop_the_others(toy, tmp_path, monkeypatch, caps
     assert "data.max_len=1,seed=1 failed: no training pair is at most 1 pieces" in err
     busy = "data.max_len=50,seed=1 skipped: runs/sweeps/s/runs/data.max_len=50,seed=1 is being "
     assert f"{busy}trained by process {os.getpid()}" in err
+    assert err.count(": started (") == 2
     assert "1 run(s) of sweep s failed (data.max_len=1,seed=1)" in err.splitlines()[-1]
     assert (runs / "data.max_len=40,seed=1/test/scores.json").is_file()
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from seq2seq.checkpoint import RunBusy, lock_holder
 from seq2seq.errors import UserError
 from seq2seq.processes import PARENT_VARIABLE, same_code_environment
 from seq2seq.sweep.directory import SweepDir
@@ -150,7 +151,14 @@ class JobPool:
 
     def _start_free_slots(self) -> None:
         while self.free and self.waiting and self.signal is None:
-            self._start(self.waiting.pop(0), self.free.pop(0))
+            run = self.waiting.pop(0)
+            place = self.directory.run(run)
+            if holder := lock_holder(place):  # refused here, not by a worker started to say so
+                busy = Outcome(Status.BUSY, str(RunBusy.of(place, holder)))
+                self.outcomes[run.name] = busy
+                self.display.event(f"{run.name} skipped: {busy.message}")
+                continue
+            self._start(run, self.free.pop(0))
 
     def _start(self, run: Run, index: int) -> None:
         slot = self.slots[index]
