@@ -15,7 +15,8 @@ test set the cells' means in each direction with each difference from the baseli
 95% interval and adjusted p; Spearman's rank correlation of the cells' means between each
 two directions (with n cells, a correlation of 1 arises by chance with probability 1/n!);
 and per cell and test set whether its difference from the baseline keeps its sign in every
-direction, and whether it is significant in every one.
+direction, and whether it is significant in every one (as the report calls it: an adjusted
+p below 0.05, with at least 3 seeds on each side).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
-from seq2seq.significance import holm
+from seq2seq.significance import ALPHA, MIN_SEEDS, holm
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,19 @@ class Direction:
     differences: dict[tuple[str, str], Difference]  # (cell, test set), baseline aside
 
 
-def read_report(sweep: Path) -> list[dict[str, str]]:
+def read_report(sweep: Path, metric: str) -> list[dict[str, str]]:
+    """The rows of SWEEP/report/results.csv, a cell each; one line where there is none, or
+    no column of `metric`."""
     path = sweep / "report" / "results.csv"
     if not path.is_file():
         raise SystemExit(f"{path}: no report; make it with `seq2seq sweep report SWEEP`")
     with path.open(newline="", encoding="utf-8") as file:
-        return list(csv.DictReader(file))
+        rows = list(csv.DictReader(file))
+    if not rows:
+        raise SystemExit(f"{path}: no finished cell in the report")
+    if not test_sets(rows, metric):
+        raise SystemExit(f"{path}: no column of metric {metric!r} (bleu, chrf or ter)")
+    return rows
 
 
 def test_sets(rows: list[dict[str, str]], metric: str) -> list[str]:
@@ -68,11 +76,21 @@ def test_sets(rows: list[dict[str, str]], metric: str) -> list[str]:
     return [column.removesuffix(suffix) for column in rows[0] if column.endswith(suffix)]
 
 
+def cell_of(row: dict[str, str]) -> str:
+    """A row's cell: its first column, the swept key's value."""
+    return row[next(iter(row))]
+
+
 def direction(name: str, rows: list[dict[str, str]], cells: list, tests: list, metric: str):
     """`name`'s figures on `cells` x `tests`, its p-values Holm-adjusted over that family."""
-    key = next(iter(rows[0]))  # the swept key's column: a cell's name
-    by_cell = {row[key]: row for row in rows if row[key] in cells}
-    (baseline,) = [cell for cell, row in by_cell.items() if row["baseline"] == "True"]
+    by_cell = {cell_of(row): row for row in rows if cell_of(row) in cells}
+    baselines = [cell for cell, row in by_cell.items() if row["baseline"] == "True"]
+    if len(baselines) != 1:
+        raise SystemExit(
+            f"{name}: its baseline is not among the cells every sweep has ({', '.join(cells)}): "
+            "compare sweeps of one baseline"
+        )
+    (baseline,) = baselines
     means, differences = {}, {}
     for cell, test in itertools.product(cells, tests):
         row, column = by_cell[cell], f"{test}_{metric}_"
@@ -80,6 +98,8 @@ def direction(name: str, rows: list[dict[str, str]], cells: list, tests: list, m
         if cell != baseline:
             parts = [float(row[column + part]) for part in ("diff", "low", "high", "p")]
             differences[cell, test] = Difference(*parts)
+    # The report's p-values, rounded to 4 places: Holm's products of them move the
+    # adjusted values by less than that.
     adjusted = holm([d.p for d in differences.values()])
     for (place, found), p in zip(list(differences.items()), adjusted, strict=True):
         differences[place] = Difference(found.diff, found.low, found.high, found.p, p)
@@ -93,14 +113,14 @@ def load(named: list[str], metric: str) -> tuple[list[Direction], list[str], lis
     reports = {}
     for given in named:
         name, _, sweep = given.partition("=")
-        if not sweep:
-            raise SystemExit(
-                f"{given}: give a direction as NAME=SWEEP (fr-en=attention-rnn-v2-fren)"
-            )
-        reports[name] = read_report(Path(sweep))
+        if not sweep or name in reports:
+            raise SystemExit(f"{given}: give each direction once, as NAME=SWEEP (fr-en=SWEEP_DIR)")
+        reports[name] = read_report(Path(sweep), metric)
+    if len(reports) < 2:
+        raise SystemExit("give two directions or more: one has nothing to be compared with")
     first = next(iter(reports.values()))
-    shared = set.intersection(*({row[next(iter(row))] for row in r} for r in reports.values()))
-    cells = [row[next(iter(row))] for row in first if row[next(iter(row))] in shared]
+    shared = set.intersection(*({cell_of(row) for row in r} for r in reports.values()))
+    cells = [cell_of(row) for row in first if cell_of(row) in shared]
     tests = [
         t
         for t in test_sets(first, metric)
@@ -128,24 +148,39 @@ def means_table(directions: list[Direction], cells: list[str], test: str) -> Non
 
 
 def correlations(directions: list[Direction], cells: list[str], test: str) -> None:
+    """Spearman's rank correlation of the cells' means between each two directions (none
+    where every cell ties in one of them)."""
     for one, other in itertools.combinations(directions, 2):
-        rho = spearmanr(
-            [one.means[c, test] for c in cells], [other.means[c, test] for c in cells]
-        ).statistic
-        print(f"  Spearman {one.name} vs {other.name}: {rho:+.2f} ({len(cells)} cells)")
+        x, y = ([d.means[c, test] for c in cells] for d in (one, other))
+        rho = "undefined (the cells tie)" if min(len(set(x)), len(set(y))) < 2 else None
+        rho = rho or f"{spearmanr(x, y).statistic:+.2f}"
+        print(f"  Spearman {one.name} vs {other.name}: {rho} ({len(cells)} cells)")
+
+
+def decidable(direction: Direction, cell: str) -> bool:
+    """Whether the cell and its baseline have the seeds a call needs (the report's rule)."""
+    return all(len(direction.seeds[c].split()) >= MIN_SEEDS for c in (cell, direction.baseline))
 
 
 def kept(directions: list[Direction], cells: list[str], tests: list[str], alpha: float) -> None:
-    """Per cell and test set: the signs of its differences and where they are significant."""
-    print(f"\ndifferences from the baseline (significant: p_holm < {alpha}):")
+    """Per cell and test set: the signs of its differences and where they are significant
+    (where the seeds can decide: none is called with fewer than MIN_SEEDS a side)."""
+    print(f"\ndifferences from the baseline (significant: p_holm < {alpha}, {MIN_SEEDS}+ seeds):")
     for cell, test in itertools.product(cells, tests):
         found = [d.differences.get((cell, test)) for d in directions]
         if any(f is None for f in found):
             continue  # a baseline somewhere: no difference to follow
-        signs = {math.copysign(1, f.diff) for f in found}
-        significant = [d.name for d, f in zip(directions, found, strict=True) if f.p_holm < alpha]
-        verdict = "keeps its sign" if len(signs) == 1 else "changes sign"
-        if len(signs) == 1 and len(significant) == len(directions):
+        signs = {(f.diff > 0) - (f.diff < 0) for f in found}  # 0: no difference at all
+        significant = [
+            d.name
+            for d, f in zip(directions, found, strict=True)
+            if f.p_holm < alpha and decidable(d, cell)
+        ]
+        if 0 in signs:
+            verdict = "no difference in a direction"
+        else:
+            verdict = "keeps its sign" if len(signs) == 1 else "changes sign"
+        if verdict == "keeps its sign" and len(significant) == len(directions):
             verdict += ", significant in every direction"
         else:
             verdict += f", significant in {', '.join(significant) or 'none'}"
@@ -157,7 +192,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directions", nargs="+", metavar="DIRECTION=SWEEP")
     parser.add_argument("--metric", default="bleu", help="a report metric: bleu, chrf, ter")
-    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--alpha", type=float, default=ALPHA)
     args = parser.parse_args()
     directions, cells, tests = load(args.directions, args.metric)
     bases = {d.baseline for d in directions}

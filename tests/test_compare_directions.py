@@ -11,16 +11,16 @@ import pytest
 TESTS = ("t1", "t2")
 
 
-def report(sweep, cells: dict[str, dict[str, tuple]], tests=TESTS) -> str:
+def report(sweep, cells: dict[str, dict[str, tuple]], tests=TESTS, seeds=None) -> str:
     """A results.csv with `cells` (name -> test set -> (mean, diff, p); the baseline's diff
-    and p None), as `seq2seq sweep report` writes it."""
+    and p None), as `seq2seq sweep report` writes it; `seeds`: a cell's, where not 1 2 3."""
     columns = ["model.attention.type", "baseline", "seeds"]
     for test in tests:
         columns += [f"{test}_bleu_{part}" for part in ("mean", "diff", "low", "high", "p")]
     lines = [",".join(columns)]
     for name, by_test in cells.items():
         is_base = by_test[tests[0]][1] is None
-        row = [name, str(is_base), "1 2 3"]
+        row = [name, str(is_base), (seeds or {}).get(name, "1 2 3")]
         for test in tests:
             mean, diff, p = by_test[test]
             bounds = ("", "") if diff is None else (diff - 1, diff + 1)
@@ -84,11 +84,34 @@ def test_a_difference_significant_everywhere_is_said_so(load_script, monkeypatch
     )
 
 
+def test_too_few_seeds_decide_nothing_and_no_difference_has_no_sign(
+    load_script, monkeypatch, capsys, tmp_path
+):
+    """The report's rule: a call needs 3 seeds on each side, whatever the p-value."""
+    cells = {"b": {"t1": (30.0, None, None)}, "x": {"t1": (33.0, 3.0, 0.001)}}
+    few = report(tmp_path / "few", cells, ("t1",), seeds={"x": "1 2"})
+    full = report(tmp_path / "full", cells, ("t1",))
+    out = run(load_script, monkeypatch, capsys, f"de-en={few}", f"fr-en={full}")
+    assert "`x` on t1: de-en +3.00, fr-en +3.00: keeps its sign, significant in fr-en" in out
+    none = report(tmp_path / "none", {**cells, "x": {"t1": (30.0, 0.0, 1.0)}}, ("t1",))
+    out = run(load_script, monkeypatch, capsys, f"de-en={none}", f"fr-en={full}")
+    assert "`x` on t1: de-en +0.00, fr-en +3.00: no difference in a direction" in out
+    assert "Spearman de-en vs fr-en: undefined (the cells tie) (2 cells)" in out
+
+
 @pytest.mark.parametrize(
     ("cells", "problem"),
     [
         ({"b": {"t1": (30.0, None, None)}}, "fewer than two cells"),
         ({"x": {"t1": (30.0, None, None)}, "b": {"t1": (30.0, 1.0, 0.5)}}, "baselines differ"),
+        (
+            {
+                "z": {"t1": (30.0, None, None)},
+                "b": {"t1": (30.0, 1.0, 0.5)},
+                "x": {"t1": (1, 1, 1)},
+            },
+            "fr-en: its baseline is not among the cells every sweep has",
+        ),
     ],
 )
 def test_sweeps_that_cannot_be_compared_are_refused_in_one_line(
@@ -102,3 +125,11 @@ def test_sweeps_that_cannot_be_compared_are_refused_in_one_line(
         run(load_script, monkeypatch, capsys, f"de-en={first}", f"fr-en={other}")
     with pytest.raises(SystemExit, match="no report; make it with `seq2seq sweep report SWEEP`"):
         run(load_script, monkeypatch, capsys, f"de-en={first}", f"fr-en={tmp_path}")
+    with pytest.raises(SystemExit, match="give two directions or more"):
+        run(load_script, monkeypatch, capsys, f"de-en={first}")
+    with pytest.raises(SystemExit, match="give each direction once, as NAME=SWEEP"):
+        run(load_script, monkeypatch, capsys, f"de-en={first}", f"de-en={other}")
+    with pytest.raises(SystemExit, match="no column of metric 'BLEU'"):
+        run(
+            load_script, monkeypatch, capsys, f"de-en={first}", f"fr-en={other}", "--metric", "BLEU"
+        )
