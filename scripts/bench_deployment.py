@@ -47,8 +47,15 @@ def untestable(runs: list[Path]) -> str | None:
     """Why the runs cannot share one table (a run not finished, or not tested on the
     teacher's test sets), or None."""
     for run in runs:
-        if not (run / "test/scores.json").is_file() or not (run / "summary.json").is_file():
-            return f"{run}: no test/scores.json or summary.json: give runs trained to their end"
+        try:
+            parameters(run)
+            for metrics in scores(run).values():
+                metrics["bleu"], metrics["chrf"]  # noqa: B018 - read to be there
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return (
+                f"{run}: no readable test/scores.json (BLEU and chrF per test set) and "
+                "summary.json (parameters): give runs trained to their end"
+            )
     teacher = set(scores(runs[0]))
     for run in runs[1:]:
         if missing := sorted(teacher - set(scores(run))):

@@ -137,6 +137,7 @@ class RunBusy(UserError):
 
     @classmethod
     def of(cls, run: RunDir, holder: str) -> RunBusy:
+        """The refusal of `run`, which `holder` (its lock's words) is training."""
         return cls(
             f"{run.root} is being trained by {holder}; let it finish (or stop it) and run the "
             "same command again"

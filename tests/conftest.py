@@ -38,13 +38,14 @@ def pytest_configure(config):
 
 
 @pytest.fixture
-def load_script():
+def load_script(monkeypatch):
     """Import a file of scripts/ (not a package) as a module."""
 
     def load(name: str) -> ModuleType:
         spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # where dataclasses look up the module's annotations
+        # Where dataclasses look up the module's annotations; gone after the test.
+        monkeypatch.setitem(sys.modules, name, module)
         spec.loader.exec_module(module)
         return module
 

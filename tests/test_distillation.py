@@ -190,12 +190,15 @@ def test_the_deployment_table_refuses_runs_it_cannot_compare(load_script, traine
     bench = load_script("bench_deployment")
     assert bench.untestable([trained, trained]) is None
     assert bench.untestable([trained, tmp_path]) == (
-        f"{tmp_path}: no test/scores.json or summary.json: give runs trained to their end"
+        f"{tmp_path}: no readable test/scores.json (BLEU and chrF per test set) and "
+        "summary.json (parameters): give runs trained to their end"
     )
     other = tmp_path / "other"
     (other / "test").mkdir(parents=True)
-    (other / "summary.json").write_text("{}")
-    (other / "test/scores.json").write_text(json.dumps({"elsewhere": {"bleu": 1.0}}))
+    (other / "summary.json").write_text('{"parameters": 1}')
+    (other / "test/scores.json").write_text("{not json")
+    assert bench.untestable([trained, other]).startswith(f"{other}: no readable test/scores")
+    (other / "test/scores.json").write_text(json.dumps({"elsewhere": {"bleu": 1.0, "chrf": 2.0}}))
     assert bench.untestable([trained, other]) == (
         f"{other}: not tested on test, as the teacher ({trained}) was"
     )

@@ -13,7 +13,6 @@ from seq2seq.config.attention import (
     AttentionConfig,
     AttentionType,
     HardAttentionConfig,
-    NormalizerType,
     SelfAttentionConfig,
 )
 from seq2seq.config.corpora import (
@@ -53,7 +52,6 @@ from seq2seq.config.training import (
 __all__ = [
     "ATTENTION_TYPES",
     "NORMALIZERS",
-    "NormalizerType",
     "POSITION_TYPES",
     "VALIDATION_AER",
     "VALIDATION_LOSS",

@@ -40,10 +40,8 @@ def _content_scores() -> list[str]:
     return sorted(n for n, t in ATTENTION_TYPES.registered().items() if t.content_based)
 
 
-# Options every type reads: the normalizer and its own.
-_SHARED_OPTIONS = frozenset(
-    {"type", "heads", "bias", "normalizer", "alpha_per_head", "hard", "dropout"}
-)
+# Options every type reads, beside its normalizer's own (NORMALIZERS: their `options`).
+_SHARED_OPTIONS = frozenset({"type", "heads", "bias", "normalizer", "dropout"})
 Estimator = Literal["exact", "reinforce", "gumbel"]
 
 
@@ -229,9 +227,10 @@ class AttentionConfig(Section):
     @model_validator(mode="after")
     def _only_own_options(self) -> AttentionConfig:
         fields, own = type(self).model_fields, ATTENTION_TYPES.registered()[self.type].options
+        normalizers = [n.options for n in NORMALIZERS.registered().values()]
         unused = [
             name
-            for name in sorted(set(fields) - _SHARED_OPTIONS - own)
+            for name in sorted(set(fields) - _SHARED_OPTIONS.union(*normalizers) - own)
             if getattr(self, name) != fields[name].default
         ]
         if unused:

@@ -1,6 +1,6 @@
 """Tables of named classes that the schema validates against but a floor above it defines
-(attention types, positional encodings): the upper package registers each class as it is
-imported, and the schema reads the table."""
+(attention types, normalizers, positional encodings): the upper package registers each
+class as it is imported, and the schema reads the table."""
 
 from __future__ import annotations
 

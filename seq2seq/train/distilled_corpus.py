@@ -139,7 +139,7 @@ def _distill_one(
         "%s: translating %d of its %d pairs with %d process(es) into %s",
         *(distilled.corpus, left, total, jobs, distilled.prefix),
     )
-    with tqdm(total=total, initial=total - left, unit="line", disable=None) as bar:
+    with tqdm(total=total, initial=total - left, unit="pair", disable=None) as bar:
         logged = _LoggedProgress(log, total, total - left)
         for lines in _translate(distilled, missing, teachers, jobs):
             bar.update(lines)

@@ -46,7 +46,18 @@ def refused_on_resume(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
     ]
 
 
-def check_same_run(run: RunDir, cfg: Config) -> None:
+def check_resumable(run: RunDir, cfg: Config) -> bool:
+    """Whether `run` resumes (it has a resume checkpoint); one line where `cfg` may not
+    train it: another config than its own, or another tokenizer than its checkpoints'."""
+    resuming = run.checkpoint("last").is_file() or run.checkpoint("previous").is_file()
+    if resuming:
+        _check_same_run(run, cfg)
+    if run.has_checkpoints():
+        _check_tokenizer_kept(run, cfg)
+    return resuming
+
+
+def _check_same_run(run: RunDir, cfg: Config) -> None:
     differences = refused_on_resume(run.load_config(), cfg)
     if differences:
         shown = "; ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in differences[:3])
@@ -56,7 +67,7 @@ def check_same_run(run: RunDir, cfg: Config) -> None:
         )
 
 
-def check_tokenizer_kept(run: RunDir, cfg: Config) -> None:
+def _check_tokenizer_kept(run: RunDir, cfg: Config) -> None:
     """A run's checkpoints read the pieces of its tokenizer: refuse to start where training
     would make another one (the tokenizer is gone, or tokenizer.json records other
     settings), since the checkpoints could never translate again."""

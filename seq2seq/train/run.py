@@ -42,7 +42,7 @@ from seq2seq.train.distributed import World, lost_peer, start_world, stop_world
 from seq2seq.train.init_from import Parent
 from seq2seq.train.interrupt import Interrupted, StopSignals
 from seq2seq.train.logs import FILE_ONLY, TensorBoardLog, setup_logging
-from seq2seq.train.resumption import check_same_run, check_tokenizer_kept, resume_state
+from seq2seq.train.resumption import check_resumable, resume_state
 from seq2seq.train.testing import score_test
 from seq2seq.train.trainer import Trainer
 from seq2seq.version import VERSION
@@ -141,10 +141,7 @@ def prepare(cfg: Config, run_dir: Path) -> Datasets:
     run = RunDir(Path(run_dir))
     created = _outermost_missing(run.root)
     try:
-        if run.checkpoint("last").is_file() or run.checkpoint("previous").is_file():
-            check_same_run(run, cfg)
-        if run.has_checkpoints():
-            check_tokenizer_kept(run, cfg)
+        check_resumable(run, cfg)
         return load_datasets(cfg, run, setup_logging(run.log))
     except (UserError, OSError):
         if created is not None:
@@ -179,11 +176,7 @@ def _outermost_missing(path: Path) -> Path | None:
 
 def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     """Set up (or resume) the run directory, data, model and trainer; also for benchmarks."""
-    resuming = run.checkpoint("last").is_file() or run.checkpoint("previous").is_file()
-    if resuming:
-        check_same_run(run, cfg)
-    if run.has_checkpoints():
-        check_tokenizer_kept(run, cfg)
+    resuming = check_resumable(run, cfg)
     parent = None if resuming or cfg.train.init_from is None else Parent.find(cfg.train.init_from)
     if parent is not None:
         parent.check_fits(cfg)
