@@ -316,3 +316,11 @@ def test_evaluate_reads_a_test_corpus_in_any_format(trained: Path, toy: Path, tm
     assert json.loads(capsys.readouterr().out) == by_files
     assert run_cli(*common, "--corpus", corpus, "--ref", toy / "data/test.tgt") == 2
     assert "leave out --ref, --src, --hyp" in capsys.readouterr().err
+
+
+def test_a_dataset_s_identity_is_what_it_reads_not_the_pair_it_is_read_as(tmp_path):
+    pytest.importorskip("datasets", reason="the hf extra is not installed")
+    spec = {"dataset": str(tmp_path / "set"), "split": "train"}
+    plain = corpus_source(DatasetCorpus(**spec)).identity
+    assert corpus_source(DatasetCorpus(**spec, src="de", tgt="en")).identity == plain
+    assert corpus_source(DatasetCorpus(**spec | {"split": "test"})).identity != plain

@@ -4,6 +4,7 @@ each source, sampling across corpora by temperature, validation and tests per pa
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from sweep_helpers import write_sweep
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import SourceTags, config_from_dict, load_config
 from seq2seq.data.epoch_batches import CorpusWeights, TrainBatches, TrainingPairs
+from seq2seq.decode.loading import load_trained_model
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 
@@ -80,6 +82,18 @@ def test_each_corpus_s_pair_gives_the_tags_and_names():
         (DATA, {"decode": {"tgt_lang": "en"}}, r"give null \(it has one\)"),
         (PAIRS | {"valid_alignments": True}, {}, "data.valid_alignments scores the attention"),
         (DATA | {"temperature": 0}, {}, "data.temperature = 0: Input should be greater than 0"),
+        (DATA | {"temperature": 2}, {}, "data.train has one: remove it"),
+        (DATA | {"valid": []}, {}, r"data.valid = \[\]: an empty list; give at least one corpus"),
+        (PAIRS | {"valid_alignments": False}, {"train": {"metric": "fr-en/aer"}},
+         "train.metric fr-en/aer picks the checkpoint by the validation's alignment error"),
+        (PAIRS | {"test": {"path": "t", "src": "fr", "tgt": "es"}}, {},
+         r"data.test \(t\) is into es, and training translates into en, de alone"),
+        (DATA | {"valid": {"path": "v", "src": "de", "tgt": "fr"}}, {},
+         "data.valid .* is into fr, and training translates into en alone"),
+        (DATA | {"train": [{"path": "c", "src": "en", "tgt": "en"}]}, {},
+         r"data.train \(c\) translates en into en: give it two languages"),
+        (PAIRS | {"tags": ["<2en>", None]}, {},
+         "data.tags has <2en>, the tag of target language en"),
     ],
 )  # fmt: skip
 def test_bad_pair_specifications_are_one_line_each(data, changes, error):
@@ -105,7 +119,7 @@ def test_temperature_weights_are_exact():
     sizes = kept * np.array([1.0, 2.0, 1.0])
     assert CorpusWeights([1, 2, 1]).of(kept) == [1, 2, 1]  # no temperature: as given
     assert CorpusWeights().of(kept) is None
-    assert np.allclose(CorpusWeights([1, 2, 1], 1.0).of(kept), [1, 2, 1])
+    assert CorpusWeights([1, 2, 1], 1.0).of(kept) == [1, 2, 1]  # by size: as given, exactly
     weights = np.array(CorpusWeights([1, 2, 1], 5.0).of(kept))
     share = sizes ** (1 / 5) / (sizes ** (1 / 5)).sum()
     assert np.allclose(weights * kept, share * sizes.sum())  # the epoch's size kept
@@ -173,6 +187,26 @@ def test_translating_names_the_target_language(two_way, toy, capsys):
     found = json.loads(capsys.readouterr().out)
     expected = json.loads((two_way / "test/scores.json").read_text())["test.src-tgt"]
     assert found["bleu"] == expected["bleu"]
+
+
+def test_a_shortlist_and_an_ensemble_member_of_other_tags_are_refused(two_way, monkeypatch):
+    with pytest.raises(UserError, match="translates into tgt, src, and the shortlist's table"):
+        Translator.load(two_way, shortlist=True).translate(["a b"], tgt_lang="tgt")
+    from seq2seq.decode import ensemble
+
+    loaded = []
+
+    def untagged_second(run, checkpoint):  # the same run, read as if trained without tags
+        origin, tokenizer, model = load_trained_model(run, checkpoint)
+        if loaded:
+            data = origin.config.data.model_copy(update={"target_tags": False})
+            origin = replace(origin, config=origin.config.model_copy(update={"data": data}))
+        loaded.append(run)
+        return origin, tokenizer, model
+
+    monkeypatch.setattr(ensemble, "load_trained_model", untagged_second)
+    with pytest.raises(UserError, match="reads other tags before its sources than"):
+        Translator.load([two_way, two_way])
 
 
 def test_the_server_takes_a_target_language_per_request(two_way):

@@ -13,11 +13,11 @@ from test_search import source, tiny
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decode import shortlist as shortlist_module
-from seq2seq.decode.line_translator import SearchRequest
 from seq2seq.decode.search.hypotheses import Hypothesis
 from seq2seq.decode.search.loop import search
 from seq2seq.decode.search.prefix import Prefix
 from seq2seq.decode.search.strategy import BeamSearch
+from seq2seq.decode.search_request import SearchRequest
 from seq2seq.decode.shortlist import FILE, Narrowing, Shortlist, build_shortlist
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError

@@ -3,6 +3,7 @@ sampling, and the SentencePiece tokenizer (`tokenizer`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, PositiveInt, field_validator, model_validator
@@ -161,9 +162,9 @@ class DataConfig(Section):
         description="subword regularization of the training pairs (unigram sampling, BPE-dropout)",
     )
 
-    @field_validator("train")
+    @field_validator("train", "valid")
     @classmethod
-    def _some_training_corpus(cls, value: Corpora) -> Any:
+    def _some_corpus(cls, value: Corpora) -> Any:
         if value == []:
             raise ValueError("an empty list; give at least one corpus")
         return value
@@ -262,19 +263,64 @@ class DataConfig(Section):
         name = corpus_name(corpus)
         return f"{name}.{pair_name(self.pair(corpus))}" if self.multilingual else name
 
-    @model_validator(mode="after")
-    def _every_corpus_has_a_pair(self) -> DataConfig:
+    def _entries(self) -> Iterator[tuple[str, CorpusSpec, str]]:
+        """(field, corpus, where: the field, with its index in a list of several) of every
+        corpus entry, training, validation and test."""
         named = [("data.train", self.train_corpora), ("data.valid", self.valid_corpora)]
         for field, corpora in [*named, ("data.test", self.test)]:
             for number, corpus in enumerate(corpora):
-                for side, language in zip(("src", "tgt"), self.pair(corpus), strict=True):
-                    if not language:
-                        where = f"{field}[{number}]" if len(corpora) > 1 else field
-                        raise ValueError(
-                            f"{where} ({describe_corpus(corpus)}) has no {side} language: give "
-                            f"data.{side}, or {side} in its entry "
-                            f"({{path: ..., src: .., tgt: ..}})"
-                        )
+                yield field, corpus, f"{field}[{number}]" if len(corpora) > 1 else field
+
+    @model_validator(mode="after")
+    def _every_corpus_has_a_pair(self) -> DataConfig:
+        for _, corpus, where in self._entries():
+            pair = self.pair(corpus)
+            for side, language in zip(("src", "tgt"), pair, strict=True):
+                if not language:
+                    raise ValueError(
+                        f"{where} ({describe_corpus(corpus)}) has no {side} language: give "
+                        f"data.{side}, or {side} in its entry ({{path: ..., src: .., tgt: ..}})"
+                    )
+            if pair[0] == pair[1]:
+                raise ValueError(
+                    f"{where} ({describe_corpus(corpus)}) translates {pair[0]} into {pair[1]}: "
+                    "give it two languages"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _evaluated_into_a_trained_language(self) -> DataConfig:
+        """Validation and test sets translate into a language training translates into (a
+        source language training never saw may be tried: zero-shot)."""
+        targets = self.target_languages
+        for field, corpus, where in self._entries():
+            language = self.pair(corpus)[1]
+            if field != "data.train" and language not in targets:
+                raise ValueError(
+                    f"{where} ({describe_corpus(corpus)}) is into {language}, and training "
+                    f"translates into {', '.join(targets)} alone: evaluate into one of them, "
+                    f"or train on a corpus into {language} too"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _tags_apart(self) -> DataConfig:
+        own = {target_tag(language): language for language in self.source_tags.targets}
+        clash = next((tag for tag in self.tag_names if tag in own), None)
+        if clash is not None:
+            raise ValueError(
+                f"data.tags has {clash}, the tag of target language {own[clash]} that "
+                "data.target_tags puts before its sources: choose another tag"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _temperature_across_corpora(self) -> DataConfig:
+        if self.temperature is not None and len(self.train_corpora) == 1:
+            raise ValueError(
+                "data.temperature samples across the training corpora, and data.train has one: "
+                "remove it"
+            )
         return self
 
     @model_validator(mode="after")

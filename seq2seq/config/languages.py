@@ -30,6 +30,13 @@ class SourceTags:
         or for no language where it needs one."""
         return [*self._target(tgt_lang), *self._tag(tag)]
 
+    def check(self, tag: str | None, tgt_lang: str | None) -> None:
+        """One line for a tag or language given that the model was not trained with (none
+        given is no error here: each call may give its own)."""
+        if tgt_lang is not None:
+            self._target(tgt_lang)
+        self._tag(tag)
+
     def _target(self, language: str | None) -> list[str]:
         known = ", ".join(self.targets)
         if language is None:

@@ -13,7 +13,7 @@ from seq2seq.config.data import DataConfig, TokenizerConfig
 from seq2seq.config.decode import DecodeConfig
 from seq2seq.config.model import ModelConfig
 from seq2seq.config.section import Section
-from seq2seq.config.training import VALIDATION_AER, TrainConfig
+from seq2seq.config.training import VALIDATION_AER, TrainConfig, metric_of
 
 
 class Config(Section):
@@ -76,9 +76,10 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _aer_is_measured(self) -> Config:
-        if self.train.metric == VALIDATION_AER and not self.data.valid_alignments:
+        metric = self.train.metric
+        if metric_of(metric) == VALIDATION_AER and not self.data.valid_alignments:
             raise ValueError(
-                "train.metric aer picks the checkpoint by the validation's alignment error "
+                f"train.metric {metric} picks the checkpoint by the validation's alignment error "
                 "rate, which only data.valid_alignments measures; set it true (with gold "
                 "links in {valid}.align), or choose another metric"
             )

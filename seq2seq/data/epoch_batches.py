@@ -159,7 +159,7 @@ class CorpusWeights:
         """The weight of each corpus, of `kept` pairs each (None: every pair once). With a
         temperature T, of sizes m_i = w_i n_i: corpus i's share of an epoch of sum(m) pairs
         is p_i = m_i^(1/T) / sum_j m_j^(1/T), so its weight is p_i sum(m) / n_i."""
-        if self.temperature is None:
+        if self.temperature is None or self.temperature == 1:  # at 1, p_i sum(m) = m_i: w_i
             return None if self.weights is None else list(self.weights)
         given = np.ones(len(kept)) if self.weights is None else np.asarray(self.weights, float)
         sizes = given * kept

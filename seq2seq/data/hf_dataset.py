@@ -38,7 +38,9 @@ class HuggingFaceDataset(CorpusSource):
 
     @property
     def identity(self) -> str:
-        fields = self.spec.model_dump()
+        """What its prepared corpus was made from; not the pair it is read as, which the
+        prepared corpus's languages say (so a dataset named before pairs were keeps it)."""
+        fields = self.spec.model_dump(exclude={"src", "tgt"})
         if self.local:
             fields["dataset"] = str(Path(self.spec.dataset).absolute())
         return json.dumps(fields, sort_keys=True)

@@ -21,10 +21,11 @@ from pydantic import BaseModel, PositiveInt, ValidationError
 from seq2seq.config import DecodeConfig, SourceTags, describe_validation_error
 from seq2seq.config.decode import pytorch_only
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decode.line_translator import LineTranslator, SearchRequest, decode_options
+from seq2seq.decode.line_translator import LineTranslator, decode_options
 from seq2seq.decode.search.hypotheses import Hypothesis
 from seq2seq.decode.search.loop import output_limits
 from seq2seq.decode.search.prefix import Prefix, fitted_limits
+from seq2seq.decode.search_request import SearchRequest
 from seq2seq.errors import UserError
 from seq2seq.export import SETTINGS, TOKENIZER, require_ctranslate2
 

@@ -140,6 +140,12 @@ def load_models(runs: list[Path], checkpoints: list[str]) -> Loaded:
                 "averages over one vocabulary; ensemble runs that share a tokenizer "
                 "(tokenizer.model)"
             )
+        if own_origin.config.data.source_tags != origin.config.data.source_tags:
+            raise UserError(
+                f"{run} reads other tags before its sources than {origin.run} (data.tags, "
+                "data.target_tags): every model of an ensemble reads the same source; "
+                "ensemble runs trained with the same tags"
+            )
         members.append(model)
         max_source = min(max_source, max_source_pieces(own_origin.config))
     model = members[0] if len(members) == 1 else Ensemble(members).eval()

@@ -27,11 +27,8 @@ from seq2seq.decode.inputs import (
 from seq2seq.decode.search.hypotheses import Hypothesis
 from seq2seq.decode.search.mbr import mbr_order
 from seq2seq.decode.search.phrases import verbatim_phrases
-from seq2seq.decode.search.prefix import (
-    Prefix,
-    output_texts,
-    read_prefixes,
-)
+from seq2seq.decode.search.prefix import Prefix, output_texts, read_prefixes
+from seq2seq.decode.search_request import SearchRequest
 from seq2seq.device import FreeCpuThreads
 from seq2seq.errors import UserError
 
@@ -75,33 +72,6 @@ CPU_BATCH_TOKENS = 4_000
 GPU_BATCH_TOKENS = 64_000
 
 
-@dataclass(frozen=True)
-class SearchRequest:
-    """What an engine searches (`LineTranslator.search`): a batch of sources (piece ids,
-    no EOS) searched with `options` for `nbest` hypotheses each; what to record of them
-    (attention weights, each token's log-probability); what seeds each source's samples
-    (`lines`, the sources' numbers in their input; None: 0, 1, ...); and what to hold them
-    to: a prefix per source (None: none) and phrases per source (piece ids; []: none)."""
-
-    sources: list[list[int]]
-    options: DecodeConfig
-    nbest: int = 1
-    attention: bool = False
-    token_scores: bool = False
-    lines: list[int] | None = None
-    prefixes: list[Prefix | None] | None = None
-    constraints: list[list[list[int]]] | None = None
-
-    def rows(self, chosen: list[int]) -> SearchRequest:
-        """The same request of the sources numbered `chosen` alone."""
-        columns = {n: getattr(self, n) for n in ("sources", "lines", "prefixes", "constraints")}
-        chosen_rows = {
-            name: None if column is None else [column[i] for i in chosen]
-            for name, column in columns.items()
-        }
-        return replace(self, **chosen_rows)
-
-
 class LineTranslator:
     """Lines of text in, translations out, whatever computes them: blank lines give no
     hypotheses, sources are cut to `max_source` pieces (None: no limit), lines go in
@@ -123,6 +93,7 @@ class LineTranslator:
         self.max_source = max_source
         self.on_gpu = on_gpu
         self.tags = tags or SourceTags()
+        self.tags.check(decode.tag, decode.tgt_lang)  # a server's, before its first request
         # set where the engine's CPU threads follow the CPUs other work leaves free
         self.cpu_threads: FreeCpuThreads | None = None
 

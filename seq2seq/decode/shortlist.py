@@ -44,8 +44,8 @@ from seq2seq.data.sources import training_inputs
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from seq2seq.data.training_data import training_chunks
 from seq2seq.decode.cpu_weights import PackedLinear
-from seq2seq.decode.line_translator import SearchRequest
 from seq2seq.decode.search.hypotheses import Hypothesis
+from seq2seq.decode.search_request import SearchRequest
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write
 from seq2seq.models.base import DecoderState, Memory, Step
@@ -82,7 +82,15 @@ class Shortlist:
 
     @classmethod
     def of_run(cls, run: Path, config: Config, tokenizer: Tokenizer) -> Shortlist:
-        """The run's table, built and kept in the run directory the first time it is asked."""
+        """The run's table, built and kept in the run directory the first time it is asked;
+        one line for a run into several languages (its sources' target tags would need a
+        table of their own)."""
+        targets = config.data.source_tags.targets
+        if targets:
+            raise UserError(
+                f"decode.shortlist: {run} translates into {', '.join(targets)}, and the "
+                "shortlist's table is of one target language; translate without it"
+            )
         path = Path(run) / FILE
         state = _kept_state(path)
         made = state and (state.get("tokenizer"), state.get("settings"))

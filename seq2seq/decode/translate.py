@@ -27,7 +27,6 @@ from seq2seq.decode.inspection import inspect_attention
 from seq2seq.decode.line_translator import (
     AttentionMap,
     LineTranslator,
-    SearchRequest,
     Translation,
     decode_options,
 )
@@ -42,6 +41,7 @@ from seq2seq.decode.search.prefix import (
     word_starts,
 )
 from seq2seq.decode.search.strategies import BatchFacts, strategy_for
+from seq2seq.decode.search_request import SearchRequest
 from seq2seq.decode.shortlist import Narrowing, Shortlist
 from seq2seq.device import FreeCpuThreads, pick_device, use_threads
 from seq2seq.errors import UserError
