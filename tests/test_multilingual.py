@@ -94,6 +94,9 @@ def test_each_corpus_s_pair_gives_the_tags_and_names():
          r"data.train \(c\) translates en into en: give it two languages"),
         (PAIRS | {"tags": ["<2en>", None]}, {},
          "data.tags has <2en>, the tag of target language en"),
+        ({"train": [{"path": "c.tsv", "src": "fr", "tgt": "en"},
+                    {"path": "c.tsv", "src": "en", "tgt": "fr"}], "valid": PAIRS["valid"][:1]}, {},
+         r"data.train\[1\]: c.tsv is read as fr-en and as en-fr, and a TSV file's columns"),
     ],
 )  # fmt: skip
 def test_bad_pair_specifications_are_one_line_each(data, changes, error):

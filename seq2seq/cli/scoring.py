@@ -60,7 +60,7 @@ def evaluate(
     from seq2seq.cli.translation import _translator, _within_memory
 
     if corpus is not None:
-        sources, references = _corpus_pairs(corpus, run, [ref, src, hyp])
+        sources, references = _corpus_pairs(corpus, run, [ref, src, hyp], decode.get("tgt_lang"))
         src = Path(corpus)  # what the scores are printed under
     else:
         if not ref:
@@ -79,9 +79,11 @@ def evaluate(
     _print_scores([str(src)], [hypotheses], references, as_json)
 
 
-def _corpus_pairs(corpus: str, run: list[Path] | None, others: list) -> tuple[list, list]:
+def _corpus_pairs(
+    corpus: str, run: list[Path] | None, others: list, tgt_lang: str | None
+) -> tuple[list, list]:
     """The sources of a test corpus, and its references (one set), in the languages of the
-    run that translates them."""
+    run that translates them (the target: `tgt_lang`, where one is given)."""
     from seq2seq.checkpoint import RunDir
     from seq2seq.data.sources import read_corpus
 
@@ -97,7 +99,7 @@ def _corpus_pairs(corpus: str, run: list[Path] | None, others: list) -> tuple[li
             f"--corpus reads the run's data.src and data.tgt, and {run[0]} names a pair per "
             "corpus: give --src and --ref (and --tgt-lang where it translates into several)"
         )
-    pairs = read_corpus(corpus, *data.pair(corpus))
+    pairs = read_corpus(corpus, data.src, tgt_lang or data.tgt)
     return pairs.src, [pairs.tgt]
 
 

@@ -24,7 +24,7 @@ from seq2seq.config.corpora import (
     describe_corpus,
     pair_name,
 )
-from seq2seq.config.data import DataConfig, SubwordSamplingConfig, TokenizerConfig
+from seq2seq.config.data import DataConfig
 from seq2seq.config.decode import GREEDY_SEARCH, DecodeConfig, Stopping
 from seq2seq.config.languages import SourceTags, target_tag
 from seq2seq.config.loading import (
@@ -36,6 +36,7 @@ from seq2seq.config.loading import (
 )
 from seq2seq.config.model import POSITION_TYPES, ModelConfig, PositionType
 from seq2seq.config.schema import Config, config_differences, flatten
+from seq2seq.config.tokenizer import SubwordSamplingConfig, TokenizerConfig
 from seq2seq.config.training import (
     VALIDATION_AER,
     VALIDATION_LOSS,

@@ -1,78 +1,28 @@
-"""The config's sections about the text: the parallel corpora (`data`), their subword
-sampling, and the SentencePiece tokenizer (`tokenizer`)."""
+"""The config's section about the text: the parallel corpora (`data`), their languages,
+tags, weights and cleaning."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from seq2seq.config.corpora import (
+    CORPUS_FILE_SUFFIXES,
     Corpora,
     CorpusPair,
     CorpusSpec,
     DatasetCorpus,
     corpus_name,
+    corpus_path,
     describe_corpus,
     pair_name,
 )
 from seq2seq.config.filters import FiltersConfig
 from seq2seq.config.languages import SourceTags, target_tag
 from seq2seq.config.section import Section
-
-SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")  # the tokenizer's own: no symbol's
-WORD_MARK = "\u2581"  # SentencePiece's "▁"
-
-
-def check_symbol(value: str) -> str:
-    """A piece a user names (a tag, a user symbol): some text without whitespace, not one
-    of the tokenizer's special pieces."""
-    if not value or any(character.isspace() for character in value):
-        raise ValueError(f"{value!r} is not one piece: give some text without whitespace")
-    if value in SPECIAL_PIECES:
-        raise ValueError(f"{value} is a special piece of the tokenizer; name another")
-    if WORD_MARK in value:  # SentencePiece's mark of a word's start, in every word
-        raise ValueError(
-            f"{value} holds {WORD_MARK}, which starts every word's piece; name another"
-        )
-    return value
-
-
-Symbol = Annotated[str, AfterValidator(check_symbol)]
-
-
-class SubwordSamplingConfig(Section):
-    """Subword regularization: the training pairs in segmentations sampled from the
-    tokenizer, not its one best (docs/training.md)."""
-
-    alpha: float | None = Field(
-        None,
-        gt=0,
-        le=1,
-        description="null: off. unigram: the smoothing of the sampled segmentation's "
-        "probability (lower: more varied; 0.1 to 0.5 are usual); bpe: BPE-dropout's chance "
-        "of leaving out each merge (0.1 is usual)",
-    )
-    nbest: int = Field(
-        -1,
-        ge=-1,
-        description="unigram: sample among the N best segmentations (N >= 2), -1: among all",
-    )
-    segmentations: int = Field(
-        8,
-        ge=1,
-        le=1000,
-        description="sampled segmentations of the training corpora, prepared once and kept; "
-        "epoch e trains on number e mod this",
-    )
-
-    @field_validator("nbest")
-    @classmethod
-    def _more_than_one(cls, value: int) -> int:
-        if value in (0, 1):
-            raise ValueError("sampling among the 1 best is no sampling; give -1 (all) or 2 or more")
-        return value
+from seq2seq.config.tokenizer import SubwordSamplingConfig, Symbol
 
 
 class DataConfig(Section):
@@ -98,7 +48,7 @@ class DataConfig(Section):
         None,
         description="how often an epoch holds each training corpus's pairs, one weight per "
         "data.train corpus: 3 = each pair three times, 0.5 = a random half drawn anew each "
-        "epoch (default: 1 each)",
+        "epoch (default: 1 each); with data.temperature, the sizes it samples by",
     )
     temperature: float | None = Field(
         None,
@@ -207,6 +157,11 @@ class DataConfig(Section):
         """`valid` as a list, one corpus or several."""
         return list(self.valid) if isinstance(self.valid, list) else [self.valid]
 
+    @property
+    def valid_pairs(self) -> list[str]:
+        """The pair of each validation corpus, as validation names it (fr-en)."""
+        return [pair_name(self.pair(corpus)) for corpus in self.valid_corpora]
+
     def pair(self, corpus: CorpusSpec) -> tuple[str, str]:
         """The languages of a corpus: its entry's, else data.src and data.tgt."""
         own = corpus if isinstance(corpus, CorpusPair) else CorpusPair()
@@ -304,6 +259,25 @@ class DataConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _a_tsv_file_one_way(self) -> DataConfig:
+        """A TSV file's columns are its source and its target, whatever languages an entry
+        names: one file is one pair (prefix files and JSON lines, read by language, serve
+        several)."""
+        seen: dict[str, tuple[str, str]] = {}
+        for _, corpus, where in self._entries():
+            path = "" if isinstance(corpus, DatasetCorpus) else corpus_path(corpus)
+            if not path.endswith(CORPUS_FILE_SUFFIXES["tsv"]):
+                continue
+            pair, first = self.pair(corpus), seen.setdefault(path, self.pair(corpus))
+            if pair != first:
+                raise ValueError(
+                    f"{where}: {path} is read as {pair_name(first)} and as {pair_name(pair)}, "
+                    "and a TSV file's columns are the source and the target in that order: "
+                    "give each way a file of its own (or prefix files, which serve both)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _tags_apart(self) -> DataConfig:
         own = {target_tag(language): language for language in self.source_tags.targets}
         clash = next((tag for tag in self.tag_names if tag in own), None)
@@ -325,7 +299,7 @@ class DataConfig(Section):
 
     @model_validator(mode="after")
     def _one_validation_set_a_pair(self) -> DataConfig:
-        pairs = [pair_name(self.pair(corpus)) for corpus in self.valid_corpora]
+        pairs = self.valid_pairs
         twice = next((pair for pair in pairs if pairs.count(pair) > 1), None)
         if twice is not None:
             raise ValueError(
@@ -375,38 +349,3 @@ class DataConfig(Section):
                 "overwrite each other in test/: rename one (a dataset by its `name`)"
             )
         return self
-
-
-class TokenizerConfig(Section):
-    type: Literal["sentencepiece"] = Field("sentencepiece", description="the tokenizer library")
-    model_type: Literal["bpe", "unigram"] = Field("bpe", description="SentencePiece's algorithm")
-    vocab_size: int = Field(8000, ge=8, description="pieces per vocabulary")
-    joint: bool = Field(True, description="one vocabulary for both languages; false: one each")
-    character_coverage: float = Field(
-        1.0, gt=0, le=1, description="share of characters covered; rarer ones become <unk>"
-    )
-    byte_fallback: bool = Field(
-        False,
-        description="a character outside the vocabulary becomes its UTF-8 bytes (256 pieces "
-        "of the vocabulary), not <unk>, and translations can write it",
-    )
-    user_symbols: list[Symbol] = Field(
-        default_factory=list,
-        description="pieces kept whole wherever they occur, never split (data.tags's tags "
-        "are added here)",
-    )
-
-    @field_validator("user_symbols")
-    @classmethod
-    def _each_once(cls, symbols: list[str]) -> list[str]:
-        twice = next((symbol for symbol in symbols if symbols.count(symbol) > 1), None)
-        if twice is not None:
-            raise ValueError(f"{twice} is given twice; give each symbol once")
-        return symbols
-
-    model: str | None = Field(
-        None,
-        description="use this SentencePiece model instead of training one: a .model file (both "
-        "sides), or a directory with joint.model or src.model and tgt.model; model_type, "
-        "vocab_size, character_coverage, byte_fallback and user_symbols are then not read",
-    )

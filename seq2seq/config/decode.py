@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveInt, ValidationError, model_validator
 
-from seq2seq.config.data import Symbol
 from seq2seq.config.section import Section
+from seq2seq.config.tokenizer import Symbol
 
 # Wider beams find no better translations (they grow shorter) and cost memory in
 # proportion: a beam of 100,000 took 5 GB for one line.

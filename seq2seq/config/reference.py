@@ -141,8 +141,8 @@ def markdown() -> str:
         parts.append("|---|---|---|---|\n")
         for row in rows:
             default = "required" if row.default is REQUIRED else f"`{yaml_value(row.default)}`"
-            cell = row.description.replace("|", "\\|")
-            parts.append(f"| `{row.path}` | {default} | {row.allowed} | {cell} |\n")
+            cells = (row.allowed.replace("|", "\\|"), row.description.replace("|", "\\|"))
+            parts.append(f"| `{row.path}` | {default} | {cells[0]} | {cells[1]} |\n")
     return "".join(parts)
 
 

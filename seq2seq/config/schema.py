@@ -8,11 +8,11 @@ from typing import Any
 import yaml
 from pydantic import Field, model_validator
 
-from seq2seq.config.corpora import pair_name
-from seq2seq.config.data import DataConfig, TokenizerConfig
+from seq2seq.config.data import DataConfig
 from seq2seq.config.decode import DecodeConfig
 from seq2seq.config.model import ModelConfig
 from seq2seq.config.section import Section
+from seq2seq.config.tokenizer import TokenizerConfig
 from seq2seq.config.training import VALIDATION_AER, TrainConfig, metric_of
 
 
@@ -113,7 +113,7 @@ class Config(Section):
     def _metric_of_a_validated_pair(self) -> Config:
         metric = self.train.metric
         pair, _, alone = metric.rpartition("/")
-        pairs = [pair_name(self.data.pair(corpus)) for corpus in self.data.valid_corpora]
+        pairs = self.data.valid_pairs
         if pair and len(pairs) == 1:
             raise ValueError(
                 f"train.metric {metric} names the pair {pair}, and data.valid has one corpus, "

@@ -186,7 +186,9 @@ class TrainConfig(Section):
         "the attention's alignment error rate against gold links (needs "
         "data.valid_alignments); with several validation corpora, their mean, or one "
         "pair's as PAIR/METRIC (fr-en/bleu)",
-        json_schema_extra=lambda schema: schema.update(enum=selection_metrics()),
+        json_schema_extra=lambda schema: schema.update(
+            pattern=f"^([^/]+/)?({'|'.join(selection_metrics())})$"  # METRIC or PAIR/METRIC
+        ),
     )
     test_checkpoint: Literal["best", "last", "average"] = Field(
         "best",

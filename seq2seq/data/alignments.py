@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from seq2seq.config.data import WORD_MARK
+from seq2seq.config.tokenizer import WORD_MARK
 from seq2seq.data.corpus import read_lines
 from seq2seq.errors import UserError
 

@@ -203,14 +203,13 @@ def _target_language(teachers: Teachers, language: str) -> str | None:
     """The tgt_lang that makes the teacher translate into `language`: the language, for a
     teacher trained into several; else None (one line where it translates into another)."""
     tags = RunDir(teachers.runs[0]).load_config().data.source_tags
-    if tags.targets:
-        return language
-    if tags.languages and language not in tags.languages:
+    into = tags.targets or tags.languages  # a teacher with target tags is asked for those
+    if into and language not in into:
         raise UserError(
-            f"the teacher {teachers.runs[0]} translates into {', '.join(tags.languages)}, and "
+            f"the teacher {teachers.runs[0]} translates into {', '.join(into)}, and "
             f"the student's corpus into {language}: distill with a teacher of its language"
         )
-    return None
+    return language if tags.targets else None
 
 
 _TEACHER: Translator | None = None  # the process's teacher (`_load_teacher`)

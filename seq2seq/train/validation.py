@@ -160,7 +160,8 @@ class Validator:
         model.train(was_training)
         if len(self.sets) == 1:
             return ValidationResult(losses[""], scores[""], hypotheses, maps, attention, alignment)
-        mean = {key: statistics.fmean(s[key] for s in scores.values()) for key in scores[name]}
+        keys = next(iter(scores.values()))  # every set has the same metrics
+        mean = {key: statistics.fmean(s[key] for s in scores.values()) for key in keys}
         each = {f"{pair}/{key}": value for pair, s in scores.items() for key, value in s.items()}
         loss = statistics.fmean(losses.values())
         return ValidationResult(loss, mean | each, hypotheses, maps, attention, None, losses)

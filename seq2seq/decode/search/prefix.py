@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from seq2seq.config.data import WORD_MARK  # a piece that starts with it starts a word
+from seq2seq.config.tokenizer import WORD_MARK  # a piece that starts with it starts a word
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
 
 FREE = -1  # in `Prefixes.steps`: the row chooses freely
