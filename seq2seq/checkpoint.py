@@ -248,7 +248,13 @@ def model_weights(state: Any, path: Path, merged: bool = True) -> dict[str, torc
             f"checkpoint {path} holds LoRA adapters of {base_path}, which is gone; "
             "put the run's checkpoints/ back whole"
         )
-    base = model_weights(load_checkpoint(base_path), base_path)
+    base_state = load_checkpoint(base_path)
+    if isinstance(base_state, dict) and "lora" in base_state:
+        raise UserError(
+            f"checkpoint {path} names {base_path} as its base, which holds adapters itself; "
+            "put the run's own base.pt back"
+        )
+    base = model_weights(base_state, base_path)
     return merged_weights(base, weights, adapters["scale"]) if merged else base | weights
 
 

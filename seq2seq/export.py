@@ -269,7 +269,7 @@ With CTranslate2 alone (Python), the SentencePiece models are in `{TOKENIZER}/`:
     result = translator.translate_batch(pieces, beam_size=5)
     print(sp.decode(result[0].hypotheses[0]))
 
-(A run with separate vocabularies has `src.model` and `tgt.model` instead of
-`joint.model`: encode with the first, decode with the second.) `{SETTINGS}` holds the
-run's decoding settings.
+(A run with separate vocabularies, or an imported one, has `src.model` and `tgt.model`
+instead of `joint.model`: encode with the first, decode with the second.) `{SETTINGS}`
+holds the run's decoding settings.
 {tagged}"""

@@ -23,17 +23,21 @@ from typing import Any
 
 import torch
 import yaml
+from pydantic import ValidationError
 from torch import Tensor
 
 from seq2seq.checkpoint import RunDir, save_checkpoint
-from seq2seq.config import Config
+from seq2seq.config import Config, describe_validation_error
 from seq2seq.data.tokenizer import SETTINGS, SRC_MODEL, TGT_MODEL, Tokenizer
 from seq2seq.data.vocabulary import SPECIALS, VOCABULARY
 from seq2seq.errors import UserError
 from seq2seq.files import publish_directory
 from seq2seq.models import build_model
 
-NEVER = -1e9  # the logit bias of <pad> and <s>: never written (a finite "minus infinity")
+# The logit bias of <pad> and <s>, never written: a "minus infinity" that float16 holds
+# (its largest is 65,504) and that label smoothing's mean over the vocabulary, which counts
+# every piece, barely notices when the imported model is fine-tuned (1e4 / V nats).
+NEVER = -1e4
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu"}
 FILES = ("config.json", "source.spm", "target.spm", "vocab.json")
 
@@ -49,9 +53,14 @@ def import_marian(source: Path, run_dir: Path, src: str, tgt: str) -> Config:
                 f"{source} has no {name}: not a Marian model in the Hugging Face format"
             )
     marian = json.loads((source / "config.json").read_text(encoding="utf-8"))
-    settings = _config(marian, src, tgt)
     vocab = json.loads((source / "vocab.json").read_text(encoding="utf-8"))
-    order = _id_order(vocab, marian)
+    try:
+        settings = _config(marian, src, tgt)
+        order = _id_order(vocab, marian)
+    except KeyError as missing:
+        raise UserError(
+            f"{source / 'config.json'} has no {missing}: not a whole Marian config"
+        ) from None
     by_id = _pieces_by_id(vocab)
     pieces = [*SPECIALS, *(by_id[number] for number in order[len(SPECIALS) :])]
     if run_dir.exists():
@@ -121,7 +130,7 @@ def _config(marian: dict, src: str, tgt: str) -> Config:
         "decoder_layers": marian["decoder_layers"],
         "norm": "post",
         "ffn_activation": activation,
-        "scale_embedding": bool(marian.get("scale_embedding", True)),
+        "scale_embedding": bool(marian.get("scale_embedding", False)),  # transformers' default
         "output_bias": True,
         "dropout": marian.get("dropout", 0.1),
         "tied_embeddings": True,
@@ -130,18 +139,25 @@ def _config(marian: dict, src: str, tgt: str) -> Config:
         "self_attention": {"type": "scaled-dot", "heads": heads, "bias": True},
     }
     data = {"src": src, "tgt": tgt, "train": "imported", "valid": "imported"}
+    # Translation reads sources of up to 2 x max_len pieces (and their </s>): Marian's own
+    # limit, its position table.
+    data["max_len"] = (marian.get("max_position_embeddings", 512) - 1) // 2
     beam = {"beam": min(marian.get("num_beams") or 4, 16), "length_penalty": 1.0}
     # one vocabulary (a table) for both languages, segmented by a model each
     tokenizer = {"joint": True, "vocab_size": marian["vocab_size"] + 1}
-    return Config.model_validate(
-        {"name": "imported", "data": data, "model": model, "tokenizer": tokenizer, "decode": beam}
-    )
+    given = {"name": "imported", "data": data, "model": model, "tokenizer": tokenizer}
+    try:
+        return Config.model_validate(given | {"decode": beam})
+    except ValidationError as error:
+        problem = describe_validation_error(error)
+        raise UserError(f"this Marian model is none seq2seq builds ({problem})") from None
 
 
 def _activation(marian: dict) -> str:
     """This project's name of the model's activation, once every option is one this
     project has; one line naming the first that is not."""
-    activation = ACTIVATIONS.get(marian.get("activation_function", "swish"))
+    activation = ACTIVATIONS.get(marian.get("activation_function", "gelu"))  # transformers'
+
     lacking = {
         "heads that differ between encoder and decoder": (
             marian["encoder_attention_heads"] != marian["decoder_attention_heads"]
@@ -156,6 +172,12 @@ def _activation(marian: dict) -> str:
             not marian.get("share_encoder_decoder_embeddings", True)
         ),
         "pre-norm layers (normalize_before)": marian.get("normalize_before", False),
+        "an output layer of its own (tie_word_embeddings false)": (
+            not marian.get("tie_word_embeddings", True)
+        ),
+        "a decoder that starts from another token than <pad> (decoder_start_token_id)": (
+            marian.get("decoder_start_token_id", marian["pad_token_id"]) != marian["pad_token_id"]
+        ),
         f"the activation {marian.get('activation_function')!r}": activation is None,
     }
     found = next((what for what, present in lacking.items() if present), None)
@@ -243,6 +265,10 @@ def _load(
     shared = weights.get("model.shared.weight", weights.get("model.encoder.embed_tokens.weight"))
     if shared is None:
         raise UserError("the weights hold no embeddings (model.shared.weight): not a Marian model")
+    output = weights.get("lm_head.weight")
+    if output is not None and not torch.equal(output, shared):
+        own = "an output layer of its own (lm_head), not its embeddings"
+        raise UserError(f"this Marian model has {own}, which seq2seq has no equivalent of")
     embedding = shared[ids][:, dims]
     bias = weights.get("final_logits_bias", torch.zeros(1, len(order) - 1))[0][ids].clone()
     bias[[0, 2]] = NEVER

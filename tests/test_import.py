@@ -14,6 +14,7 @@ from seq2seq.data.padded_batches import make_batch
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 from seq2seq.importing import import_marian
+from seq2seq.train.loss import token_cross_entropy
 
 transformers = pytest.importorskip(
     "transformers", reason="transformers (the dev extra) builds the Marian model"
@@ -119,6 +120,11 @@ def test_the_logits_are_transformers_logits(marian, imported, toy):
     torch.testing.assert_close(
         ours[kept][:, words], found[kept][:, marian_id[words]], rtol=1e-5, atol=1e-5
     )
+    # Fine-tuning it: half precision holds the two banned pieces' bias, and label
+    # smoothing's mean over every piece (0.1 x their -log p / V a token) stays finite.
+    assert torch.isfinite(translator.model.output.bias.half()).all()
+    plain, smoothed = (token_cross_entropy(ours, batch.tgt_out, e) for e in (0.0, 0.1))
+    assert (smoothed - plain) / kept.sum() < 0.1 * (2 * 1e4 / len(pieces) + 20)
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -153,9 +159,18 @@ def test_what_import_cannot_read_is_one_line_each(marian, tmp_path):
     (source / "config.json").write_text(json.dumps(config | {"model_type": "bart"}))
     with pytest.raises(UserError, match="model_type 'bart': seq2seq import reads Marian"):
         import_marian(source, tmp_path / "b", "src", "tgt")
-    (source / "config.json").write_text(json.dumps(config | {"activation_function": "tanh"}))
-    with pytest.raises(UserError, match="has the activation 'tanh', which seq2seq has no"):
-        import_marian(source, tmp_path / "c", "src", "tgt")
+    for changed, error in [
+        ({"activation_function": "tanh"}, "has the activation 'tanh', which seq2seq has no"),
+        ({"tie_word_embeddings": False}, r"an output layer of its own \(tie_word_embeddings"),
+        ({"decoder_start_token_id": 3}, "a decoder that starts from another token than <pad>"),
+        ({"decoder_attention_heads": None}, "config.json has no 'decoder_attention_heads'"),
+        ({"encoder_attention_heads": 3, "decoder_attention_heads": 3}, "none seq2seq builds"),
+    ]:
+        shown = config | changed
+        shown = {k: v for k, v in shown.items() if v is not None}  # None: the key left out
+        (source / "config.json").write_text(json.dumps(shown))
+        with pytest.raises(UserError, match=error):
+            import_marian(source, tmp_path / "c", "src", "tgt")
     (source / "config.json").write_text(json.dumps(config))
     vocab = json.loads((source / "vocab.json").read_text())
     del vocab[next(p for p in vocab if p not in ("</s>", "<unk>", "<pad>"))]

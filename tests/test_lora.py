@@ -2,6 +2,8 @@
 compute the same, checkpoints hold the adapters and name their base, translation reads
 the merged weights, a resumed run equals a straight one, and bad settings are one line."""
 
+import shutil
+
 import pytest
 import torch
 from cli_helpers import train, train_straight_and_resumed
@@ -87,6 +89,9 @@ def test_a_lora_run_keeps_its_adapters_resumes_exactly_and_translates_merged(
     loaded = Translator.load(straight).model.state_dict()
     assert all(torch.equal(loaded[k], expected[k]) for k in loaded)
     assert any(not torch.equal(expected[k], base[k]) for k in base)  # it learned something
+    shutil.copyfile(straight / "checkpoints/best.pt", straight / "checkpoints/base.pt")
+    with pytest.raises(UserError, match="as its base, which holds adapters itself"):
+        Translator.load(straight)
 
 
 def test_bad_lora_settings_are_one_line_each(toy, trained, tmp_path, capsys):
@@ -97,6 +102,9 @@ def test_bad_lora_settings_are_one_line_each(toy, trained, tmp_path, capsys):
         config_from_dict({"data": data, "train": {"lora": {"rank": 2}}})
     with pytest.raises(UserError, match="train.lora.rank = 0: Input should be greater than"):
         config_from_dict({"data": data, "train": {"lora": {"rank": 0}, "init_from": "r"}})
+    twice = {"lora": {"targets": ["q", "q"]}, "init_from": "r"}
+    with pytest.raises(UserError, match="a target is given twice; give each once"):
+        config_from_dict({"data": data, "train": twice})
     no_ffn = ["train.lora={targets: [ffn]}", f"train.init_from={trained}"]  # an RNN
     assert train(toy, tmp_path / "run", *no_ffn) == 2
     assert "train.lora.targets: ffn adapts feed_forward.0 or feed_forward.3, and this model" in (

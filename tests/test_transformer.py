@@ -159,7 +159,7 @@ def test_a_gated_feed_forward_has_the_parameters_of_an_ungated_one():
     gated = tiny(ffn_activation="swiglu").encoder_layers[0].feed_forward
     assert gated.gated and gated.expand.out_features == 2 * 21  # 2/3 of 32, rounded down
     assert abs(count(gated) - count(relu)) <= 3 * 16
-    assert ModelConfig(ffn_activation="swish").ffn_activation == "silu"
+    assert ModelConfig(arch="transformer", ffn_activation="swish").ffn_activation == "silu"
     rms = tiny(norm_type="rmsnorm").encoder_layers[0].attention_block.norm
     assert isinstance(rms, torch.nn.RMSNorm) and tiny(scale_embedding=False).src_embed.scale == 1
 
@@ -183,3 +183,6 @@ def test_biases_output_bias_and_final_norms_are_where_the_config_says():
     assert "no norm after post-norm layers" in unexportable(cfg)
     with pytest.raises(UserError, match="bahdanau attention with one head has no multi-head"):
         config_from_dict({"data": data, "model": {"attention": {"bias": True}}})
+    for option in ({"output_bias": True}, {"norm_type": "rmsnorm"}, {"ffn_activation": "gelu"}):
+        with pytest.raises(UserError, match="is the Transformer's, and the RNN has no such"):
+            config_from_dict({"data": data, "model": {"arch": "rnn", **option}})

@@ -201,6 +201,19 @@ class ModelConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _transformer_options_of_a_transformer(self) -> ModelConfig:
+        """The Transformer's block options (models/blocks.py), refused where the RNN would
+        leave them unread (older Transformer-only fields stay allowed: old configs load)."""
+        fields = type(self).model_fields
+        for name in ("norm_type", "ffn_activation", "scale_embedding", "final_norm", "output_bias"):
+            if self.arch == "rnn" and getattr(self, name) != fields[name].default:
+                raise ValueError(
+                    f"{name}={getattr(self, name)} is the Transformer's, and the RNN has no "
+                    "such part: remove it or set arch: transformer"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _hard_attention_fits(self) -> ModelConfig:
         """Hard attention in `attention` only, its estimator resolved for the architecture
         where it is null, and what the architecture cannot compute refused."""

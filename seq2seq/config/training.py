@@ -102,6 +102,13 @@ class LoraConfig(Section):
         "feed-forward layers",
     )
 
+    @field_validator("targets")
+    @classmethod
+    def _each_once(cls, targets: list[str]) -> list[str]:
+        if len(set(targets)) < len(targets):
+            raise ValueError("a target is given twice; give each once")
+        return targets
+
 
 class OptimizerConfig(Section):
     name: Literal["adam", "adamw"] = Field("adam", description="adamw: decoupled weight decay")

@@ -240,7 +240,8 @@ class TransformerSeq2Seq(Seq2Seq):
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         self.alignment_layer = cfg.alignment_layer % cfg.decoder_layers
         self.set_alignment_heads(cfg)
-        # Pre-norm leaves each stack's output unnormalised: one final norm per stack.
+        # A final norm per stack where `final_norms` says (pre-norm leaves each stack's
+        # output unnormalised; post-norm ends in one, unless a model adds its own).
         self.encoder_norm = make_norm(cfg) if cfg.final_norms else nn.Identity()
         self.decoder_norm = make_norm(cfg) if cfg.final_norms else nn.Identity()
         self.output = nn.Linear(dim, tgt_vocab, bias=cfg.output_bias)
