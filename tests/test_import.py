@@ -11,6 +11,7 @@ import torch
 from cli_helpers import run_cli
 
 from seq2seq.data.padded_batches import make_batch
+from seq2seq.data.vocabulary import read_table
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 from seq2seq.importing import import_marian
@@ -210,3 +211,10 @@ def test_a_vocabulary_that_disagrees_with_its_models_is_one_line(marian, tmp_pat
     with pytest.raises(UserError, match=f"does not hold the piece '{renamed}' of the Senten"):
         import_marian(source, tmp_path / "run", "src", "tgt")
     assert not (tmp_path / "run").exists()  # nothing half-written
+
+
+def test_a_table_with_a_piece_twice_is_one_line(tmp_path):
+    table = tmp_path / "vocab.json"
+    table.write_text(json.dumps(["<pad>", "<unk>", "<s>", "</s>", "▁a", "b", "▁a"]))
+    with pytest.raises(UserError, match="the piece '▁a' is in it twice; give each piece one id"):
+        read_table(table)

@@ -8,16 +8,18 @@ other ids has its rows reordered to these (`seq2seq import`)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import sentencepiece as spm
 
+from seq2seq.config.tokenizer import SPECIAL_PIECES
 from seq2seq.errors import UserError
 
 VOCABULARY = "vocab.json"  # the table's file in a tokenizer directory
-SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")  # ids 0 to 3
-UNKNOWN = 1
+SPECIALS = SPECIAL_PIECES  # the table's first pieces: ids 0 to 3
+UNKNOWN = SPECIALS.index("<unk>")
 
 
 class TabledProcessor:
@@ -28,9 +30,7 @@ class TabledProcessor:
     def __init__(self, model: spm.SentencePieceProcessor, pieces: list[str]) -> None:
         self.model = model
         self.pieces = pieces
-        self.ids: dict[str, int] = {}
-        for number, piece in enumerate(pieces):
-            self.ids.setdefault(piece, number)  # a piece twice (<pad> as <s>): the first
+        self.ids: dict[str, int] = {piece: number for number, piece in enumerate(pieces)}
         self.table = json.dumps(pieces).encode()  # what the tokenizer's fingerprint adds
 
     def encode(self, lines: Any, out_type: type = int, **options: Any) -> Any:
@@ -69,6 +69,9 @@ def read_table(path: Path) -> list[str]:
         raise UserError(f"{path}: not a readable vocabulary table ({error})") from None
     if not isinstance(pieces, list) or not all(isinstance(piece, str) for piece in pieces):
         raise UserError(f"{path}: expected a JSON list of pieces, in id order")
+    twice = next((piece for piece, count in Counter(pieces).items() if count > 1), None)
+    if twice is not None:
+        raise UserError(f"{path}: the piece {twice!r} is in it twice; give each piece one id")
     if tuple(pieces[: len(SPECIALS)]) != SPECIALS:
         raise UserError(
             f"{path}: its first pieces are {pieces[: len(SPECIALS)]}, expected {list(SPECIALS)} "
