@@ -294,19 +294,17 @@ def test_decoding_step_by_step_and_in_beams_equals_teacher_forcing(arch, name):
         assert torch.all(weights[2, ..., 2:] == 0)
 
 
-@pytest.mark.parametrize(
-    "arch, name", [("rnn", "entmax"), ("transformer", "entmax"), ("transformer", "sparsemax")]
-)
-def test_a_sparse_run_resumes_exactly_translates_and_is_inspected(
-    toy, tmp_path, capsys, arch, name
-):
-    sets = [f"model.arch={arch}", "model.ff_dim=32", f"model.attention.normalizer={name}",
+# entmax, whose learned alpha a resumed run must restore; sparsemax's zeros are inspected in
+# the same way, and it learns in both architectures (test_every_normalizer_learns_...).
+@pytest.mark.parametrize("arch", ["rnn", "transformer"])
+def test_a_sparse_run_resumes_exactly_translates_and_is_inspected(toy, tmp_path, capsys, arch):
+    sets = [f"model.arch={arch}", "model.ff_dim=32", "model.attention.normalizer=entmax",
             "model.attention.type=general"]  # fmt: skip
     if arch == "transformer":
-        sets.append(f"model.self_attention.normalizer={name}")
+        sets.append("model.self_attention.normalizer=entmax")
     straight, resumed = train_straight_and_resumed(toy, tmp_path, *sets, steps=4, stop=2)
     a, b = parameters(straight), parameters(resumed)
-    assert any("alpha_logit" in k for k in a) == (name == "entmax")
+    assert any("alpha_logit" in k for k in a)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
     source = tmp_path / "in.txt"
@@ -321,4 +319,4 @@ def test_a_sparse_run_resumes_exactly_translates_and_is_inspected(
                    "--json") == 0  # fmt: skip
     sites = json.loads(capsys.readouterr().out)["sites"]
     assert all(0 < site["mean"]["zeros"] < 1 for site in sites.values())
-    assert all(("alpha" in site["mean"]) == (name == "entmax") for site in sites.values())
+    assert all("alpha" in site["mean"] for site in sites.values())

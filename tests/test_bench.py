@@ -30,17 +30,20 @@ def test_train_measures_one_consistent_row(toy, bench_row, capsys):
     )
 
 
-def test_data_prints_preparation_memory_and_first_updates(toy, tmp_path):
+def test_data_prints_preparation_memory_and_first_updates(
+    toy, tmp_path, load_script, monkeypatch, capsys
+):
     """A small synthetic corpus in one training process: every figure there (two torchrun
     ranks would cost some 15 CPU seconds more; tests/test_distributed.py trains under
-    torchrun)."""
-    command = [sys.executable, str(SCRIPTS / "bench.py"), "data", "--pairs", "500",
-               "--work", str(tmp_path), "--config", str(toy / "run.yaml"),
-               "--source", str(toy / "data/train"), "--set", "train.threads=1",
-               "--ranks", "1"]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    torchrun). bench.py runs in this process; the commands it measures, in their own."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))  # where bench.py finds its parts
+    argv = ["bench.py", "data", "--pairs", "500", "--work", str(tmp_path),
+            "--config", str(toy / "run.yaml"), "--source", str(toy / "data/train"),
+            "--set", "train.threads=1", "--ranks", "1"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    load_script("bench").main()
+    out = capsys.readouterr().out
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     prepare, data, one = lines
     assert prepare["measure"] == "prepare" and prepare["pairs"] == 500
     assert prepare["seconds"] > 0 and prepare["peak_rss_mb"] > 0
@@ -129,16 +132,20 @@ def test_compare_decoding_finds_the_first_line_that_differs(load_script):
     assert compare.first_difference(b"a\n", b"a\nb\n") == 1  # one output is longer
 
 
-def test_compare_decoding_runs_a_strategy_with_both_checkouts(trained, toy, tmp_path):
+def test_compare_decoding_runs_a_strategy_with_both_checkouts(
+    trained, toy, tmp_path, load_script, monkeypatch, capsys
+):
     """This checkout against itself: a strategy's command, with a file made from the
-    references, runs with both and agrees."""
-    command = [sys.executable, str(SCRIPTS / "compare_decoding.py"), "--base", str(SCRIPTS.parent),
-               "--run", str(trained), "--input", str(toy / "data/test.src"),
-               "--ref", str(toy / "data/test.tgt"), "--limit", "4",
-               "--strategy", "prefixes", "--work", str(tmp_path)]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    references, runs with both and agrees (the script here, the commands in their own
+    processes)."""
+    argv = ["compare_decoding.py", "--base", str(SCRIPTS.parent), "--run", str(trained),
+            "--input", str(toy / "data/test.src"), "--ref", str(toy / "data/test.tgt"),
+            "--limit", "4", "--strategy", "prefixes", "--work", str(tmp_path)]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as ended:
+        load_script("compare_decoding").main()
+    assert ended.value.code == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(row["strategy"], row["identical"], row["lines"]) for row in rows] == [
         ("prefixes", True, 4)
     ]
