@@ -17,10 +17,6 @@ from seq2seq.errors import UserError
 from seq2seq.importing import import_marian
 from seq2seq.train.loss import token_cross_entropy
 
-transformers = pytest.importorskip(
-    "transformers", reason="transformers (the dev extra) builds the Marian model"
-)
-
 
 def train_spm(lines: list[str], prefix) -> spm.SentencePieceProcessor:
     spm.SentencePieceTrainer.train(
@@ -58,6 +54,10 @@ def learn_the_toy_task(model, toy, models: dict, vocab: dict) -> None:
 @pytest.fixture(scope="module")
 def marian(toy, tmp_path_factory):
     """A Marian model as OPUS-MT ships one, and its transformers model."""
+    # imported here, not with the module: every test worker collects this file
+    transformers = pytest.importorskip(
+        "transformers", reason="transformers (the dev extra) builds the Marian model"
+    )
     root = tmp_path_factory.mktemp("marian")
     models = {}
     for side, name in (("src", "source"), ("tgt", "target")):
