@@ -294,8 +294,8 @@ def test_decoding_step_by_step_and_in_beams_equals_teacher_forcing(arch, name):
         assert torch.all(weights[2, ..., 2:] == 0)
 
 
-# entmax, whose learned alpha a resumed run must restore; sparsemax's zeros are inspected in
-# the same way, and it learns in both architectures (test_every_normalizer_learns_...).
+# entmax: exact zeros, and a learned alpha that a resumed run must restore (sparsemax has
+# no state to restore; it learns in both architectures in test_every_normalizer_learns_...).
 @pytest.mark.parametrize("arch", ["rnn", "transformer"])
 def test_a_sparse_run_resumes_exactly_translates_and_is_inspected(toy, tmp_path, capsys, arch):
     sets = [f"model.arch={arch}", "model.ff_dim=32", "model.attention.normalizer=entmax",
