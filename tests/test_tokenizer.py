@@ -198,9 +198,15 @@ def test_an_existing_directory_of_separate_models(separate, toy, tmp_path) -> No
     assert not (tmp_path / "other").exists()
 
 
-def test_unusable_existing_models_are_refused(toy, tmp_path) -> None:
+def test_unusable_existing_models_are_refused(joint, toy, tmp_path) -> None:
     with pytest.raises(UserError, match="nowhere: no such file or directory"):
         copy_tokenizer(TokenizerConfig(model=str(tmp_path / "nowhere")), tmp_path / "t")
+    tabled = tmp_path / "tabled"
+    tabled.mkdir()
+    shutil.copyfile(joint[1] / "joint.model", tabled / "joint.model")
+    (tabled / "vocab.json").write_text('["<pad>", "<unk>", "<s>", "</s>"]')
+    with pytest.raises(UserError, match="vocab.json numbers the pieces of src.model and"):
+        copy_tokenizer(TokenizerConfig(model=str(tabled)), tmp_path / "t")
     # SentencePiece's own defaults: unk 0, bos 1, eos 2 and no pad.
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(toy["train.src"]),

@@ -338,6 +338,12 @@ def copy_tokenizer(cfg: TokenizerConfig, directory: Path) -> Tokenizer:
             f".model file, or a directory with {JOINT_MODEL} or {SRC_MODEL} and {TGT_MODEL}"
         )
     own_ids = not (source / VOCABULARY).is_file()  # else its table numbers the pieces
+    if not own_ids and JOINT_MODEL in models:
+        raise UserError(
+            f"tokenizer.model {source}: {VOCABULARY} numbers the pieces of {SRC_MODEL} and "
+            f"{TGT_MODEL}, and the directory has {JOINT_MODEL}: give those two beside it, or "
+            f"remove {VOCABULARY}"
+        )
     loaded = {name: _load_model(path, own_ids) for name, path in models.items()}
     joint = JOINT_MODEL in models or not own_ids  # a table: one vocabulary for both sides
     if cfg.joint != joint:
