@@ -121,11 +121,8 @@ def load(named: list[str], metric: str) -> tuple[list[Direction], list[str], lis
     first = next(iter(reports.values()))
     shared = set.intersection(*({cell_of(row) for row in r} for r in reports.values()))
     cells = [cell_of(row) for row in first if cell_of(row) in shared]
-    tests = [
-        t
-        for t in test_sets(first, metric)
-        if all(t in test_sets(r, metric) for r in reports.values())
-    ]
+    everywhere = set.intersection(*(set(test_sets(r, metric)) for r in reports.values()))
+    tests = [t for t in test_sets(first, metric) if t in everywhere]
     if len(cells) < 2 or not tests:
         raise SystemExit("the sweeps share fewer than two cells or no test set: nothing to compare")
     return [direction(n, rows, cells, tests, metric) for n, rows in reports.items()], cells, tests

@@ -28,8 +28,9 @@ from torch import Tensor
 
 from seq2seq.checkpoint import RunDir, save_checkpoint
 from seq2seq.config import Config, describe_validation_error
+from seq2seq.config.tokenizer import SPECIAL_PIECES
 from seq2seq.data.tokenizer import SETTINGS, SRC_MODEL, TGT_MODEL, Tokenizer
-from seq2seq.data.vocabulary import SPECIALS, VOCABULARY
+from seq2seq.data.vocabulary import VOCABULARY
 from seq2seq.errors import UserError
 from seq2seq.files import publish_directory
 from seq2seq.models import build_model
@@ -62,7 +63,7 @@ def import_marian(source: Path, run_dir: Path, src: str, tgt: str) -> Config:
             f"{source / 'config.json'} has no {missing}: not a whole Marian config"
         ) from None
     by_id = _pieces_by_id(vocab)
-    pieces = [*SPECIALS, *(by_id[number] for number in order[len(SPECIALS) :])]
+    pieces = [*SPECIAL_PIECES, *(by_id[number] for number in order[len(SPECIAL_PIECES) :])]
     if run_dir.exists():
         raise UserError(f"{run_dir} exists; pass a new --run-dir")
 

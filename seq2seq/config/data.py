@@ -268,7 +268,8 @@ class DataConfig(Section):
             path = "" if isinstance(corpus, DatasetCorpus) else corpus_path(corpus)
             if not path.endswith(CORPUS_FILE_SUFFIXES["tsv"]):
                 continue
-            pair, first = self.pair(corpus), seen.setdefault(path, self.pair(corpus))
+            pair = self.pair(corpus)
+            first = seen.setdefault(path, pair)
             if pair != first:
                 raise ValueError(
                     f"{where}: {path} is read as {pair_name(first)} and as {pair_name(pair)}, "

@@ -204,9 +204,11 @@ class ModelConfig(Section):
     def _transformer_options_of_a_transformer(self) -> ModelConfig:
         """The Transformer's block options (models/blocks.py), refused where the RNN would
         leave them unread (older Transformer-only fields stay allowed: old configs load)."""
+        if self.arch != "rnn":
+            return self
         fields = type(self).model_fields
         for name in ("norm_type", "ffn_activation", "scale_embedding", "final_norm", "output_bias"):
-            if self.arch == "rnn" and getattr(self, name) != fields[name].default:
+            if getattr(self, name) != fields[name].default:
                 raise ValueError(
                     f"{name}={getattr(self, name)} is the Transformer's, and the RNN has no "
                     "such part: remove it or set arch: transformer"

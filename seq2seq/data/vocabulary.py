@@ -18,8 +18,7 @@ from seq2seq.config.tokenizer import SPECIAL_PIECES
 from seq2seq.errors import UserError
 
 VOCABULARY = "vocab.json"  # the table's file in a tokenizer directory
-SPECIALS = SPECIAL_PIECES  # the table's first pieces: ids 0 to 3
-UNKNOWN = SPECIALS.index("<unk>")
+UNKNOWN = SPECIAL_PIECES.index("<unk>")  # the table's first pieces are ids 0 to 3
 
 
 class TabledProcessor:
@@ -72,9 +71,10 @@ def read_table(path: Path) -> list[str]:
     twice = next((piece for piece, count in Counter(pieces).items() if count > 1), None)
     if twice is not None:
         raise UserError(f"{path}: the piece {twice!r} is in it twice; give each piece one id")
-    if tuple(pieces[: len(SPECIALS)]) != SPECIALS:
+    first = pieces[: len(SPECIAL_PIECES)]
+    if tuple(first) != SPECIAL_PIECES:
         raise UserError(
-            f"{path}: its first pieces are {pieces[: len(SPECIALS)]}, expected {list(SPECIALS)} "
+            f"{path}: its first pieces are {first}, expected {list(SPECIAL_PIECES)} "
             "(this project's special ids)"
         )
     return pieces
