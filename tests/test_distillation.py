@@ -6,6 +6,9 @@ import json
 import logging
 import math
 import re
+import shutil
+import statistics
+import time
 from functools import partial
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from seq2seq.errors import UserError
 from seq2seq.train import distilled_corpus
 from seq2seq.train.distillation import distillation_loss
 from seq2seq.train.distilled_corpus import Teachers, distill, planned
+from seq2seq.train.trainer import Trainer
 
 TEACHER = [0.5, 0.2, 0.15, 0.1, 0.05]  # the teacher's distribution over 5 pieces
 
@@ -102,6 +106,65 @@ def test_bad_distillation_settings_are_one_line_each(distill, error):
         config_from_dict({"data": data, "train": {"distill": distill}})
 
 
+def test_a_teacher_it_cannot_follow_is_refused(toy, trained, tmp_path, capsys):
+    """One line each for a top_k over the target vocabulary, a teacher that reads other
+    tags before its sources (its config says so), a pair the teacher does not translate."""
+    big = [f"train.distill={{teachers: [{trained}], top_k: 500}}"]
+    tagged = tmp_path / "tagged"
+    shutil.copytree(trained, tagged, ignore=shutil.ignore_patterns("step-*", "last.pt"))
+    config = (tagged / "config.yaml").read_text()
+    (tagged / "config.yaml").write_text(config.replace("target_tags: null", "target_tags: true"))
+    cases = [
+        (big, "train.distill.top_k 500 is more than the 120 target pieces; give at most 120"),
+        (distilled(tagged, 0.5), "reads other tags before its sources than the student"),
+        (
+            [*distilled(trained, 0.5), "data.src=tgt", "data.tgt=src"],
+            f"is tgt-src, and the teacher {trained} translates from src into tgt: distill",
+        ),
+    ]
+    for settings, error in cases:
+        assert (
+            train(toy, tmp_path / "run", f"tokenizer.model={trained / 'tokenizer'}", *settings) == 2
+        )
+        err = capsys.readouterr().err
+        assert error in err.splitlines()[-1] and "Traceback" not in err, err
+
+
+def test_a_teacher_changed_under_a_resumed_run_is_noticed(toy, trained, tmp_path):
+    teacher = tmp_path / "teacher"
+    shutil.copytree(trained, teacher, ignore=shutil.ignore_patterns("step-*", "last.pt"))
+    assert train(toy, tmp_path / "run", *distilled(teacher, 0.5), "train.max_steps=2") == 0
+    best = teacher / "checkpoints/best.pt"
+    state = torch.load(best, weights_only=False)
+    name = next(iter(state["model"]))
+    state["model"][name] = state["model"][name] + 0.01
+    torch.save(state, best)
+    assert train(toy, tmp_path / "run", *distilled(teacher, 0.5), "train.max_steps=3") == 0
+    log = (tmp_path / "run/train.log").read_text()
+    assert "the teacher's checkpoint (train.distill) changed since this run started" in log
+
+
+def test_the_speed_and_the_teacher_s_share_leave_validations_out(
+    toy, trained, tmp_path, monkeypatch
+):
+    """A log line's tokens/s and teacher share are of the updates since the last line:
+    a validation between them (made slow here) is not in them."""
+    validate = Trainer.validate
+
+    def slow(self, board):
+        time.sleep(0.3)
+        validate(self, board)
+
+    monkeypatch.setattr(Trainer, "validate", slow)
+    budget = ["train.max_steps=6", "train.log_every=1", "train.valid_every=3"]
+    assert train(toy, tmp_path / "run", *distilled(trained, 0.5), *budget) == 0
+    log = (tmp_path / "run/train.log").read_text()
+    found = re.findall(r"step (\d) .* ([\d.]+) target tokens/s  teacher (\d+)% of", log)
+    speeds = {int(step): float(speed) for step, speed, _ in found}
+    assert len(speeds) == 6 and speeds[4] > 0.25 * statistics.median(speeds.values()), speeds
+    assert all(int(share) > 1 for *_, share in found), found
+
+
 def test_an_rnn_teaches_a_transformer(toy, trained, tmp_path):
     student = ["model.arch=transformer", "model.attention.type=multihead", "train.max_steps=2"]
     assert train(toy, tmp_path / "run", *distilled(trained, 0.5), *student) == 0
@@ -148,6 +211,21 @@ def test_a_distillation_cut_short_goes_on_to_the_same_corpus(toy, trained, tmp_p
     assert cut[0].prefix.name == straight[0].prefix.name  # named by what made it
 
 
+def test_each_dataset_is_distilled_apart_and_a_bad_pair_before_any(toy, trained, tmp_path):
+    """Two hub datasets (no files here to hash) get two corpora; a corpus of a pair the
+    teacher does not translate is refused before the first corpus is translated."""
+    data = {"src": "src", "tgt": "tgt", "valid": str(toy / "data/valid")}
+    hub = [{"dataset": f"org{n}/corpus", "columns": {"src": "a", "tgt": "b"}} for n in (1, 2)]
+    cfg = config_from_dict({"data": {**data, "train": hub}})
+    first, second = planned(cfg, Teachers((trained,)), tmp_path)
+    assert first.prefix != second.prefix
+    assert first.manifest["sources"]["dataset"] != second.manifest["sources"]["dataset"]
+    reverse = {"path": str(toy / "data/train"), "src": "tgt", "tgt": "src"}
+    cfg = config_from_dict({"data": {**data, "train": [str(toy / "data/train"), reverse]}})
+    with pytest.raises(UserError, match="data/train is tgt-src, and the teacher .* into tgt"):
+        planned(cfg, Teachers((trained,)), tmp_path)
+
+
 def test_distill_trains_the_student_on_the_teacher_s_translations(toy, trained, tmp_path, capsys):
     sources = (toy / "data/train.src").read_text().splitlines()
     common = ["--teacher", trained, "--beam", "1", "--out", tmp_path / "kd", toy / "run.yaml"]
@@ -173,6 +251,14 @@ def test_distill_trains_the_student_on_the_teacher_s_translations(toy, trained, 
         str(toy / "data/train"),
     ]
     assert data.weights == [1.0, 0.5] and (tmp_path / "run/test/scores.json").is_file()
+    capsys.readouterr()
+    # A weight data.weights refuses: refused before anything is translated.
+    other = ["--teacher", trained, "--beam", "2", "--out", tmp_path / "kd2", toy / "run.yaml"]
+    assert run_cli("distill", *other, "--original-weight", "0") == 2
+    err = capsys.readouterr().err
+    assert "--original-weight 0.0: config error: data.weights.1 = 0.0: " in err, err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "kd2").exists()
 
 
 def test_the_deployment_table_puts_each_run_against_the_teacher(load_script, trained, monkeypatch):

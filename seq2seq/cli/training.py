@@ -148,9 +148,10 @@ def distill(
     checkpoints = tuple(how.checkpoint or ["best"])
     teachers = Teachers(tuple(how.teachers), checkpoints, tuple(decode.items()))
     plan = planned(cfg, teachers, how.out)
+    # Checked before the translation: a bad student config costs no teacher time.
+    student = None if how.no_train else student_config(cfg, plan, how.original)
     distill(plan, teachers, how.jobs, setup_logging())
-    if not how.no_train:
-        student = student_config(cfg, plan, how.original)
+    if student is not None:
         run_training(student, run_dir or Path("runs") / cfg.name)
 
 

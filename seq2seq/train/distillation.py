@@ -12,9 +12,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from seq2seq.config import DistillConfig
+from seq2seq.checkpoint import RunDir
+from seq2seq.config import Config, CorpusSpec, DistillConfig, describe_corpus
+from seq2seq.data.prepared_corpus import file_sha256
 from seq2seq.data.tokenizer import PAD_ID, Tokenizer
-from seq2seq.decode.ensemble import load_models
+from seq2seq.decode.ensemble import load_models, pair_members
 from seq2seq.errors import UserError
 from seq2seq.models.base import Seq2Seq
 
@@ -41,9 +43,10 @@ class Teacher:
     """The teacher's model (one run, or an ensemble of several) and how its distribution
     enters the loss; it keeps the seconds its forward passes took, for the log."""
 
-    def __init__(self, model: Seq2Seq, settings: DistillConfig) -> None:
+    def __init__(self, model: Seq2Seq, settings: DistillConfig, identity: list[str]) -> None:
         self.model = model.eval()
         self.settings = settings
+        self.identity = identity  # the checkpoint files' SHA-256, checked on a resume
         self.seconds = 0.0  # since `take_seconds` last read them
 
     @torch.no_grad()
@@ -71,22 +74,63 @@ class Teacher:
         return f"  teacher {100 * share:.0f}% of the time"
 
 
-def load_teacher(settings: DistillConfig, tokenizer: Tokenizer, device: torch.device) -> Teacher:
-    """The teacher of `settings` on `device`; one line where it reads or writes other
-    pieces than the student (`tokenizer`)."""
+def load_teacher(cfg: Config, tokenizer: Tokenizer, device: torch.device) -> Teacher | None:
+    """The teacher of the student's `cfg` (train.distill; None without) on `device`; one
+    line where it reads or writes other pieces than the student (`tokenizer`), reads other
+    tags before a source, or has fewer target pieces than top_k."""
+    settings = cfg.train.distill
+    if settings is None:
+        return None
     # Building a model draws its initial weights: the student's random stream stays its own.
     with torch.random.fork_rng(devices=[]):
         loaded = load_models([Path(run) for run in settings.teachers], [settings.checkpoint])
-    theirs = loaded.tokenizer
+    first, theirs = settings.teachers[0], loaded.tokenizer
     for side, ours, its in (
         ("target", tokenizer.tgt_vocabulary(), theirs.tgt_vocabulary()),
         ("source", tokenizer.src_vocabulary(), theirs.src_vocabulary()),
     ):
         if ours != its:
             raise UserError(
-                f"train.distill: {settings.teachers[0]} has another {side} vocabulary than the "
+                f"train.distill: {first} has another {side} vocabulary than the "
                 f"student ({len(its)} pieces, not {len(ours)}, or other ones): a teacher's "
                 "distribution is over its pieces; give the student its tokenizer "
-                f"(tokenizer.model: {Path(settings.teachers[0]) / 'tokenizer'})"
+                f"(tokenizer.model: {Path(first) / 'tokenizer'})"
             )
-    return Teacher(loaded.model.to(device), settings)
+    for corpus in cfg.data.train_corpora:
+        teacher_target(Path(first), corpus, cfg.data.pair(corpus))
+    if loaded.origin.config.data.source_tags != cfg.data.source_tags:
+        raise UserError(
+            f"train.distill: {first} reads other tags before its sources than the student "
+            "(data.tags, or the target language's tag of a run into several): it would "
+            "teach for sources it was not trained on; distill with a teacher of the same tags"
+        )
+    pieces = len(theirs.tgt_vocabulary())
+    if settings.top_k > pieces:
+        raise UserError(
+            f"train.distill.top_k {settings.top_k} is more than the {pieces} target pieces; "
+            f"give at most {pieces}"
+        )
+    return Teacher(loaded.model.to(device), settings, _identity(settings))
+
+
+def _identity(settings: DistillConfig) -> list[str]:
+    """The SHA-256 of each teacher's checkpoint file: what a resumed run must learn from."""
+    members = pair_members([Path(run) for run in settings.teachers], [settings.checkpoint])
+    return [file_sha256(RunDir(run).resolve_checkpoint(name)) for run, name in members]
+
+
+def teacher_target(teacher: Path, corpus: CorpusSpec, langs: tuple[str, str]) -> str | None:
+    """The tgt_lang that makes the teacher translate a corpus of `langs` into its target:
+    the language, for a teacher trained into several, else None; one line where the
+    teacher does not translate from its source language or into its target language."""
+    data = RunDir(teacher).load_config().data
+    sources = list(dict.fromkeys(data.pair(trained)[0] for trained in data.train_corpora))
+    tags = data.source_tags
+    into = tags.targets or tags.languages
+    if langs[0] not in sources or langs[1] not in into:
+        raise UserError(
+            f"{describe_corpus(corpus)} is {langs[0]}-{langs[1]}, and the teacher "
+            f"{teacher} translates from {', '.join(sources)} into {', '.join(into)}: "
+            "distill with a teacher of its pair"
+        )
+    return langs[1] if tags.targets else None

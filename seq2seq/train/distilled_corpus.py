@@ -27,7 +27,16 @@ from typing import Any
 from tqdm import tqdm
 
 from seq2seq.checkpoint import RunDir
-from seq2seq.config import Config, CorpusSpec, DatasetCorpus, PathCorpus, corpus_name, corpus_path
+from seq2seq.config import (
+    Config,
+    CorpusSpec,
+    DatasetCorpus,
+    PathCorpus,
+    config_from_dict,
+    corpus_name,
+    corpus_path,
+    describe_corpus,
+)
 from seq2seq.data.prepared_corpus import file_sha256
 from seq2seq.data.sources import corpus_source
 from seq2seq.decode.ensemble import pair_members
@@ -35,6 +44,7 @@ from seq2seq.decode.line_translator import decode_options
 from seq2seq.decode.translate import Translator
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write, atomic_write_text
+from seq2seq.train.distillation import teacher_target
 from seq2seq.train.logs import duration_words
 
 _FORMAT = 1  # of the manifest
@@ -76,6 +86,12 @@ class DistilledCorpus:
     langs: tuple[str, str]
     prefix: Path  # NAME.kd-KEY: the text files are PREFIX.SRC and PREFIX.TGT
     manifest: dict[str, Any]
+    tgt_lang: str | None  # what the teacher is asked to translate into (`teacher_target`)
+
+    @property
+    def name(self) -> str:
+        """The corpus as messages name it."""
+        return describe_corpus(self.corpus)
 
     @property
     def manifest_path(self) -> Path:
@@ -99,19 +115,23 @@ class DistilledCorpus:
 
 def planned(cfg: Config, teachers: Teachers, out: Path | None) -> list[DistilledCorpus]:
     """The distilled corpus of each of the student's training corpora: beside it (a
-    dataset's in data/distilled/), or in `out`."""
+    dataset's in data/distilled/), or in `out`; one line for a corpus of a pair the
+    teacher does not translate, before any is translated."""
     about = teachers.identity()
     found = []
     for corpus in cfg.data.train_corpora:
         langs = cfg.data.pair(corpus)
-        files = corpus_source(corpus).files(langs)
-        sources = {role: file_sha256(path) for role, path in files.items()}
+        tgt_lang = teacher_target(teachers.runs[0], corpus, langs)
+        source = corpus_source(corpus)
+        sources = {role: file_sha256(path) for role, path in source.files(langs).items()}
+        if isinstance(corpus, DatasetCorpus):  # which dataset, split and columns (a hub
+            sources["dataset"] = source.identity  # dataset has no files here to hash)
         manifest = {"format": _FORMAT, **about, "langs": list(langs), "sources": sources}
         key = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:12]
         home = Path("data/distilled") if isinstance(corpus, DatasetCorpus) else None
         where = out or home or Path(corpus_path(corpus)).parent  # type: ignore[arg-type]
         prefix = where / f"{corpus_name(corpus)}.kd-{key}"
-        found.append(DistilledCorpus(corpus, langs, prefix, manifest))
+        found.append(DistilledCorpus(corpus, langs, prefix, manifest, tgt_lang))
     return found
 
 
@@ -122,7 +142,7 @@ def distill(
     on `jobs` processes."""
     for distilled in plan:
         if distilled.done():
-            log.info("%s: distilled already (%s)", distilled.corpus, distilled.prefix)
+            log.info("%s: distilled already (%s)", distilled.name, distilled.prefix)
         else:
             _distill_one(distilled, teachers, jobs, log)
 
@@ -137,7 +157,7 @@ def _distill_one(
     left = sum(len(src) for _, src in missing)
     log.info(
         "%s: translating %d of its %d pairs with %d process(es) into %s",
-        *(distilled.corpus, left, total, jobs, distilled.prefix),
+        *(distilled.name, left, total, jobs, distilled.prefix),
     )
     with tqdm(total=total, initial=total - left, unit="pair", disable=None) as bar:
         logged = _LoggedProgress(log, total, total - left)
@@ -146,7 +166,7 @@ def _distill_one(
             if bar.disable:  # not a terminal: a log file, where the bar stays quiet
                 logged.update(lines)
     _assemble(distilled, [number for number, _ in chunks])
-    log.info("%s: distilled into %s (%d pairs)", distilled.corpus, distilled.prefix, total)
+    log.info("%s: distilled into %s (%d pairs)", distilled.name, distilled.prefix, total)
 
 
 class _LoggedProgress:
@@ -186,8 +206,8 @@ def _translate(
     distilled: DistilledCorpus, missing: list, teachers: Teachers, jobs: int
 ) -> Iterator[int]:
     """Translate each missing chunk into its part file; the lines of each, as it is done."""
-    tgt_lang = _target_language(teachers, distilled.langs[1])
-    work = [(str(_part(distilled, number)), src, tgt_lang) for number, src in missing]
+    into = distilled.tgt_lang
+    work = [(str(_part(distilled, number)), src, into) for number, src in missing]
     if jobs == 1:
         _load_teacher(teachers, 0)
         yield from map(_translate_chunk, work)
@@ -197,19 +217,6 @@ def _translate(
         jobs, get_context("spawn"), initializer=_load_teacher, initargs=(teachers, threads)
     ) as pool:
         yield from pool.map(_translate_chunk, work)
-
-
-def _target_language(teachers: Teachers, language: str) -> str | None:
-    """The tgt_lang that makes the teacher translate into `language`: the language, for a
-    teacher trained into several; else None (one line where it translates into another)."""
-    tags = RunDir(teachers.runs[0]).load_config().data.source_tags
-    into = tags.targets or tags.languages  # a teacher with target tags is asked for those
-    if into and language not in into:
-        raise UserError(
-            f"the teacher {teachers.runs[0]} translates into {', '.join(into)}, and "
-            f"the student's corpus into {language}: distill with a teacher of its language"
-        )
-    return language if tags.targets else None
 
 
 _TEACHER: Translator | None = None  # the process's teacher (`_load_teacher`)
@@ -271,7 +278,10 @@ def student_config(cfg: Config, plan: list[DistilledCorpus], original: float | N
             "filters": [*data.corpus_filters] * 2 if filters else [],
         }
     changed = cfg.data.model_dump(mode="json") | fields
-    return Config.model_validate(cfg.model_dump(mode="json") | {"data": changed})
+    try:
+        return config_from_dict(cfg.model_dump(mode="json") | {"data": changed})
+    except UserError as error:  # --original-weight out of data.weights' range
+        raise UserError(f"--original-weight {original}: {error}") from None
 
 
 def _dumped(corpus: CorpusSpec) -> Any:

@@ -23,7 +23,7 @@ from torch import Tensor
 from seq2seq.config import Config
 from seq2seq.data.padded_batches import Batch
 from seq2seq.models import Seq2Seq
-from seq2seq.train.logs import LOGGER_NAME
+from seq2seq.train.logs import FILE_ONLY, LOGGER_NAME
 
 # compute(src, src_lengths, tgt_in, tgt_out, tokens, weight) -> ok (a bool tensor)
 Compute = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, float], Tensor]
@@ -98,6 +98,15 @@ class GraphedUpdates:
                 return self.warm_up(batch, tokens)
             self.capture_seconds += time.perf_counter() - started
         return graph.replay(batch, tokens)
+
+    def report(self, log: logging.Logger) -> None:
+        """In the log file: what capturing the updates cost this session."""
+        if self.graphs:
+            log.info(
+                "CUDA graphs: %d batch shapes captured in %.1f s this session",
+                *(len(self.graphs), self.capture_seconds),
+                extra=FILE_ONLY,
+            )
 
     def give_up(self, error: RuntimeError) -> None:
         self.failure = str(error).splitlines()[0] if str(error) else type(error).__name__

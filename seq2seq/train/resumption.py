@@ -115,3 +115,19 @@ def resume_state(run: RunDir, log: logging.Logger) -> tuple[dict, Path] | None:
             "train into a new --run-dir"
         )
     return None
+
+
+# What each input a checkpoint records is (Trainer.inputs), for a warning that it changed.
+_INPUTS = {"corpus": "the training corpus", "teacher": "the teacher's checkpoint (train.distill)"}
+
+
+def warn_of_changed_inputs(saved: dict[str, Any], now: dict[str, Any], log: logging.Logger) -> None:
+    """A warning for each input of `now` (checkpoint key: value) other than the checkpoint
+    `saved` records; one it does not record (a checkpoint of an older run) is not compared."""
+    for key, value in now.items():
+        if saved.get(key, value) != value:
+            log.warning(
+                "%s changed since this run started: the rest of the run learns from the new "
+                "one, so it will not equal an uninterrupted run",
+                _INPUTS[key],
+            )

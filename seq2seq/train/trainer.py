@@ -29,6 +29,7 @@ from seq2seq.train.logs import FILE_ONLY, TensorBoardLog, progress_bar
 from seq2seq.train.loss import perplexity
 from seq2seq.train.optim import LearningRate, build_optimizer
 from seq2seq.train.progress import Progress, TrainWindow, budget_spent, expected_last_step
+from seq2seq.train.resumption import warn_of_changed_inputs
 from seq2seq.train.update import Settled, Update, UpdateSetup, defers_reading
 from seq2seq.train.validation import Validator, higher_is_better, report_validation
 
@@ -60,8 +61,7 @@ class Trainer:
         model.checkpoint_activations = cfg.train.checkpoint_activations
         trained = [p for p in model.parameters() if p.requires_grad]  # train.lora: adapters
         self.optimizer = build_optimizer(cfg.train.optimizer, trained, fused=deferred)
-        distill = cfg.train.distill
-        self.teacher = None if distill is None else load_teacher(distill, data.tokenizer, device)
+        self.teacher = load_teacher(cfg, data.tokenizer, device)  # None: no train.distill
         self.update = Update(self._update_setup(deferred, graphs), in_a_row=0)
         decay = cfg.train.ema_decay
         self.average = None if decay is None else WeightAverage(model, decay)
@@ -120,7 +120,7 @@ class Trainer:
             "progress": asdict(self.progress),
             "rng": self.world.gather(rng),
             "tokenizer": self.data.tokenizer.fingerprint,
-            "corpus": self.data.corpus_key,
+            **self.inputs(),
         }
 
     def summary(self) -> dict[str, Any]:
@@ -157,12 +157,7 @@ class Trainer:
         adapted = self.cfg.train.lora is not None  # the adapters load beside their base
         load_model_weights(self.model, state, self.cfg.model, path, merged=not adapted)
         self.last_is_loadable = path == self.run.checkpoint("last")
-        if state.get("corpus", self.data.corpus_key) != self.data.corpus_key:
-            self.log.warning(
-                "the training corpus (%s) changed since this run started: the rest of the run "
-                "trains on the new content, so it will not equal an uninterrupted run",
-                self.cfg.data.train,
-            )
+        warn_of_changed_inputs(state, self.inputs(), self.log)
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
         if state.get("scaler"):  # fp16 only; checkpoints of older runs have none
@@ -184,6 +179,11 @@ class Trainer:
         random.setstate(rng["python"])
         if "cuda" in rng and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
+
+    def inputs(self) -> dict[str, Any]:
+        """What the run learns from, by checkpoint key, which a resume checks."""
+        teacher = {} if self.teacher is None else {"teacher": self.teacher.identity}
+        return {"corpus": self.data.corpus_key, **teacher}
 
     def save_best(self, score: float) -> None:
         """Keep the N best checkpoints by the validation metric; `best` is the top one."""
@@ -327,7 +327,9 @@ class Trainer:
                     bar.set_postfix(loss=f"{window.mean_loss:.3f}", tok_s=f"{window.speed:.0f}")
                     window = TrainWindow()
                 if validate:
+                    began = time.time()
                     self.validate(board)
+                    window.start += time.time() - began  # its speed is of training alone
                 reason = self.stop_reason()
                 if reason is not None:
                     break
@@ -344,18 +346,8 @@ class Trainer:
         # A stop on a signal: the command's last line says it, with what was saved.
         quiet = FILE_ONLY if self.stopped_by is not None else None
         self.log.info("training stopped at step %d: %s", progress.step, reason, extra=quiet)
-        self.report_graphs()
-
-    def report_graphs(self) -> None:
-        """In the log file: what capturing the updates as CUDA graphs cost this session."""
-        graphs = self.update.graphs
-        if graphs is not None and graphs.graphs:
-            self.log.info(
-                "CUDA graphs: %d batch shapes captured in %.1f s this session",
-                len(graphs.graphs),
-                graphs.capture_seconds,
-                extra=FILE_ONLY,
-            )
+        if self.update.graphs is not None:
+            self.update.graphs.report(self.log)
 
     def log_train(self, window: TrainWindow, board: TensorBoardLog) -> None:
         lr = self.schedule.at(self.progress.step)
