@@ -1,10 +1,12 @@
 """A teacher and its students in one table: the size of each, its test BLEU and chrF (from
-its run's test/scores.json), and its CPU decoding speed (`scripts/bench.py decode`:
-sentences/s, greedy and beam 5, float32 and int8 weights, 2 threads by default), each
-speed also as a multiple of the first run's (the teacher's) at beam 5 in float32.
+its run's test/scores.json), and its CPU decoding (`scripts/bench.py decode` of the
+checkpoint its tests translated: greedy and beam 5, float32 and int8 weights, 2 threads by
+default): sentences/s, also as a multiple of the first run's (the teacher's) at beam 5 in
+float32, and the BLEU of that decoding against --ref.
 
     python scripts/bench_deployment.py --run runs/teacher runs/student-kd [...] \\
-        --input data/multi30k/test_2016_flickr.de.gz [--threads 2] [--limit N]
+        --input data/multi30k/test_2016_flickr.de.gz --ref data/multi30k/test_2016_flickr.en.gz \\
+        [--threads 2] [--limit N]
 
 Markdown on stdout; every measurement's JSON line (bench.py's) on stderr as it comes. Run it
 from the repository root on an otherwise idle machine: speeds compare only within one
@@ -19,14 +21,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 BENCH = Path(__file__).with_name("bench.py")
 ENGINES = {"torch": "float32", "torch-int8": "int8"}
 BEAMS = (1, 5)
+SETTINGS = [(weights, beam) for weights in ENGINES.values() for beam in BEAMS]  # the columns
 
 
-def speeds(run: Path, args: argparse.Namespace) -> dict[tuple[str, int], float]:
-    """(weights, beam) -> sentences/s of `run`, measured by bench.py decode."""
+def speeds(run: Path, args: argparse.Namespace) -> dict[tuple[str, int], tuple[float, float]]:
+    """(weights, beam) -> (sentences/s, BLEU) of `run`'s tested checkpoint, measured by
+    bench.py decode."""
     command = [sys.executable, str(BENCH), "decode", "--run", str(run), "--input", str(args.input)]
+    command += ["--checkpoint", tested_checkpoint(run), "--ref", str(args.ref)]
     command += ["--beam", *map(str, BEAMS), "--engine", *ENGINES, "--threads", str(args.threads)]
     command += ["--limit", str(args.limit)] if args.limit else []
     done = subprocess.run(command, check=True, capture_output=True, text=True)
@@ -34,8 +41,14 @@ def speeds(run: Path, args: argparse.Namespace) -> dict[tuple[str, int], float]:
     for line in done.stdout.splitlines():
         print(line, file=sys.stderr, flush=True)
         measured = json.loads(line)
-        found[ENGINES[measured["engine"]], measured["beam"]] = measured["sentences_per_s"]
+        setting = ENGINES[measured["engine"]], measured["beam"]
+        found[setting] = measured["sentences_per_s"], measured["bleu"]
     return found
+
+
+def tested_checkpoint(run: Path) -> str:
+    """The checkpoint whose translations test/scores.json scores (train.test_checkpoint)."""
+    return yaml.safe_load((run / "config.yaml").read_text())["train"]["test_checkpoint"]
 
 
 def scores(run: Path) -> dict[str, dict[str, float]]:
@@ -51,11 +64,14 @@ def untestable(runs: list[Path]) -> str | None:
             parameters(run)
             for metrics in scores(run).values():
                 metrics["bleu"], metrics["chrf"]  # noqa: B018 - read to be there
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            checkpoint = tested_checkpoint(run)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
             return (
-                f"{run}: no readable test/scores.json (BLEU and chrF per test set) and "
-                "summary.json (parameters): give runs trained to their end"
+                f"{run}: no readable test/scores.json (BLEU and chrF per test set), "
+                "summary.json (parameters) and config.yaml: give runs trained to their end"
             )
+        if checkpoint not in ("best", "last"):
+            return f"{run}: tested on the {checkpoint} of checkpoints, not one checkpoint to time"
     teacher = set(scores(runs[0]))
     for run in runs[1:]:
         if missing := sorted(teacher - set(scores(run))):
@@ -69,20 +85,17 @@ def parameters(run: Path) -> int:
 
 def table(runs: list[Path], args: argparse.Namespace) -> str:
     tests = list(scores(runs[0]))
-    columns = [f"{weights}, beam {beam}" for weights in ENGINES.values() for beam in BEAMS]
+    columns = [f"{weights}, beam {beam}: sent/s, BLEU" for weights, beam in SETTINGS]
     head = ["run", "parameters", *(f"{test} BLEU / chrF" for test in tests), *columns]
     rows = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     reference = None
     for run in runs:
         measured = speeds(run, args)
-        reference = reference or measured["float32", 5]
+        reference = reference or measured["float32", 5][0]
         found = scores(run)
         quality = [f"{found[t]['bleu']:.2f} / {found[t]['chrf']:.2f}" for t in tests]
-        fast = [
-            f"{measured[weights, beam]:.1f} ({measured[weights, beam] / reference:.1f}x)"
-            for weights in ENGINES.values()
-            for beam in BEAMS
-        ]
+        timed = (measured[setting] for setting in SETTINGS)
+        fast = [f"{speed:.1f} ({speed / reference:.1f}x), {bleu:.2f}" for speed, bleu in timed]
         rows.append(f"| {run.name} | {parameters(run):,} | " + " | ".join(quality + fast) + " |")
     return "\n".join(rows)
 
@@ -91,6 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, nargs="+", required=True, help="the teacher first")
     parser.add_argument("--input", type=Path, required=True, help="the source lines timed")
+    parser.add_argument("--ref", type=Path, required=True, help="their references (for BLEU)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--limit", type=int, help="only the first N lines")
     args = parser.parse_args()

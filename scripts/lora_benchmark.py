@@ -23,6 +23,8 @@ from pathlib import Path
 
 from benchmark_runs import finished, main, seq2seq, sets
 
+from seq2seq.files import atomic_write_text
+
 RUNS = Path("docs/results/lora/runs")
 SPLIT = Path("data/multi30k-split")
 BASE_PAIRS = 10_000
@@ -34,13 +36,14 @@ FIXED += ["train.test_checkpoint=last", "train.threads=1"]
 
 
 def split() -> None:
-    """The training pairs' first 10,000 as SPLIT/base, the others as SPLIT/rest."""
+    """The training pairs' first 10,000 as SPLIT/base, the others as SPLIT/rest (each file
+    whole or not there: rest.en, written last, says the split is done)."""
     SPLIT.mkdir(parents=True, exist_ok=True)
     for lang in ("de", "en"):
         with gzip.open(f"data/multi30k/train.{lang}.gz", "rt", encoding="utf-8") as lines:
             kept = lines.readlines()
-        (SPLIT / f"base.{lang}").write_text("".join(kept[:BASE_PAIRS]), encoding="utf-8")
-        (SPLIT / f"rest.{lang}").write_text("".join(kept[BASE_PAIRS:]), encoding="utf-8")
+        atomic_write_text(SPLIT / f"base.{lang}", "".join(kept[:BASE_PAIRS]))
+        atomic_write_text(SPLIT / f"rest.{lang}", "".join(kept[BASE_PAIRS:]))
 
 
 def train_runs(only: list[str]) -> None:

@@ -263,28 +263,41 @@ def test_distill_trains_the_student_on_the_teacher_s_translations(toy, trained, 
 
 def test_the_deployment_table_puts_each_run_against_the_teacher(load_script, trained, monkeypatch):
     bench = load_script("bench_deployment")
-    measured = {("float32", 1): 40.0, ("float32", 5): 10.0, ("int8", 1): 80.0, ("int8", 5): 30.0}
+    measured = {
+        ("float32", 1): (40.0, 30.5),
+        ("float32", 5): (10.0, 31.0),
+        ("int8", 1): (80.0, 30.0),
+        ("int8", 5): (30.0, 30.75),
+    }
     monkeypatch.setattr(bench, "speeds", lambda run, args: measured)
     rows = bench.table([trained, trained], None).splitlines()
     found = json.loads((trained / "test/scores.json").read_text())["test"]
-    assert rows[0].startswith("| run | parameters | test BLEU / chrF | float32, beam 1 |")
+    assert rows[0].startswith("| run | parameters | test BLEU / chrF | float32, beam 1: sent/s, ")
     assert f"{found['bleu']:.2f} / {found['chrf']:.2f}" in rows[2]
-    assert rows[3].endswith("| 40.0 (4.0x) | 10.0 (1.0x) | 80.0 (8.0x) | 30.0 (3.0x) |")
+    cells = "| 40.0 (4.0x), 30.50 | 10.0 (1.0x), 31.00 | 80.0 (8.0x), 30.00 | 30.0 (3.0x), 30.75 |"
+    assert rows[3].endswith(cells)
 
 
 def test_the_deployment_table_refuses_runs_it_cannot_compare(load_script, trained, tmp_path):
     bench = load_script("bench_deployment")
     assert bench.untestable([trained, trained]) is None
     assert bench.untestable([trained, tmp_path]) == (
-        f"{tmp_path}: no readable test/scores.json (BLEU and chrF per test set) and "
-        "summary.json (parameters): give runs trained to their end"
+        f"{tmp_path}: no readable test/scores.json (BLEU and chrF per test set), "
+        "summary.json (parameters) and config.yaml: give runs trained to their end"
     )
     other = tmp_path / "other"
     (other / "test").mkdir(parents=True)
     (other / "summary.json").write_text('{"parameters": 1}')
+    config = (trained / "config.yaml").read_text()
+    (other / "config.yaml").write_text(config)
     (other / "test/scores.json").write_text("{not json")
     assert bench.untestable([trained, other]).startswith(f"{other}: no readable test/scores")
     (other / "test/scores.json").write_text(json.dumps({"elsewhere": {"bleu": 1.0, "chrf": 2.0}}))
     assert bench.untestable([trained, other]) == (
         f"{other}: not tested on test, as the teacher ({trained}) was"
+    )
+    averaged = config.replace("test_checkpoint: best", "test_checkpoint: average")
+    (other / "config.yaml").write_text(averaged)
+    assert bench.untestable([trained, other]) == (
+        f"{other}: tested on the average of checkpoints, not one checkpoint to time"
     )
