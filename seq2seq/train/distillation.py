@@ -47,15 +47,22 @@ class Teacher:
         self.model = model.eval()
         self.settings = settings
         self.identity = identity  # the checkpoint files' SHA-256, checked on a resume
-        self.seconds = 0.0  # since `take_seconds` last read them
+        self.seconds = 0.0  # of its forward passes on a CPU, since `share` last read them
+        self.timed: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # on a GPU: those
 
     @torch.no_grad()
     def log_probs(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
-        started = time.perf_counter()
+        if src.device.type != "cuda":
+            started = time.perf_counter()
+            found = self.model.log_probs(src, src_mask, tgt_in)
+            self.seconds += time.perf_counter() - started
+            return found
+        # Timed by events on the GPU's stream: the host does not wait for the work here.
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
         found = self.model.log_probs(src, src_mask, tgt_in)
-        if found.device.type == "cuda":  # what the clock reads is the work, not its launch
-            torch.cuda.synchronize(found.device)
-        self.seconds += time.perf_counter() - started
+        end.record()
+        self.timed.append((start, end))
         return found
 
     def mixed_loss(self, loss: Tensor, logits: Tensor, taught: Tensor, targets: Tensor) -> Tensor:
@@ -69,8 +76,11 @@ class Teacher:
     def share(self, since: float) -> str:
         """The share of the time since `since` (time.time()) its forward passes took, for
         the log line; counted afresh from here."""
+        for start, end in self.timed:
+            end.synchronize()  # done by now: the log line follows a settled update
+            self.seconds += start.elapsed_time(end) / 1000
         share = self.seconds / max(time.time() - since, 1e-9)
-        self.seconds = 0.0
+        self.seconds, self.timed = 0.0, []
         return f"  teacher {100 * share:.0f}% of the time"
 
 
