@@ -3,7 +3,9 @@ and of the candidates it was chosen over, on simulated sweeps with a known truth
 (`seq2seq.calibration`):
 
     python scripts/bench_significance.py [--null 2000] [--shifted 500] [--jobs 2] \\
-        [--seeds 3 5 10] [--ratios 0 1 10] [--sentences 200 3000] [--out FILE]
+        [--seeds 3 5 10] [--ratios 0 1 10] [--sentences 200 3000] [--paired yes|no] \\
+        [--out FILE]
+    python scripts/bench_significance.py --seed-dominated 20000
 
 For each regime (seeds per system x the seeds' SD over a run's sentence noise x test
 sentences x seeds paired or not) and metric, it prints a Markdown table row: how often
@@ -14,14 +16,18 @@ shifted system (power). The candidates, from the same terms (`significance.Varia
   does not hold, on Welch-Satterthwaite degrees of freedom with the seed terms at a
   confidence bound (`significance.variance_of_difference`);
 - plain df: the same variance on plain Welch-Satterthwaite degrees of freedom;
-- seeds only: a paired t over seeds (unpaired: Student's pooled t, or Welch's where the
-  seeds differ in number);
+- seeds only: a paired t over seeds (unpaired: Welch's t);
 - sentences only: the seeds pooled as if they were more sentences (a paired bootstrap's
   test in its linearised form);
 - both whole: the seeds' spread plus the sentences' whole variance (counting the runs' own
   sentence noise twice).
 A figure of the type I error over N sweeps has a standard error of about
-sqrt(0.05 x 0.95 / N): 0.5% at 2,000.
+sqrt(0.05 x 0.95 / N): 0.5% at 2,000. Each regime draws from the random seed of its place
+in the whole grid, so that a part of it (`--paired no`) repeats those rows.
+
+`--seed-dominated N` instead draws N sweeps with no difference of two unpaired systems
+whose seeds spread apart (`calibration.seed_dominated`), and prints the type I error of
+`compare` and of the same test with the two seed terms pooled as Student's t does.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from seq2seq.calibration import Regime, Simulation  # noqa: E402
+from seq2seq.calibration import Regime, Simulation, seed_dominated  # noqa: E402
 from seq2seq.metrics import METRICS  # noqa: E402
 from seq2seq.significance import (  # noqa: E402
     ALPHA,
@@ -115,6 +121,32 @@ def table(results: list[tuple[Regime, dict]], null: int, shifted: int) -> str:
     return "\n".join(rows) + f"\n\n({note}.)"
 
 
+def pooled(terms: VarianceTerms) -> tuple[float, float]:
+    """`compare`'s V and df with two seed terms of equal df pooled, as Student's t does."""
+    seeds = terms.seeds
+    if len(seeds) == 2 and seeds[0][1] == seeds[1][1]:
+        seeds = [(seeds[0][0] + seeds[1][0], seeds[0][1] + seeds[1][1])]
+    return variance_of_difference(VarianceTerms(seeds, terms.sentences, terms.own, terms.count))
+
+
+def seed_dominated_table(draws: int) -> str:
+    """Type I error of `compare` and of `pooled`, unpaired seeds that spread apart."""
+    rows = ["| seeds | seed SDs | compare: type I | pooled: type I |", "|---|---|---:|---:|"]
+    for seeds, spreads in itertools.product([(3, 3), (5, 5), (3, 5)], [(1, 1), (1, 3), (1, 10)]):
+        rng, rejected = np.random.default_rng(0), np.zeros(2)
+        for _ in range(draws):
+            baseline, cell = seed_dominated(rng, seeds, spreads)
+            difference = float(cell.observed.mean() - baseline.observed.mean())
+            terms = variance_terms(seed_groups(baseline, cell))
+            for k, variance_of in enumerate((variance_of_difference, pooled)):
+                variance, dof = variance_of(terms)
+                rejected[k] += t_interval(difference, math.sqrt(variance), dof)[2] < ALPHA
+        ours, student = rejected / draws
+        label = f"{seeds[0]} vs {seeds[1]} | {spreads[0]}, {spreads[1]}"
+        rows.append(f"| {label} | {ours:.3f} | {student:.3f} |")
+    return "\n".join(rows) + f"\n\n({draws:,} sweeps a row.)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--null", type=int, default=2000)
@@ -123,13 +155,23 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[3, 5, 10])
     parser.add_argument("--ratios", type=float, nargs="+", default=[0, 1, 10])
     parser.add_argument("--sentences", type=int, nargs="+", default=[200, 3000])
+    parser.add_argument("--paired", choices=["yes", "no"], help="those regimes alone")
+    parser.add_argument("--seed-dominated", type=int, metavar="N", help="see above")
     parser.add_argument("--out", type=Path, help="also write the table here")
     args = parser.parse_args()
-    grid = itertools.product(args.seeds, args.ratios, args.sentences, (True, False))
-    jobs = [(Regime(*values), args.null, args.shifted, i) for i, values in enumerate(grid)]
-    with Pool(args.jobs) as pool:
-        results = pool.map(measure, jobs, chunksize=1)
-    text = table(results, args.null, args.shifted)
+    if args.seed_dominated:
+        text = seed_dominated_table(args.seed_dominated)
+    else:
+        grid = itertools.product(args.seeds, args.ratios, args.sentences, (True, False))
+        kept = {"yes": (True,), "no": (False,), None: (True, False)}[args.paired]
+        jobs = [
+            (Regime(*values), args.null, args.shifted, i)
+            for i, values in enumerate(grid)
+            if values[3] in kept
+        ]
+        with Pool(args.jobs) as pool:
+            results = pool.map(measure, jobs, chunksize=1)
+        text = table(results, args.null, args.shifted)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")

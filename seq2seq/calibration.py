@@ -1,7 +1,7 @@
 """Simulated sweeps with a known truth, to measure how `significance.compare` errs: two
 systems, a number of seeds each, scored by BLEU, chrF and TER on a test set drawn anew
 for every sweep (scripts/bench_significance.py runs the grid; tests/test_significance.py
-a few regimes of it).
+a few regimes of it); and `seed_dominated`, two systems whose seeds spread apart.
 
 A run r of system g translates sentence i with a word precision
     q_gri = sigmoid(LEVEL + shift_g + t_i + u_gi + s_gr + e_gri),
@@ -208,3 +208,19 @@ class Simulation:
         expected = _bleu(moved, np.broadcast_to(hyp[0], moved.shape), words, np.multiply)
         expected = bleu.score_sums(expected.sum(axis=1))
         return float(scores.std(ddof=1)), float((expected[1] - expected[0]) / 0.1)
+
+
+def seed_dominated(
+    rng: np.random.Generator, seeds: tuple[int, int], spreads: tuple[float, float]
+) -> tuple[SeedScores, SeedScores]:
+    """Two systems with no difference whose seeds, unpaired, spread apart (SDs `spreads`),
+    which `Simulation` (one seed SD for both) does not draw: a run's score is its seed's
+    normal effect plus the mean of its own noise on 200 sentences (SD 0.01 a sentence),
+    for the degrees of freedom of `compare` where the seeds alone decide. The sigmoid
+    model cannot give this: a system whose seeds spread more has another expected score."""
+    systems = []
+    for start, n, spread in zip((0, 100), seeds, spreads, strict=True):
+        own = rng.normal(0, 0.01, (n, 200))
+        observed = rng.normal(0, spread, n) + own.mean(axis=1)
+        systems.append(SeedScores(tuple(range(start, start + n)), observed, own))
+    return systems[0], systems[1]

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seq2seq.errors import UserError
+
 ALPHA = 0.05  # a comparison is significant where its Holm-adjusted p is below this
 CONFIDENCE = 0.95  # of the interval of the difference
 # Seeds per system below which a comparison is not decided: the calibration grid
@@ -110,6 +112,11 @@ def compare(baseline: SeedScores, cell: SeedScores, higher_is_better: bool) -> C
     says. A group of one run has no s²: its sentence noise stays in V_s, and the
     comparison counts sentences only.
     """
+    if baseline.influence.shape[1] < 2:
+        raise UserError(
+            "a comparison needs a test set of 2 or more sentences (its sentences' variance "
+            "is part of the test); score a longer test set"
+        )
     difference = float(cell.observed.mean() - baseline.observed.mean())
     error, dof = variance_of_difference(variance_terms(seed_groups(baseline, cell)))
     low, high, p = t_interval(difference, math.sqrt(error), dof)
@@ -146,9 +153,9 @@ def seed_groups(baseline: SeedScores, cell: SeedScores) -> list[SeedScores]:
 class VarianceTerms:
     """The parts of the variance of Δ (`compare`)."""
 
-    # Per group of 2+ runs: s²_g / n_g on n_g - 1 df; two groups of n runs: their sum on
-    # 2n - 2 df, as Student's pooled t (Welch's t, equal n; its df understate the seeds'
-    # where their spreads are alike: 3.5% rejected at 5% with 3 vs 3 normal seeds).
+    # Per group of 2+ runs: s²_g / n_g on n_g - 1 df (two groups: Welch's t, never
+    # Student's pooled one, which assumes both spread alike: 3 vs 3 seeds spreading 1 and
+    # 10 apart rejected 10.0% of true nulls pooled, 5.7% apart; docs/sweeps.md).
     seeds: list[tuple[float, int]]
     sentences: float  # var_i(D_i) / S: Δ's variance over resampled test sentences
     own: float  # the part of `sentences` that is the runs' own noise, which `seeds` holds
@@ -162,10 +169,7 @@ class VarianceTerms:
 
 def variance_terms(groups: list[SeedScores]) -> VarianceTerms:
     """The terms of `compare`'s V (its docstring): the first group counts +, a second -."""
-    sizes = [len(g.seeds) for g in groups]
     seeds = [(g.observed.var(ddof=1) / n, n - 1) for g in groups if (n := len(g.seeds)) > 1]
-    if len(seeds) == 2 and sizes[0] == sizes[1]:
-        seeds = [(seeds[0][0] + seeds[1][0], seeds[0][1] + seeds[1][1])]  # pooled: Student
     count = groups[0].influence.shape[1]
     shared = groups[0].influence.mean(axis=0)
     if len(groups) == 2:
@@ -190,8 +194,8 @@ def variance_of_difference(terms: VarianceTerms) -> tuple[float, float]:
     """`compare`'s V and ν. ν is Welch-Satterthwaite's with each seed term raised to its
     upper confidence bound s²_g (n_g - 1) / χ²(DOF_QUANTILE; n_g - 1): plain
     Welch-Satterthwaite reads a seed spread that is small by chance as many degrees of
-    freedom, and at 3 seeds rejects up to 8% of true nulls where the sentences hold 5-30%
-    of V (3.9-5.6% with the bound; docs/sweeps.md)."""
+    freedom, and at 3 seeds rejects up to 7.7% of true nulls in the calibration grid
+    (docs/sweeps.md)."""
     from scipy.special import chdtri  # here: scipy takes a second to import, in every command
 
     sentences = (terms.shared, terms.count - 1)
@@ -229,7 +233,8 @@ def holm(p_values: Sequence[float]) -> list[float]:
     ascending, p_(i) becomes max over j <= i of min(1, (m - j + 1) p_(j)). Rejecting
     where the adjusted p is below alpha keeps the chance of any false rejection among
     the m below alpha."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    # An undefined p (NaN) last, adjusted to 1: it must not sort before, and so clear, others.
+    order = sorted(range(len(p_values)), key=lambda i: (math.isnan(p_values[i]), p_values[i]))
     adjusted = [0.0] * len(p_values)
     running = 0.0
     for rank, i in enumerate(order):
