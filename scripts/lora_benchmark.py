@@ -1,7 +1,8 @@
 """LoRA against full fine-tuning on Multi30k de->en (docs/benchmarks.md#lora): the
 Transformer recipe (float32) trained 1,500 updates on the first 10,000 training pairs, then
-fine-tuned 1,000 updates on the other 19,000 with every weight, with LoRA rank 8 and with
-rank 32 (q, k, v and o of every attention), seeds 1 and 2; the last checkpoint tested.
+fine-tuned 1,000 updates on the other 19,000 from its best checkpoint (`train.init_from`'s
+default) with every weight, with LoRA rank 8 and with rank 32 (q, k, v and o of every
+attention), seeds 1 and 2; the last checkpoint tested.
 
     python scripts/lora_benchmark.py train [--only NAME ...]   # resumable
     python scripts/lora_benchmark.py table                     # markdown
