@@ -4,23 +4,34 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-import matplotlib
+from torch import Tensor
 
-matplotlib.use("Agg")  # files only: no display is needed or assumed
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.image import AxesImage
 
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.image import AxesImage  # noqa: E402
-from torch import Tensor  # noqa: E402
+
+def pyplot() -> ModuleType:
+    """matplotlib's pyplot, drawing to files only (no display is needed or assumed);
+    imported at the first figure, not with this module: it is most of a second of the
+    start of every command that might draw one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+
+    return matplotlib.pyplot
 
 
 def attention_figure(weights: Tensor, src_pieces: list[str], tgt_pieces: list[str]) -> Figure:
     """A heatmap of `weights` (T, S), or (T, H, S) averaged over the H heads."""
     # Constrained layout is computed as the figure is drawn: no extra drawing to lay it out.
     size = _heatmap_size(src_pieces, tgt_pieces)
-    figure, axes = plt.subplots(figsize=size, layout="constrained")
+    figure, axes = pyplot().subplots(figsize=size, layout="constrained")
     image = draw_attention(axes, weights, src_pieces, tgt_pieces)
     figure.colorbar(image, ax=axes, fraction=0.04)
     return figure
@@ -35,7 +46,7 @@ def attention_grid_figure(
     rows = -(-len(maps) // columns)
     width = max(_heatmap_size(src, tgt)[0] for _, _, src, tgt in maps)
     height = max(_heatmap_size(src, tgt)[1] for _, _, src, tgt in maps) + 0.4
-    figure, grid = plt.subplots(
+    figure, grid = pyplot().subplots(
         rows, columns, figsize=(width * columns, height * rows), squeeze=False, layout="constrained"
     )
     for axes, (title, weights, src, tgt) in zip(grid.flat, maps, strict=False):
@@ -79,7 +90,7 @@ def bar_figure(
     """Grouped bars with error bars: a group per label, a bar per series (name -> means,
     errors), e.g. a sweep's test BLEU per cell and test set, +- the std over seeds."""
     width = 0.8 / max(len(series), 1)
-    figure, axes = plt.subplots(figsize=(max(4.0, 1.0 + 0.9 * len(labels)), 4.0))
+    figure, axes = pyplot().subplots(figsize=(max(4.0, 1.0 + 0.9 * len(labels)), 4.0))
     for i, (name, (means, errors)) in enumerate(series.items()):
         offsets = [x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))]
         bars = {"yerr": errors, "capsize": 4} if any(errors) else {}  # no caps on 0 bars
@@ -109,7 +120,7 @@ def curves_figure(
     curves: dict[str, tuple[list[int], list[float]]], xlabel: str, ylabel: str
 ) -> Figure:
     """A line per name (name -> x values, y values), e.g. validation BLEU against step."""
-    figure, axes = plt.subplots(figsize=(7.0, 4.5))
+    figure, axes = pyplot().subplots(figsize=(7.0, 4.5))
     styles = line_styles(curves)
     for name, (xs, ys) in curves.items():
         axes.plot(xs, ys, marker=".", label=name, **styles[name])
@@ -130,7 +141,7 @@ def band_panels_figure(panels: dict[str, dict[str, Band]], xlabel: str) -> Figur
     A name has one colour in every panel, also in panels that lack some names; one legend
     beside the panels names them all."""
     styles = line_styles(dict.fromkeys(name for bands in panels.values() for name in bands))
-    figure, grid = plt.subplots(
+    figure, grid = pyplot().subplots(
         1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False, layout="constrained"
     )
     for axes, (title, bands) in zip(grid.flat, panels.items(), strict=True):
@@ -161,7 +172,7 @@ def line_grid_figure(
     styles = line_styles(
         dict.fromkeys(n for panels in rows.values() for ls in panels.values() for n in ls)
     )
-    figure, grid = plt.subplots(
+    figure, grid = pyplot().subplots(
         len(rows),
         len(columns),
         figsize=(4.2 * len(columns), 0.8 + 1.9 * len(rows)),
@@ -192,5 +203,5 @@ def figure_png(figure: Figure) -> bytes:
     """The figure as PNG bytes; the figure is closed (matplotlib keeps open ones alive)."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
-    plt.close(figure)
+    pyplot().close(figure)
     return buffer.getvalue()

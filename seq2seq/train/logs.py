@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from matplotlib.image import imread
 from tqdm import tqdm
 
 from seq2seq.config import flatten
@@ -117,6 +116,8 @@ class TensorBoardLog:
     def add_png(self, step: int, tag: str, png: bytes) -> None:
         """An image already drawn as PNG (drawing a figure again would cost as much)."""
         if self.writer is not None:
+            from matplotlib.image import imread  # here: a second of every command's start
+
             pixels = imread(io.BytesIO(png), format="png")[..., :3]
             self.writer.add_image(tag, pixels, step, dataformats="HWC")
 
