@@ -128,6 +128,7 @@ def test_a_teacher_it_cannot_follow_is_refused(toy, trained, tmp_path, capsys):
         )
         err = capsys.readouterr().err
         assert error in err.splitlines()[-1] and "Traceback" not in err, err
+        assert "preparing" not in err  # refused before the data was prepared
 
 
 def test_a_teacher_changed_under_a_resumed_run_is_noticed(toy, trained, tmp_path):

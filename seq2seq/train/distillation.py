@@ -84,10 +84,35 @@ class Teacher:
         return f"  teacher {100 * share:.0f}% of the time"
 
 
+def check_teacher(cfg: Config) -> None:
+    """One line, before the student's data is prepared, where its teacher (train.distill)
+    cannot teach it: not trained on a pair of the student's corpora, other tags before its
+    sources (data.tags, a target language's tag), or fewer target pieces than top_k."""
+    settings = cfg.train.distill
+    if settings is None:
+        return
+    first = Path(settings.teachers[0])
+    for corpus in cfg.data.train_corpora:
+        teacher_target(first, corpus, cfg.data.pair(corpus))
+    run = RunDir(first)
+    if run.load_config().data.source_tags != cfg.data.source_tags:
+        raise UserError(
+            f"train.distill: {first} reads other tags before its sources than the student "
+            "(data.tags, or the target language's tag of a run into several): it would "
+            "teach for sources it was not trained on; distill with a teacher of the same tags"
+        )
+    pieces = Tokenizer.load(run.tokenizer).tgt_vocab_size
+    if settings.top_k > pieces:
+        raise UserError(
+            f"train.distill.top_k {settings.top_k} is more than the {pieces} target pieces; "
+            f"give at most {pieces}"
+        )
+
+
 def load_teacher(cfg: Config, tokenizer: Tokenizer, device: torch.device) -> Teacher | None:
-    """The teacher of the student's `cfg` (train.distill; None without) on `device`; one
-    line where it reads or writes other pieces than the student (`tokenizer`), reads other
-    tags before a source, or has fewer target pieces than top_k."""
+    """The teacher of the student's `cfg` (train.distill; None without) on `device`, as
+    `check_teacher` passed it; one line where it reads or writes other pieces than the
+    student (`tokenizer`)."""
     settings = cfg.train.distill
     if settings is None:
         return None
@@ -106,20 +131,6 @@ def load_teacher(cfg: Config, tokenizer: Tokenizer, device: torch.device) -> Tea
                 "distribution is over its pieces; give the student its tokenizer "
                 f"(tokenizer.model: {Path(first) / 'tokenizer'})"
             )
-    for corpus in cfg.data.train_corpora:
-        teacher_target(Path(first), corpus, cfg.data.pair(corpus))
-    if loaded.origin.config.data.source_tags != cfg.data.source_tags:
-        raise UserError(
-            f"train.distill: {first} reads other tags before its sources than the student "
-            "(data.tags, or the target language's tag of a run into several): it would "
-            "teach for sources it was not trained on; distill with a teacher of the same tags"
-        )
-    pieces = len(theirs.tgt_vocabulary())
-    if settings.top_k > pieces:
-        raise UserError(
-            f"train.distill.top_k {settings.top_k} is more than the {pieces} target pieces; "
-            f"give at most {pieces}"
-        )
     return Teacher(loaded.model.to(device), settings, _identity(settings))
 
 

@@ -38,6 +38,7 @@ from seq2seq.files import atomic_write_text
 from seq2seq.models import Seq2Seq, build_model, count_parameters
 from seq2seq.models.lora import LORA_BASE, adapt
 from seq2seq.train.datasets import Datasets, load_datasets
+from seq2seq.train.distillation import check_teacher
 from seq2seq.train.distributed import World, lost_peer, start_world, stop_world
 from seq2seq.train.init_from import Parent
 from seq2seq.train.interrupt import Interrupted, StopSignals
@@ -180,6 +181,7 @@ def build_trainer(cfg: Config, run: RunDir, world: World) -> Trainer:
     parent = None if resuming or cfg.train.init_from is None else Parent.find(cfg.train.init_from)
     if parent is not None:
         parent.check_fits(cfg)
+    check_teacher(cfg)  # before the data: a teacher that cannot teach costs no preparation
     device = set_up_process(cfg, world)
     moved = None
     if world.is_main:
