@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.checkpoint import RunDir
-from seq2seq.config import Config, CorpusSpec, DistillConfig, describe_corpus
+from seq2seq.config import Config, CorpusSpec, DataConfig, DistillConfig, describe_corpus
 from seq2seq.data.prepared_corpus import file_sha256
 from seq2seq.data.tokenizer import PAD_ID, Tokenizer
 from seq2seq.decode.ensemble import load_models, pair_members
@@ -92,10 +92,11 @@ def check_teacher(cfg: Config) -> None:
     if settings is None:
         return
     first = Path(settings.teachers[0])
-    for corpus in cfg.data.train_corpora:
-        teacher_target(first, corpus, cfg.data.pair(corpus))
     run = RunDir(first)
-    if run.load_config().data.source_tags != cfg.data.source_tags:
+    taught = run.load_config().data
+    for corpus in cfg.data.train_corpora:
+        teacher_target(first, taught, corpus, cfg.data.pair(corpus))
+    if taught.source_tags != cfg.data.source_tags:
         raise UserError(
             f"train.distill: {first} reads other tags before its sources than the student "
             "(data.tags, or the target language's tag of a run into several): it would "
@@ -140,11 +141,12 @@ def _identity(settings: DistillConfig) -> list[str]:
     return [file_sha256(RunDir(run).resolve_checkpoint(name)) for run, name in members]
 
 
-def teacher_target(teacher: Path, corpus: CorpusSpec, langs: tuple[str, str]) -> str | None:
-    """The tgt_lang that makes the teacher translate a corpus of `langs` into its target:
-    the language, for a teacher trained into several, else None; one line where the
-    teacher does not translate from its source language or into its target language."""
-    data = RunDir(teacher).load_config().data
+def teacher_target(
+    teacher: Path, data: DataConfig, corpus: CorpusSpec, langs: tuple[str, str]
+) -> str | None:
+    """The tgt_lang that makes the `teacher` (trained on `data`) translate a corpus of
+    `langs` into its target: the language, for a teacher trained into several, else None;
+    one line where it does not translate from its source language or into its target."""
     sources = list(dict.fromkeys(data.pair(trained)[0] for trained in data.train_corpora))
     tags = data.source_tags
     into = tags.targets or tags.languages

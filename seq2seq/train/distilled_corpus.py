@@ -118,10 +118,11 @@ def planned(cfg: Config, teachers: Teachers, out: Path | None) -> list[Distilled
     dataset's in data/distilled/), or in `out`; one line for a corpus of a pair the
     teacher does not translate, before any is translated."""
     about = teachers.identity()
+    taught = RunDir(teachers.runs[0]).load_config().data
     found = []
     for corpus in cfg.data.train_corpora:
         langs = cfg.data.pair(corpus)
-        tgt_lang = teacher_target(teachers.runs[0], corpus, langs)
+        tgt_lang = teacher_target(teachers.runs[0], taught, corpus, langs)
         source = corpus_source(corpus)
         sources = {role: file_sha256(path) for role, path in source.files(langs).items()}
         if isinstance(corpus, DatasetCorpus):  # which dataset, split and columns (a hub
@@ -206,8 +207,7 @@ def _translate(
     distilled: DistilledCorpus, missing: list, teachers: Teachers, jobs: int
 ) -> Iterator[int]:
     """Translate each missing chunk into its part file; the lines of each, as it is done."""
-    into = distilled.tgt_lang
-    work = [(str(_part(distilled, number)), src, into) for number, src in missing]
+    work = [(str(_part(distilled, n)), src, distilled.tgt_lang) for n, src in missing]
     if jobs == 1:
         _load_teacher(teachers, 0)
         yield from map(_translate_chunk, work)
