@@ -159,11 +159,9 @@ def add_train_options(mode: argparse.ArgumentParser, steps: int, help_steps: str
     mode.add_argument("--tokenizer", type=Path, help="a run's tokenizer/ to reuse")
 
 
-def parse_arguments() -> argparse.Namespace:
-    from seq2seq.cli.decoding import EVERY_FIELD, add_argparse_options
+def add_decode_mode(modes) -> None:
+    from seq2seq.cli.decoding import add_argparse_options
 
-    parser = Parser(description=__doc__.split("\n")[0])
-    modes = parser.add_subparsers(dest="mode", required=True)
     decode = modes.add_parser("decode", help="translation speed per beam size")
     decode.add_argument(
         "--run", type=Path, nargs="+", required=True,
@@ -192,6 +190,9 @@ def parse_arguments() -> argparse.Namespace:
         help="torch-int8: int8 linear layers; ct2-*: the run exported to CTranslate2 with "
         "that weight type (the export extra)",
     )  # fmt: skip
+
+
+def add_train_modes(modes) -> None:
     train = modes.add_parser("train", help="training throughput and model FLOP utilisation")
     add_train_options(train, 50, "timed updates")
     train.add_argument("--warmup", type=NON_NEGATIVE, default=10, help="updates before timing")
@@ -216,6 +217,9 @@ def parse_arguments() -> argparse.Namespace:
     diagnostics.add_argument("--threads", type=POSITIVE, default=2)
     losses = modes.add_parser("losses", help="the loss of each of a run's first updates")
     add_train_options(losses, 100, "updates from the start")
+
+
+def add_data_and_compare_modes(modes) -> None:
     data = modes.add_parser("data", help="a corpus of real size: preparation, first update")
     data.add_argument("--pairs", type=int, default=1_000_000, help="synthetic corpus size")
     data.add_argument("--work", type=Path, required=True, help="corpora and runs go here")
@@ -237,6 +241,16 @@ def parse_arguments() -> argparse.Namespace:
     both.add_argument("--base", type=Path, required=True, help="the older checkout's root")
     both.add_argument("--repeat", type=POSITIVE, default=3, help="measurements per side")
     both.add_argument("measurement", nargs=argparse.REMAINDER, help="-- MODE OPTIONS...")
+
+
+def parse_arguments() -> argparse.Namespace:
+    from seq2seq.cli.decoding import EVERY_FIELD
+
+    parser = Parser(description=__doc__.split("\n")[0])
+    modes = parser.add_subparsers(dest="mode", required=True)
+    add_decode_mode(modes)
+    add_train_modes(modes)
+    add_data_and_compare_modes(modes)
     args = parser.parse_args()
     if args.mode == "decode":  # the decode fields given (but --beam, a list), for the measured code
         given = {name: getattr(args, name) for name in EVERY_FIELD if name != "beam"}

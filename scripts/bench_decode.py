@@ -124,6 +124,34 @@ def runs_for_this_code(runs: list[Path], directory: Path) -> tuple[list[Path], l
     return found, dropped
 
 
+def hypotheses_options(translator, args: argparse.Namespace) -> dict:
+    """What `seq2seq translate` asks for: no attention weights (older commits had no choice),
+    and the constraints where given (then the measured code has them)."""
+    options = (
+        {"attention": False} if "attention" in signature(translator.hypotheses).parameters else {}
+    )
+    if args.constraints is not None:
+        from seq2seq.decode.line_io import read_constraints
+
+        options["constraints"] = read_constraints(args.constraints)[: args.limit]
+    return options
+
+
+def timed_pass(translator, lines: list[str], options: dict, cuda: bool) -> tuple[list, float]:
+    """A warm-up on the first 50 lines, then one timed pass over all: (hypotheses, seconds)."""
+    import torch
+
+    translator.translate(lines[:50])
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    found = translator.hypotheses(lines, **options)
+    if cuda:
+        torch.cuda.synchronize()
+    return found, time.perf_counter() - started
+
+
 def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: Path | None) -> dict:
     """Runs in its own process: load the model, warm up, time one pass over the input."""
     import torch
@@ -136,23 +164,8 @@ def measure_decode(args: argparse.Namespace, engine: str, beam: int, exported: P
         runs, dropped = runs_for_this_code(args.run, Path(directory))
         translator = load_translator(args, engine, beam, exported, runs)
     cuda = getattr(translator, "device", None) is not None and translator.device.type == "cuda"
-    translator.translate(lines[:50])
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    # What `seq2seq translate` asks for: no attention weights (older commits had no choice).
-    options = (
-        {"attention": False} if "attention" in signature(translator.hypotheses).parameters else {}
-    )
-    if args.constraints is not None:  # given: the measured code has them
-        from seq2seq.decode.line_io import read_constraints
-
-        options["constraints"] = read_constraints(args.constraints)[: args.limit]
-    started = time.perf_counter()
-    found = translator.hypotheses(lines, **options)
-    if cuda:
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - started
+    options = hypotheses_options(translator, args)
+    found, seconds = timed_pass(translator, lines, options, cuda)
     outputs = [hyps[0] if hyps else None for hyps in found]
     tokens = sum(len(h.tokens) + 1 for h in outputs if h is not None)
     result = {
