@@ -10,7 +10,7 @@ from test_search import ARCHS, tiny
 
 from seq2seq.data.corpus import read_lines
 from seq2seq.decode.ensemble import Ensemble
-from seq2seq.decode.forced import forced_log_probs
+from seq2seq.decode.forced import forced_token_log_probs
 from seq2seq.decode.search import loop
 from seq2seq.decode.search.beams import SearchSettings, length_penalty
 from seq2seq.decode.search.sampling import Sampler
@@ -54,7 +54,9 @@ def test_an_ensemble_of_both_architectures_scores_the_mean_of_their_log_probabil
     hyps = [(i, h) for i, hyps in enumerate(found) for h in hyps]
     pairs = pairs_batch([SOURCES[i] for i, _ in hyps], [h.tokens for _, h in hyps])
     lengths = [len(h.tokens) + 1 for _, h in hyps]
-    forced = {m: forced_log_probs(m, pairs, lengths) for m in (ensemble, rnn, transformer)}
+    forced = {
+        m: forced_token_log_probs(m, pairs, lengths).sum(-1) for m in (ensemble, rnn, transformer)
+    }
     assert forced[ensemble] == pytest.approx((forced[rnn] + forced[transformer]) / 2, abs=1e-5)
     for (i, h), total in zip(hyps, forced[ensemble].tolist(), strict=True):
         assert total / float(length_penalty(len(h.tokens) + 1.0, alpha)) == pytest.approx(

@@ -6,7 +6,7 @@ from cli_helpers import run_cli
 from test_search import ARCHS, BOS, EOS, tiny
 
 from seq2seq.data.padded_batches import make_batch
-from seq2seq.decode.forced import forced_log_probs
+from seq2seq.decode.forced import forced_token_log_probs
 from seq2seq.decode.search.beams import SearchSettings, length_penalty
 from seq2seq.decode.search.loop import search
 from seq2seq.decode.search.strategy import BeamSearch
@@ -35,7 +35,7 @@ def test_a_batch_scores_the_sum_of_each_pairs_step_log_probabilities(arch):
     sources = [[5, 9, 12, 7, 22], [4, 6, 8], [11, 13]]
     references = [[5, 9, 12, 7], [], [20, 20, 4, 8, 11, 6, 9]]  # padded unlike the sources
     batch = pairs_batch(sources, references)
-    found = forced_log_probs(model, batch, [len(r) + 1 for r in references]).tolist()
+    found = forced_token_log_probs(model, batch, [len(r) + 1 for r in references]).sum(-1).tolist()
     for i, tokens in enumerate(references):
         one = pairs_batch(sources[i : i + 1], [tokens])
         expected = stepwise_log_prob(model, one.src, one.src_mask, tokens)
@@ -58,7 +58,7 @@ def test_the_beams_hypotheses_score_what_the_search_said(arch, alpha):
     )
     hyps = [(i, h) for i, hyps in enumerate(found) for h in hyps]
     pairs = pairs_batch([sources[i] for i, _ in hyps], [h.tokens for _, h in hyps])
-    forced = forced_log_probs(model, pairs, [len(h.tokens) + 1 for _, h in hyps])
+    forced = forced_token_log_probs(model, pairs, [len(h.tokens) + 1 for _, h in hyps]).sum(-1)
     for (_, h), total in zip(hyps, forced.tolist(), strict=True):
         lp = float(length_penalty(torch.tensor(len(h.tokens) + 1.0), alpha))
         assert total / lp == pytest.approx(h.score, abs=1e-4)

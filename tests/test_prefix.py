@@ -7,7 +7,7 @@ from cli_helpers import run_cli
 from test_search import ARCHS, EOS, source, tiny
 
 from seq2seq.data.padded_batches import make_batch
-from seq2seq.decode.forced import forced_log_probs
+from seq2seq.decode.forced import forced_token_log_probs
 from seq2seq.decode.search import loop
 from seq2seq.decode.search.beams import SearchSettings, length_penalty
 from seq2seq.decode.search.prefix import Prefix, Prefixes
@@ -73,7 +73,7 @@ def test_every_hypothesis_starts_with_its_prefix_and_scores_what_forced_scoring_
     assert found[3][0].tokens == [20] * 5  # its limit raised to fit the prefix and EOS
     pairs = make_batch([SOURCES[i] for i, _ in hyps], [h.tokens for _, h in hyps],
                        list(range(len(hyps))))  # fmt: skip
-    forced = forced_log_probs(model, pairs, [len(h.tokens) + 1 for _, h in hyps])
+    forced = forced_token_log_probs(model, pairs, [len(h.tokens) + 1 for _, h in hyps]).sum(-1)
     for (_, h), total in zip(hyps, forced.tolist(), strict=True):
         assert total / length_penalty(len(h.tokens) + 1.0, 1.0) == pytest.approx(h.score, abs=1e-4)
 

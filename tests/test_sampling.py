@@ -10,7 +10,7 @@ from test_search import ARCHS, BOS, EOS, source, tiny
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.padded_batches import make_batch
-from seq2seq.decode.forced import forced_log_probs
+from seq2seq.decode.forced import forced_token_log_probs
 from seq2seq.decode.search.beams import SearchSettings, length_penalty
 from seq2seq.decode.search.loop import search
 from seq2seq.decode.search.sampling import Sampler, truncated
@@ -104,7 +104,7 @@ def test_a_samples_score_is_the_models_log_probability_of_it(arch):
     assert len(samples) == 12 and len({tuple(h.tokens) for _, h in samples}) > 3
     pairs = make_batch([lines[i] for i, _ in samples], [h.tokens for _, h in samples],
                        list(range(12)))  # fmt: skip
-    forced = forced_log_probs(model, pairs, [len(h.tokens) + 1 for _, h in samples])
+    forced = forced_token_log_probs(model, pairs, [len(h.tokens) + 1 for _, h in samples]).sum(-1)
     for (_, h), total in zip(samples, forced.tolist(), strict=True):
         lp = length_penalty(len(h.tokens) + 1.0, 1.0)
         assert total / lp == pytest.approx(h.score, abs=1e-4) and math.isfinite(h.score)

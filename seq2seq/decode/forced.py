@@ -81,11 +81,6 @@ def forced_token_log_probs(model: Seq2Seq, batch: Batch, lengths: list[int]) -> 
     return picked.masked_fill(~real, 0.0)
 
 
-def forced_log_probs(model: Seq2Seq, batch: Batch, lengths: list[int]) -> Tensor:
-    """(B,) log P(target + EOS | source) of each pair (`forced_token_log_probs` summed)."""
-    return forced_token_log_probs(model, batch, lengths).sum(-1)
-
-
 @torch.inference_mode()
 def forced_steps(model: Seq2Seq, batch: Batch) -> tuple[Tensor, Tensor]:
     """The decoder's steps over a batch's targets, one `decode_step` a position fed the
