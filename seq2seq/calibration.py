@@ -106,7 +106,8 @@ def bleu_scores(sums: np.ndarray) -> np.ndarray:
     return np.where(correct.any(axis=1), scores, 0.0)
 
 
-# Metric key -> its score_sums in arrays, where the simulations have one (the same numbers).
+# Metric key -> its score_sums in arrays, where the simulations have one (the same numbers,
+# to the last bits of rounding).
 FAST_SCORES = {"bleu": bleu_scores}
 
 
