@@ -1,8 +1,10 @@
 """A teacher and its students in one table: the size of each, its test BLEU and chrF (from
 its run's test/scores.json), and its CPU decoding (`scripts/bench.py decode` of the
-checkpoint its tests translated: greedy and beam 5, float32 and int8 weights, 2 threads by
-default): sentences/s, also as a multiple of the first run's (the teacher's) at beam 5 in
-float32, and the BLEU of that decoding against --ref.
+checkpoint its tests translated: greedy and beam 5, float32 and int8 weights, and int8 with
+the vocabulary shortlist, 2 threads by default): sentences/s, also as a multiple of the
+first run's (the teacher's) at beam 5 in float32, and the BLEU of that decoding against
+--ref. The shortlist is built from each run's training pairs the first time (shortlist.pt
+in the run), before the timing.
 
     python scripts/bench_deployment.py --run runs/teacher runs/student-kd [...] \\
         --input data/multi30k/test_2016_flickr.de.gz --ref data/multi30k/test_2016_flickr.en.gz \\
@@ -24,25 +26,30 @@ from pathlib import Path
 import yaml
 
 BENCH = Path(__file__).with_name("bench.py")
-ENGINES = {"torch": "float32", "torch-int8": "int8"}
 BEAMS = (1, 5)
-SETTINGS = [(weights, beam) for weights in ENGINES.values() for beam in BEAMS]  # the columns
+# each column group's name -> the bench.py decode options that measure it
+DECODINGS = {
+    "float32": ["--engine", "torch", "--no-shortlist"],
+    "int8": ["--engine", "torch-int8", "--no-shortlist"],
+    "int8, shortlist": ["--engine", "torch-int8", "--shortlist"],
+}
+SETTINGS = [(decoding, beam) for decoding in DECODINGS for beam in BEAMS]  # the columns
 
 
 def speeds(run: Path, args: argparse.Namespace) -> dict[tuple[str, int], tuple[float, float]]:
-    """(weights, beam) -> (sentences/s, BLEU) of `run`'s tested checkpoint, measured by
+    """(decoding, beam) -> (sentences/s, BLEU) of `run`'s tested checkpoint, measured by
     bench.py decode."""
     command = [sys.executable, str(BENCH), "decode", "--run", str(run), "--input", str(args.input)]
     command += ["--checkpoint", tested_checkpoint(run), "--ref", str(args.ref)]
-    command += ["--beam", *map(str, BEAMS), "--engine", *ENGINES, "--threads", str(args.threads)]
+    command += ["--beam", *map(str, BEAMS), "--threads", str(args.threads)]
     command += ["--limit", str(args.limit)] if args.limit else []
-    done = subprocess.run(command, check=True, capture_output=True, text=True)
     found = {}
-    for line in done.stdout.splitlines():
-        print(line, file=sys.stderr, flush=True)
-        measured = json.loads(line)
-        setting = ENGINES[measured["engine"]], measured["beam"]
-        found[setting] = measured["sentences_per_s"], measured["bleu"]
+    for decoding, options in DECODINGS.items():
+        done = subprocess.run(command + options, check=True, capture_output=True, text=True)
+        for line in done.stdout.splitlines():
+            print(line, file=sys.stderr, flush=True)
+            measured = json.loads(line)
+            found[decoding, measured["beam"]] = measured["sentences_per_s"], measured["bleu"]
     return found
 
 

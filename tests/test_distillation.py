@@ -269,14 +269,43 @@ def test_the_deployment_table_puts_each_run_against_the_teacher(load_script, tra
         ("float32", 5): (10.0, 31.0),
         ("int8", 1): (80.0, 30.0),
         ("int8", 5): (30.0, 30.75),
+        ("int8, shortlist", 1): (100.0, 29.5),
+        ("int8, shortlist", 5): (40.0, 30.5),
     }
     monkeypatch.setattr(bench, "speeds", lambda run, args: measured)
     rows = bench.table([trained, trained], None).splitlines()
     found = json.loads((trained / "test/scores.json").read_text())["test"]
     assert rows[0].startswith("| run | parameters | test BLEU / chrF | float32, beam 1: sent/s, ")
     assert f"{found['bleu']:.2f} / {found['chrf']:.2f}" in rows[2]
-    cells = "| 40.0 (4.0x), 30.50 | 10.0 (1.0x), 31.00 | 80.0 (8.0x), 30.00 | 30.0 (3.0x), 30.75 |"
-    assert rows[3].endswith(cells)
+    cells = "| 40.0 (4.0x), 30.50 | 10.0 (1.0x), 31.00 | 80.0 (8.0x), 30.00 | 30.0 (3.0x), 30.75 "
+    assert rows[3].endswith(cells + "| 100.0 (10.0x), 29.50 | 40.0 (4.0x), 30.50 |")
+    assert rows[0].endswith("| int8, shortlist, beam 5: sent/s, BLEU |")
+
+
+def test_the_deployment_speeds_time_each_decoding_with_its_own_options(
+    load_script, trained, monkeypatch
+):
+    bench = load_script("bench_deployment")
+    asked = []
+
+    def decode(command, **kwargs):
+        asked.append(command)
+        lines = [
+            {"beam": beam, "sentences_per_s": 10.0 * len(asked), "bleu": beam} for beam in (1, 5)
+        ]
+        return bench.subprocess.CompletedProcess(command, 0, "\n".join(map(json.dumps, lines)))
+
+    monkeypatch.setattr(bench.subprocess, "run", decode)
+    args = bench.argparse.Namespace(input="in.de", ref="in.en", threads=2, limit=None)
+    found = bench.speeds(trained, args)
+    assert [command[-3:] for command in asked] == [
+        ["--engine", "torch", "--no-shortlist"],
+        ["--engine", "torch-int8", "--no-shortlist"],
+        ["--engine", "torch-int8", "--shortlist"],
+    ]
+    assert all("--checkpoint" in c and c[c.index("--checkpoint") + 1] == "best" for c in asked)
+    assert found[("float32", 5)] == (10.0, 5) and found[("int8, shortlist", 1)] == (30.0, 1)
+    assert set(found) == set(bench.SETTINGS)
 
 
 def test_the_deployment_table_refuses_runs_it_cannot_compare(load_script, trained, tmp_path):
