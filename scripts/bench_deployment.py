@@ -8,7 +8,7 @@ in the run), before the timing.
 
     python scripts/bench_deployment.py --run runs/teacher runs/student-kd [...] \\
         --input data/multi30k/test_2016_flickr.de.gz --ref data/multi30k/test_2016_flickr.en.gz \\
-        [--threads 2] [--limit N]
+        [--threads 2] [--limit N] [--rounds N]
 
 Markdown on stdout; every measurement's JSON line (bench.py's) on stderr as it comes. Run it
 from the repository root on an otherwise idle machine: speeds compare only within one
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -90,15 +91,31 @@ def parameters(run: Path) -> int:
     return json.loads((run / "summary.json").read_text())["parameters"]
 
 
+def median_speeds(runs: list[Path], args: argparse.Namespace) -> list[dict]:
+    """Each run's `speeds`, the sentences/s the median of `args.rounds` passes (the BLEU is
+    the same in each). A round times every run in turn, so that the machine's drift over
+    the sitting touches each alike."""
+    rounds = [[speeds(run, args) for run in runs] for _ in range(args.rounds)]
+    return [
+        {
+            setting: (
+                statistics.median(r[at][setting][0] for r in rounds),
+                rounds[0][at][setting][1],
+            )
+            for setting in SETTINGS
+        }
+        for at in range(len(runs))
+    ]
+
+
 def table(runs: list[Path], args: argparse.Namespace) -> str:
     tests = list(scores(runs[0]))
     columns = [f"{weights}, beam {beam}: sent/s, BLEU" for weights, beam in SETTINGS]
     head = ["run", "parameters", *(f"{test} BLEU / chrF" for test in tests), *columns]
     rows = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    reference = None
-    for run in runs:
-        measured = speeds(run, args)
-        reference = reference or measured["float32", 5][0]
+    every = median_speeds(runs, args)
+    reference = every[0]["float32", 5][0]
+    for run, measured in zip(runs, every, strict=True):
         found = scores(run)
         quality = [f"{found[t]['bleu']:.2f} / {found[t]['chrf']:.2f}" for t in tests]
         timed = (measured[setting] for setting in SETTINGS)
@@ -114,6 +131,7 @@ def main() -> None:
     parser.add_argument("--ref", type=Path, required=True, help="their references (for BLEU)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--limit", type=int, help="only the first N lines")
+    parser.add_argument("--rounds", type=int, default=1, help="passes each (the median)")
     args = parser.parse_args()
     if problem := untestable(args.run):
         raise SystemExit(problem)
