@@ -133,6 +133,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="only the first N lines")
     parser.add_argument("--rounds", type=int, default=1, help="passes each (the median)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds {args.rounds}: give 1 or more passes")
     if problem := untestable(args.run):
         raise SystemExit(problem)
     print(table(args.run, args))
