@@ -98,19 +98,16 @@ def median_speeds(runs: list[Path], args: argparse.Namespace) -> list[dict]:
     rounds = [[speeds(run, args) for run in runs] for _ in range(args.rounds)]
     return [
         {
-            setting: (
-                statistics.median(r[at][setting][0] for r in rounds),
-                rounds[0][at][setting][1],
-            )
+            setting: (statistics.median(p[setting][0] for p in passes), passes[0][setting][1])
             for setting in SETTINGS
         }
-        for at in range(len(runs))
+        for passes in zip(*rounds, strict=True)
     ]
 
 
 def table(runs: list[Path], args: argparse.Namespace) -> str:
     tests = list(scores(runs[0]))
-    columns = [f"{weights}, beam {beam}: sent/s, BLEU" for weights, beam in SETTINGS]
+    columns = [f"{decoding}, beam {beam}: sent/s, BLEU" for decoding, beam in SETTINGS]
     head = ["run", "parameters", *(f"{test} BLEU / chrF" for test in tests), *columns]
     rows = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     every = median_speeds(runs, args)
