@@ -27,6 +27,8 @@
 #           sparse and hard attention), seed 1, 300 updates in bf16 and the three test sets,
 #           each architecture's cells trained at once by one `sweep --jobs N --jobs-per-gpu N`;
 #           then the RNN's update speed with the exact marginal against the softmax
+#   multilingual  scripts/multilingual_benchmark.py's 20 runs, JOBS (16) at once, then its
+#           table (OUT/multilingual.md); the runs in docs/results/multilingual/runs
 set -euo pipefail
 PY=${PYTHON:-python3}
 out=${1:?usage: scripts/bench_gpu.sh OUT PART...}
@@ -182,6 +184,12 @@ part_normalizers() {
     $PY scripts/bench.py "${rnn[@]}" --set model.attention.normalizer=hard \
       --set model.attention.hard.estimator=exact
   } 2> "$out/exact.log" | tee -a "$out/exact.jsonl"
+}
+
+part_multilingual() {
+  seconds_of multilingual-runs $PY scripts/multilingual_benchmark.py train --jobs "${JOBS:-16}" \
+    > "$out/multilingual.log" 2>&1
+  $PY scripts/multilingual_benchmark.py table > "$out/multilingual.md"
 }
 
 [ "$#" -gt 0 ] || set -- all

@@ -1,7 +1,7 @@
 """What the scripts that train the runs they measure share (multilingual_benchmark.py,
 distillation_benchmark.py, lora_benchmark.py): `seq2seq` in a child process, `--set`
 lines, whether a run finished, its test BLEU, a table cell of seeds, and the command line
-`train [--only NAME ...]` | `table`."""
+`train [--only NAME ...] [--jobs N]` | `table`."""
 
 from __future__ import annotations
 
@@ -14,8 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def seq2seq(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "seq2seq", *args], check=True)
+def seq2seq(*args: str, log: Path | None = None) -> None:
+    """`python -m seq2seq ARGS`, its output in `log` (appended) when one is given."""
+    if log is None:
+        subprocess.run([sys.executable, "-m", "seq2seq", *args], check=True)
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        command = [sys.executable, "-m", "seq2seq", *args]
+        subprocess.run(command, check=True, stdout=out, stderr=subprocess.STDOUT)
 
 
 def sets(*assignments: str) -> list[str]:
@@ -42,15 +49,27 @@ def cell(values: list[float | None]) -> str:
     return f"{statistics.fmean(found):.2f} ({' / '.join(f'{v:.2f}' for v in found)})"
 
 
-def main(doc: str, train_runs: Callable[[list[str]], None], table: Callable[[], str]) -> None:
-    """`train [--only NAME ...]`: the runs missing (`train_runs`); `table`: `table()`."""
+def main(
+    doc: str,
+    train_runs: Callable[..., None],
+    table: Callable[[], str],
+    parallel: bool = False,
+) -> None:
+    """`train [--only NAME ...]`: the runs missing (`train_runs(only)`, or with `parallel`
+    `train_runs(only, jobs)` and a `--jobs N` option); `table`: `table()`."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train the missing runs (resumable)")
     train.add_argument("--only", nargs="*", default=[], help="these runs alone, by name")
+    if parallel:
+        train.add_argument(
+            "--jobs", type=int, default=1, help="runs at once (a GPU machine: several)"
+        )
     commands.add_parser("table", help="print the table (BLEU: the mean of the seeds, each seed)")
     args = parser.parse_args()
+    if parallel and args.command == "train" and args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: give 1 or more runs at once")
     if args.command == "train":
-        train_runs(args.only)
+        train_runs(args.only, *([args.jobs] if parallel else []))
     else:
         print(table())

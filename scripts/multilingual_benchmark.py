@@ -4,39 +4,37 @@
 model (en -> cs, de, fr), configs/multilingual/, against the bilingual model of each pair,
 2 seeds, test BLEU per pair and test set.
 
-    python scripts/multilingual_benchmark.py train [--only NAME ...]   # resumable
-    python scripts/multilingual_benchmark.py table                     # markdown
+    python scripts/multilingual_benchmark.py train [--only NAME ...] [--jobs N]  # resumable
+    python scripts/multilingual_benchmark.py table                               # markdown
 
 `train` trains what is missing into docs/results/multilingual/runs/ (run it from the
-repository root, with Multi30k in data/multi30k: scripts/prepare_multi30k.py), in order:
-each multilingual model to 1,500 updates (the study's budget: the same updates as one
-bilingual model), each bilingual model this study has not trained (cs-en, en-cs, en-fr;
-de-en, fr-en and en-de are the study's `multihead` runs, read from docs/results/), then
-each multilingual model on to 4,500 updates (about the time of its three bilingual models
-together: a copy of its 1,500-update run, resumed, which equals a run trained straight).
-A killed `train` goes on where it stopped when run again. `table` prints what is there.
+repository root, with Multi30k in data/multi30k: scripts/prepare_multi30k.py): each
+multilingual model to 1,500 updates (the study's budget: the same updates as one bilingual
+model) and then on to 4,500 (about the time of its three bilingual models together: a copy
+of its 1,500-update run, resumed, which equals a run trained straight), and the bilingual
+model of each of the six pairs. Every run of the table is trained here, on one machine:
+runs of two machines are never mixed in one comparison. `--jobs N` trains N at once (a GPU
+machine; each run's output then goes to runs/logs/multilingual/NAME.log). A killed `train`
+goes on where it stopped when run again. `table` prints what is there.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmark_runs import bleu, cell, finished, main, seq2seq
+from benchmark_runs import bleu, cell, finished, main, seq2seq, sets
 
 RUNS = Path("docs/results/multilingual/runs")
+LOGS = Path("runs/logs/multilingual")
 SEEDS = (1, 2)
 BUDGET, LONG = 1500, 4500
 MULTILINGUAL = {"many-to-one": ("cs", "de", "fr"), "one-to-many": ("cs", "de", "fr")}
 TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
-# The bilingual runs of the attention study (its Transformer baseline), by pair.
-STUDY = {
-    "de-en": "docs/results/attention-transformer-v2/runs/attention.type=multihead,seed={seed}",
-    "fr-en": "docs/results/attention-transformer-v2-fren/runs/attention.type=multihead,seed={seed}",
-    "en-de": "docs/results/attention-transformer-v2-ende/runs/attention.type=multihead,seed={seed}",
-}
-OWN_BILINGUAL = ("cs-en", "en-cs", "en-fr")
+BILINGUAL = ("cs-en", "de-en", "fr-en", "en-cs", "en-de", "en-fr")
+Job = tuple[str, list[str], int]  # a run's name, its `train` arguments, its seed
 
 
 def pairs(model: str) -> list[str]:
@@ -50,37 +48,28 @@ def test_sets(pair: str) -> list[str]:
     return TEST_SETS[:1] if "cs" in pair else list(TEST_SETS)
 
 
-def train_runs(only: list[str]) -> None:
-    """Every missing run, in the order of the module's docstring; `only`: those named."""
-    jobs = []
-    for seed in SEEDS:
-        for model in MULTILINGUAL:
-            config = f"configs/multilingual/{model.replace('-', '_')}.yaml"
-            jobs.append((f"{model}-{BUDGET}-seed{seed}", ["--config", config], seed))
-        for pair in OWN_BILINGUAL:
-            src, tgt = pair.split("-")
-            sets = ["--set", f"data.src={src}", "--set", f"data.tgt={tgt}"]
-            sets += [
-                "--set",
-                f"train.max_steps={BUDGET}",
-                "--set",
-                "train.attention_diagnostics=true",
-            ]
-            if "cs" in pair:  # Czech has no 2017 test sets
-                sets += ["--set", "data.test=[data/multi30k/test_2016_flickr]"]
-            jobs.append(
-                (
-                    f"bilingual-{pair}-seed{seed}",
-                    ["--config", "configs/study/transformer.yaml", *sets],
-                    seed,
-                )
-            )
-    for seed in SEEDS:
-        for model in MULTILINGUAL:
-            config = f"configs/multilingual/{model.replace('-', '_')}.yaml"
-            sets = ["--config", config, "--set", f"train.max_steps={LONG}"]
-            jobs.append((f"{model}-{LONG}-seed{seed}", sets, seed))
-    for name, args, seed in jobs:
+def multilingual_chain(model: str, seed: int) -> list[Job]:
+    """A multilingual model's 1,500-update run, then the 4,500-update run it goes on to."""
+    config = ["--config", f"configs/multilingual/{model.replace('-', '_')}.yaml"]
+    return [
+        (f"{model}-{BUDGET}-seed{seed}", config, seed),
+        (f"{model}-{LONG}-seed{seed}", [*config, *sets(f"train.max_steps={LONG}")], seed),
+    ]
+
+
+def bilingual_job(pair: str, seed: int) -> Job:
+    src, tgt = pair.split("-")
+    assignments = [f"data.src={src}", f"data.tgt={tgt}", f"train.max_steps={BUDGET}"]
+    if "cs" in pair:  # Czech has no 2017 test sets
+        assignments.append("data.test=[data/multi30k/test_2016_flickr]")
+    args = ["--config", "configs/study/transformer.yaml", *sets(*assignments)]
+    return (f"bilingual-{pair}-seed{seed}", args, seed)
+
+
+def train_chain(chain: list[Job], only: list[str], log: bool) -> None:
+    """Each missing run of `chain` in turn (`only`: those named), a longer run starting from
+    a copy of the shorter one before it."""
+    for name, args, seed in chain:
         run = RUNS / name
         if finished(run) or (only and name not in only):
             continue
@@ -94,17 +83,24 @@ def train_runs(only: list[str]) -> None:
             shutil.copytree(short, copy, ignore=shutil.ignore_patterns("test", "summary.json"))
             copy.rename(run)
         print(f"training {name}", flush=True)
-        seq2seq(
-            "train", *args, "--set", f"seed={seed}", "--set", f"name={name}", "--run-dir", str(run)
-        )
+        args = [*args, *sets(f"seed={seed}", f"name={name}"), "--run-dir", str(run)]
+        seq2seq("train", *args, log=LOGS / f"{name}.log" if log else None)
+        print(f"finished {name}", flush=True)
+
+
+def train_runs(only: list[str], jobs: int) -> None:
+    """Every missing run (`only`: those named), `jobs` at once, the multilingual models'
+    chains first (the longest)."""
+    chains = [multilingual_chain(m, seed) for seed in SEEDS for m in MULTILINGUAL]
+    chains += [[bilingual_job(pair, seed)] for seed in SEEDS for pair in BILINGUAL]
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = [pool.submit(train_chain, chain, only, jobs > 1) for chain in chains]
+    for future in futures:
+        future.result()  # a run that failed fails `train`, once every other has ended
 
 
 def bilingual_run(pair: str, seed: int) -> Path:
-    return (
-        Path(STUDY[pair].format(seed=seed))
-        if pair in STUDY
-        else RUNS / f"bilingual-{pair}-seed{seed}"
-    )
+    return RUNS / f"bilingual-{pair}-seed{seed}"
 
 
 def table() -> str:
@@ -128,31 +124,28 @@ def table() -> str:
     return "\n".join(rows)
 
 
-def hours(run: Path) -> float | None:
-    """A finished run's training hours; None before it finished."""
+def minutes(run: Path) -> float | None:
+    """A finished run's training minutes; None before it finished."""
     summary = json.loads((run / "summary.json").read_text()) if finished(run) else None
-    return None if summary is None else summary["train_seconds"] / 3600
+    return None if summary is None else summary["train_seconds"] / 60
 
 
 def times() -> str:
-    """The training hours of each kind of run (mean of the seeds; the machine was shared
-    with other runs, so they compare only roughly)."""
-    kinds = {
-        f"bilingual {pair}": [bilingual_run(pair, s) for s in SEEDS]
-        for pair in (*STUDY, *OWN_BILINGUAL)
-    }
+    """The training minutes of each run, by kind (runs shared the machine, so they compare
+    only roughly)."""
+    kinds = {f"bilingual {pair}": [bilingual_run(pair, s) for s in SEEDS] for pair in BILINGUAL}
     for model in MULTILINGUAL:
         for steps in (BUDGET, LONG):
             kinds[f"{model}, {steps:,} updates"] = [
                 RUNS / f"{model}-{steps}-seed{s}" for s in SEEDS
             ]
-    rows = ["| run | training hours (each seed) |", "|---|---:|"]
+    rows = ["| run | training minutes (each seed) |", "|---|---:|"]
     for kind, runs in kinds.items():
-        found = [hours(run) for run in runs]
-        shown = " / ".join("-" if h is None else f"{h:.2f}" for h in found)
+        found = [minutes(run) for run in runs]
+        shown = " / ".join("-" if h is None else f"{h:.1f}" for h in found)
         rows.append(f"| {kind} | {shown} |")
     return "\n".join(rows)
 
 
 if __name__ == "__main__":
-    main(__doc__, train_runs, lambda: f"{table()}\n\n{times()}")
+    main(__doc__, train_runs, lambda: f"{table()}\n\n{times()}", parallel=True)
