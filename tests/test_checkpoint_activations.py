@@ -72,10 +72,13 @@ def test_a_run_resumed_with_checkpointing_is_the_run_without(toy, tmp_path):
     """The switch may change on resume: 4 updates without it, 4 more with it, end where 8
     without it end."""
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert train(toy, straight, *TRANSFORMER, "train.max_steps=8") == 0
-    assert train(toy, resumed, *TRANSFORMER, "train.max_steps=4") == 0
+    # On a GPU, checkpointing trains op by op, and a CUDA graph's padded shapes would draw
+    # other dropout masks: both runs op by op (the setting does nothing on a CPU).
+    settings = (*TRANSFORMER, "train.cuda_graphs=false")
+    assert train(toy, straight, *settings, "train.max_steps=8") == 0
+    assert train(toy, resumed, *settings, "train.max_steps=4") == 0
     on = ("train.max_steps=8", "train.checkpoint_activations=true")
-    assert train(toy, resumed, *TRANSFORMER, *on) == 0
+    assert train(toy, resumed, *settings, *on) == 0
     a, b = parameters(straight), parameters(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
 

@@ -102,7 +102,7 @@ def imported(marian, tmp_path_factory):
 
 def test_the_logits_are_transformers_logits(marian, imported, toy):
     _, theirs, vocab = marian
-    translator = Translator.load(imported)
+    translator = Translator.load(imported, device="cpu")  # transformers' model is there
     pieces = json.loads((imported / "tokenizer/vocab.json").read_text())
     marian_id = torch.tensor([vocab.get(p, vocab["<pad>"]) for p in pieces])  # <s>: <pad>
     lines = (toy / "data/test.src").read_text().splitlines()[:4]
@@ -135,7 +135,7 @@ def test_translations_are_transformers_generate(marian, imported, toy, beam):
     _, theirs, vocab = marian
     lines = (toy / "data/test.src").read_text().splitlines()[:6]
     options = {"beam": beam, "max_len_ratio": 1, "max_len_offset": 60, "stopping": "beam"}
-    translator = Translator.load(imported, **options)
+    translator = Translator.load(imported, device="cpu", **options)  # as `generate`
     ours = [h[0].tokens for h in translator.hypotheses(lines)]
     pieces = json.loads((imported / "tokenizer/vocab.json").read_text())
     marian_id = {piece: vocab[piece] for piece in pieces[4:]}
