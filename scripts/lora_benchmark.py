@@ -1,4 +1,4 @@
-"""LoRA against full fine-tuning on Multi30k de->en (docs/benchmarks.md#lora): the
+"""LoRA against full fine-tuning on Multi30k de->en (docs/trained-models.md#lora): the
 Transformer recipe (float32) trained 1,500 updates on the first 10,000 training pairs, then
 fine-tuned 1,000 updates on the other 19,000 from its best checkpoint (`train.init_from`'s
 default) with every weight, with LoRA rank 8 and with rank 32 (q, k, v and o of every
@@ -84,7 +84,7 @@ def row(kind: str) -> str:
     summary = json.loads((runs[0] / "summary.json").read_text())
     size = (runs[0] / "checkpoints/best.pt").stat().st_size / 2**20  # weights alone
     trained = summary.get("trained_parameters", summary["parameters"])
-    cells = [*(f"{b:.2f}" for b in bleu), f"{trained:,}", f"{size:.1f} MB"]
+    cells = [*(f"{b:.2f}" for b in bleu), f"{trained:,}", f"{size:.1f} MiB"]
     return f"| {kind} | " + " | ".join(cells) + " |"
 
 
