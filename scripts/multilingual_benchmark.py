@@ -10,8 +10,8 @@ model (en -> cs, de, fr), configs/multilingual/, against the bilingual model of 
 `train` trains what is missing into docs/results/multilingual/runs/ (run it from the
 repository root, with Multi30k in data/multi30k: scripts/prepare_multi30k.py): each
 multilingual model to 1,500 updates (the study's budget: the same updates as one bilingual
-model) and then on to 4,500 (about the time of its three bilingual models together: a copy
-of its 1,500-update run, resumed, which equals a run trained straight), and the bilingual
+model) and then on to 4,500 (the updates of its three bilingual models together: a copy of
+its 1,500-update run, resumed, which equals a run trained straight), and the bilingual
 model of each of the six pairs. Every run of the table is trained here, on one machine:
 runs of two machines are never mixed in one comparison. `--jobs N` trains N at once (a GPU
 machine; each run's output then goes to runs/logs/multilingual/NAME.log). A killed `train`
@@ -83,8 +83,8 @@ def train_chain(chain: list[Job], only: list[str], log: bool) -> None:
             shutil.copytree(short, copy, ignore=shutil.ignore_patterns("test", "summary.json"))
             copy.rename(run)
         print(f"training {name}", flush=True)
-        args = [*args, *sets(f"seed={seed}", f"name={name}"), "--run-dir", str(run)]
-        seq2seq("train", *args, log=LOGS / f"{name}.log" if log else None)
+        command = [*args, *sets(f"seed={seed}", f"name={name}"), "--run-dir", str(run)]
+        seq2seq("train", *command, log=LOGS / f"{name}.log" if log else None)
         print(f"finished {name}", flush=True)
 
 
