@@ -16,12 +16,12 @@ from pathlib import Path
 
 def seq2seq(*args: str, log: Path | None = None) -> None:
     """`python -m seq2seq ARGS`, its output in `log` (appended) when one is given."""
+    command = [sys.executable, "-m", "seq2seq", *args]
     if log is None:
-        subprocess.run([sys.executable, "-m", "seq2seq", *args], check=True)
+        subprocess.run(command, check=True)
         return
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as out:
-        command = [sys.executable, "-m", "seq2seq", *args]
         subprocess.run(command, check=True, stdout=out, stderr=subprocess.STDOUT)
 
 
