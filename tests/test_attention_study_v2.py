@@ -240,6 +240,13 @@ TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its gr
         3,
         {},
     ),
+    "Step 7: the RNN, French to English": ("attention-rnn-v2-fren", 4, {}),
+    "Step 7: the RNN, English to German": ("attention-rnn-v2-ende", 4, {}),
+}
+# Step 7's Findings: an architecture's table -> its sweeps, one a direction, as the page's
+# columns have them.
+DIRECTION_TABLES = {
+    "The RNN": ("attention-rnn-v2", "attention-rnn-v2-fren", "attention-rnn-v2-ende"),
 }
 
 
@@ -290,6 +297,26 @@ def test_the_study_pages_first_edition_table_is_the_committed_runs(step):
             first_bleu, second_bleu = (float(x) for x in cell.split(" -> "))
             assert first_bleu == bleu(first, kind.strip("`"), seed)
             assert second_bleu == bleu(second, kind.strip("`"), seed)
+
+
+@pytest.mark.parametrize("title", DIRECTION_TABLES)
+def test_the_study_pages_direction_table_is_compare_directions(title, load_script):
+    """Each difference, interval and p of step 7's Findings table, as
+    scripts/compare_directions.py gives them from the committed reports (p re-adjusted by
+    Holm over the directions' shared family)."""
+    compare = load_script("compare_directions")
+    sweeps = [f"{name}={ROOT / 'docs/results' / name}" for name in DIRECTION_TABLES[title]]
+    directions, cells_compared, tests = compare.load(sweeps, "bleu")
+    page = (ROOT / "docs/results/attention-study-v2.md").read_text(encoding="utf-8")
+    findings = page.split("## Findings (step 7)")[1].split(f"### {title}\n")[1]
+    rows = [cells(line) for line in findings.split("\n\n")[1].splitlines()[2:]]
+    baselines = {d.baseline for d in directions}
+    assert len(rows) == (len(cells_compared) - len(baselines)) * len(tests) == 9
+    for kind, test, *ours in rows:
+        for direction, entry in zip(directions, ours, strict=True):
+            found = direction.differences[kind.strip("`"), test]
+            interval = f"[{found.low:+.2f}, {found.high:+.2f}]"
+            assert entry == f"{found.diff:+.2f} {interval}, p {found.p_holm:.3f}"
 
 
 def test_the_readmes_table_is_the_second_editions_reports():
