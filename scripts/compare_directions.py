@@ -98,8 +98,8 @@ def direction(name: str, rows: list[dict[str, str]], cells: list, tests: list, m
         if cell != baseline:
             parts = [float(row[column + part]) for part in ("diff", "low", "high", "p")]
             differences[cell, test] = Difference(*parts)
-    # The report's p-values, rounded to 4 places: Holm's products of them move the
-    # adjusted values by less than that.
+    # The report's p-values are rounded to 4 places and Holm multiplies them by up to
+    # the family's size, so an adjusted p can differ from the report's in the third decimal.
     adjusted = holm([d.p for d in differences.values()])
     for (place, found), p in zip(list(differences.items()), adjusted, strict=True):
         differences[place] = Difference(found.diff, found.low, found.high, found.p, p)

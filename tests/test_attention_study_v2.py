@@ -243,11 +243,17 @@ TABLES = {  # a step table's title -> its sweep and rows; a row's name -> its gr
     "Step 7: the RNN, French to English": ("attention-rnn-v2-fren", 4, {}),
     "Step 7: the RNN, English to German": ("attention-rnn-v2-ende", 4, {}),
     "Step 7: the Transformer, French to English": ("attention-transformer-v2-fren", 4, {}),
+    "Step 7: the Transformer, English to German": ("attention-transformer-v2-ende", 4, {}),
 }
 # Step 7's Findings: an architecture's table -> its sweeps, one a direction, as the page's
 # columns have them.
 DIRECTION_TABLES = {
     "The RNN": ("attention-rnn-v2", "attention-rnn-v2-fren", "attention-rnn-v2-ende"),
+    "The Transformer": (
+        "attention-transformer-v2",
+        "attention-transformer-v2-fren",
+        "attention-transformer-v2-ende",
+    ),
 }
 
 
